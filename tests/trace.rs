@@ -458,7 +458,7 @@ fn parallel_components_shard_by_task() {
         ]
     );
     let graph = &trace.module.graph;
-    let device = |name: &str| graph.op(graph.find(name).unwrap()).device.clone();
+    let device = |name: &str| graph.op(graph.find(name).unwrap()).device.to_string();
     assert_eq!(
         device("ReadVariableOp"),
         "/job:worker/replica:0/task:0/device:CPU:0"
@@ -509,7 +509,7 @@ fn registered_savers_join_the_merge() {
     let find = |name: &str| graph.find(name).unwrap_or_else(|| panic!("no op `{name}`"));
     // The saver's prefix: `StringJoin(prefix, "-test.Stack")`, right after the temp prefix.
     let path = find("StringJoin_1");
-    assert_eq!(graph.op(path).device, "/device:CPU:*");
+    assert_eq!(&*graph.op(path).device, "/device:CPU:*");
     assert_eq!(
         graph.op(find("saver_filename")).name,
         graph.op(graph.inputs(path)[0].1.src).name

@@ -6,7 +6,13 @@
 //! so a foreign graph round-trips exactly. Typed access goes through the accessors on
 //! [`Attrs`] and is checked against the op signatures by the verifier.
 
+use std::borrow::Cow;
+
 use crate::DType;
+
+/// The name of an attribute: borrowed for the fixed names ops are built with, owned for names
+/// read from a file, so building an op allocates nothing for its attribute names.
+pub type AttrName = Cow<'static, str>;
 
 /// The attributes of one op: a map from name to value, iterated in name order.
 ///
@@ -14,7 +20,7 @@ use crate::DType;
 /// plan has hundreds of thousands of ops, so a tree node per op would dominate tracing time.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Attrs {
-    entries: Vec<(String, AttrValue)>,
+    entries: Vec<(AttrName, AttrValue)>,
 }
 
 impl Attrs {
@@ -48,7 +54,7 @@ impl Attrs {
     }
 
     /// Sets an attribute, returning its previous value.
-    pub fn insert(&mut self, name: impl Into<String>, value: AttrValue) -> Option<AttrValue> {
+    pub fn insert(&mut self, name: impl Into<AttrName>, value: AttrValue) -> Option<AttrValue> {
         let name = name.into();
         match self.position(&name) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, value)),
@@ -75,13 +81,13 @@ impl Attrs {
     }
 
     /// The attributes in name order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &AttrValue)> + '_ {
-        self.entries.iter().map(|(name, value)| (name, value))
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &AttrValue)> + '_ {
+        self.entries.iter().map(|(name, value)| (&**name, value))
     }
 
     /// The names in order.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> + '_ {
-        self.entries.iter().map(|(name, _)| name)
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.entries.iter().map(|(name, _)| &**name)
     }
 
     /// The values in name order.
@@ -90,15 +96,17 @@ impl Attrs {
     }
 
     fn position(&self, name: &str) -> Result<usize, usize> {
-        self.entries
-            .binary_search_by(|(key, _)| key.as_str().cmp(name))
+        self.entries.binary_search_by(|(key, _)| (**key).cmp(name))
     }
 }
 
-impl FromIterator<(String, AttrValue)> for Attrs {
+impl<K: Into<AttrName>> FromIterator<(K, AttrValue)> for Attrs {
     /// Collects attributes; a repeated name keeps the last value, as a map would.
-    fn from_iter<I: IntoIterator<Item = (String, AttrValue)>>(iter: I) -> Attrs {
-        let mut entries: Vec<(String, AttrValue)> = iter.into_iter().collect();
+    fn from_iter<I: IntoIterator<Item = (K, AttrValue)>>(iter: I) -> Attrs {
+        let mut entries: Vec<(AttrName, AttrValue)> = iter
+            .into_iter()
+            .map(|(name, value)| (name.into(), value))
+            .collect();
         entries.reverse();
         entries.sort_by(|(a, _), (b, _)| a.cmp(b));
         entries.dedup_by(|(a, _), (b, _)| a == b);
@@ -107,17 +115,14 @@ impl FromIterator<(String, AttrValue)> for Attrs {
     }
 }
 
-impl<K: Into<String>, const N: usize> From<[(K, AttrValue); N]> for Attrs {
+impl<K: Into<AttrName>, const N: usize> From<[(K, AttrValue); N]> for Attrs {
     fn from(entries: [(K, AttrValue); N]) -> Attrs {
-        entries
-            .into_iter()
-            .map(|(name, value)| (name.into(), value))
-            .collect()
+        entries.into_iter().collect()
     }
 }
 
-impl Extend<(String, AttrValue)> for Attrs {
-    fn extend<I: IntoIterator<Item = (String, AttrValue)>>(&mut self, iter: I) {
+impl<K: Into<AttrName>> Extend<(K, AttrValue)> for Attrs {
+    fn extend<I: IntoIterator<Item = (K, AttrValue)>>(&mut self, iter: I) {
         for (name, value) in iter {
             self.insert(name, value);
         }
@@ -125,8 +130,8 @@ impl Extend<(String, AttrValue)> for Attrs {
 }
 
 impl IntoIterator for Attrs {
-    type Item = (String, AttrValue);
-    type IntoIter = std::vec::IntoIter<(String, AttrValue)>;
+    type Item = (AttrName, AttrValue);
+    type IntoIter = std::vec::IntoIter<(AttrName, AttrValue)>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.entries.into_iter()
@@ -134,14 +139,14 @@ impl IntoIterator for Attrs {
 }
 
 impl<'a> IntoIterator for &'a Attrs {
-    type Item = (&'a String, &'a AttrValue);
+    type Item = (&'a str, &'a AttrValue);
     type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, AttrValue)>,
-        fn(&'a (String, AttrValue)) -> (&'a String, &'a AttrValue),
+        std::slice::Iter<'a, (AttrName, AttrValue)>,
+        fn(&'a (AttrName, AttrValue)) -> (&'a str, &'a AttrValue),
     >;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter().map(|(name, value)| (name, value))
+        self.entries.iter().map(|(name, value)| (&**name, value))
     }
 }
 

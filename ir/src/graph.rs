@@ -1,6 +1,8 @@
 //! [`Graph`]: ops and the data and control edges between them, wrapped around petgraph.
 
+use std::collections::HashSet;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
@@ -24,14 +26,16 @@ pub struct OpNode {
     /// The op kind.
     pub op: Op,
     /// The requested device exactly as written (`/job:worker/task:1/device:CPU:0`, `""`).
-    /// Parse it with [`crate::device::DeviceSpec`] for its meaning.
-    pub device: String,
+    /// Parse it with [`crate::device::DeviceSpec`] for its meaning. Shared: a graph stores
+    /// each distinct device string once, however many ops name it.
+    pub device: Arc<str>,
     /// The attributes, the single source of truth for the op's parameters.
     pub attrs: Attrs,
-    /// `NodeDef.experimental_debug_info`, kept for round trips.
-    pub debug_info: Option<NodeDebugInfo>,
+    /// `NodeDef.experimental_debug_info`, kept for round trips (boxed: only imported ops
+    /// have it, and every op pays for the field).
+    pub debug_info: Option<Box<NodeDebugInfo>>,
     /// `NodeDef.experimental_type` as encoded protobuf bytes, kept for round trips.
-    pub experimental_type: Option<Vec<u8>>,
+    pub experimental_type: Option<Box<[u8]>>,
     /// Creation order; orders ops deterministically whatever petgraph does with indices.
     seq: u32,
 }
@@ -119,6 +123,8 @@ pub struct Graph {
     /// input is O(1) (ops such as a function's final `NoOp` collect one per stateful op).
     /// Orders only grow, so removed control edges leave gaps but never duplicates.
     next_control: Vec<u32>,
+    /// Every device string ops of this graph have named, each stored once. Never iterated.
+    devices: HashSet<Arc<str>, FxBuildHasher>,
 }
 
 impl Graph {
@@ -134,6 +140,7 @@ impl Graph {
             by_name: HashTable::with_capacity(n_ops),
             next_seq: 0,
             next_control: Vec::with_capacity(n_ops),
+            devices: HashSet::default(),
         }
     }
 
@@ -142,7 +149,7 @@ impl Graph {
         &mut self,
         name: impl Into<String>,
         op: Op,
-        device: impl Into<String>,
+        device: impl AsRef<str>,
         attrs: Attrs,
     ) -> Result<OpId, GraphError> {
         let name = name.into();
@@ -159,7 +166,7 @@ impl Graph {
         let node = OpNode {
             name,
             op,
-            device: device.into(),
+            device: self.intern_device(device.as_ref()),
             attrs,
             debug_info: None,
             experimental_type: None,
@@ -170,6 +177,16 @@ impl Graph {
         self.by_name
             .insert_unique(hash, id, |&other| name_hash(&inner[other.0].name));
         Ok(id)
+    }
+
+    /// The shared copy of `device` (see [`OpNode::device`]).
+    pub fn intern_device(&mut self, device: &str) -> Arc<str> {
+        if let Some(shared) = self.devices.get(device) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(device);
+        self.devices.insert(Arc::clone(&shared));
+        shared
     }
 
     /// The op with this id. Panics if `id` was removed (a bug in the caller).
@@ -511,8 +528,8 @@ impl OpMut<'_> {
         &mut self.node.op
     }
 
-    /// The requested device.
-    pub fn device(&mut self) -> &mut String {
+    /// The requested device. Intern a new one with [`Graph::intern_device`] to share it.
+    pub fn device(&mut self) -> &mut Arc<str> {
         &mut self.node.device
     }
 
@@ -522,12 +539,12 @@ impl OpMut<'_> {
     }
 
     /// `NodeDef.experimental_debug_info`.
-    pub fn debug_info(&mut self) -> &mut Option<NodeDebugInfo> {
+    pub fn debug_info(&mut self) -> &mut Option<Box<NodeDebugInfo>> {
         &mut self.node.debug_info
     }
 
     /// `NodeDef.experimental_type` bytes.
-    pub fn experimental_type(&mut self) -> &mut Option<Vec<u8>> {
+    pub fn experimental_type(&mut self) -> &mut Option<Box<[u8]>> {
         &mut self.node.experimental_type
     }
 }

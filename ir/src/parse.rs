@@ -1121,8 +1121,8 @@ fn build_graph(pending: Vec<PendingOp>) -> Result<Graph, ParseError> {
             )
             .map_err(|_| op.pos.error(ParseErrorKind::DuplicateOp(op.name.clone())))?;
         let mut node = graph.op_mut(id);
-        *node.debug_info() = op.debug_info.clone();
-        *node.experimental_type() = op.experimental_type.clone();
+        *node.debug_info() = op.debug_info.clone().map(Box::new);
+        *node.experimental_type() = op.experimental_type.clone().map(Vec::into_boxed_slice);
         ids.push(id);
     }
     for (op, &dst) in pending.iter().zip(&ids) {

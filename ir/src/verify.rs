@@ -313,20 +313,47 @@ fn join(dtypes: &[DType]) -> String {
         .join(", ")
 }
 
+/// Ops per parallel batch of [`check_graph`]: large enough that a batch outweighs rayon's
+/// scheduling, small enough that both cores stay busy on mid-sized graphs.
+const OPS_PER_BATCH: usize = 4096;
+
 /// Checks invariants 1 to 8 for every op of `graph`.
+///
+/// The per-op checks read only the graph, so batches of ops run in parallel (and alongside
+/// the cycle search); their errors are concatenated in op order, so the report is the same
+/// whatever the thread count.
 fn check_graph(graph: &Graph, library: &Library, errors: &mut Vec<VerifyError>) {
-    for op in graph.ops() {
-        let inputs = graph.inputs(op);
-        check_slots(graph, op, &inputs, errors);
-        check_attrs(graph, op, errors);
-        check_input_count(graph, op, errors);
-        check_inputs(graph, op, &inputs, errors);
-        check_self_control(graph, op, errors);
-        check_call(graph, library, op, errors);
-    }
-    if graph.has_cycle() {
+    use rayon::prelude::*;
+    let ops = graph.ops();
+    let (batches, cyclic) = rayon::join(
+        || {
+            ops.par_chunks(OPS_PER_BATCH)
+                .map(|batch| {
+                    let mut errors = Vec::new();
+                    for &op in batch {
+                        check_op(graph, library, op, &mut errors);
+                    }
+                    errors
+                })
+                .collect::<Vec<_>>()
+        },
+        || graph.has_cycle(),
+    );
+    errors.extend(batches.into_iter().flatten());
+    if cyclic {
         check_cycles(graph, errors);
     }
+}
+
+/// The checks of one op: every invariant but the cycle search (6).
+fn check_op(graph: &Graph, library: &Library, op: OpId, errors: &mut Vec<VerifyError>) {
+    let inputs = graph.inputs(op);
+    check_slots(graph, op, &inputs, errors);
+    check_attrs(graph, op, errors);
+    check_input_count(graph, op, errors);
+    check_inputs(graph, op, &inputs, errors);
+    check_self_control(graph, op, errors);
+    check_call(graph, library, op, errors);
 }
 
 /// [`signature::signature`] of an op, memoized per op kind: the verifier asks for the

@@ -33,7 +33,7 @@ pub fn check_devices(graphs: &[(&Scope, &Graph, &PlanOps)]) -> Vec<Finding> {
                 }
                 Ok(_) => Problem::ForeignDevice {
                     name: node.name.clone(),
-                    device: node.device.clone(),
+                    device: node.device.to_string(),
                 },
             };
             findings.push(Finding {

@@ -42,7 +42,7 @@ pub(crate) fn import_attrs(
 pub(crate) fn export_attrs(attrs: &Attrs) -> std::collections::BTreeMap<String, pb::AttrValue> {
     attrs
         .iter()
-        .map(|(name, value)| (name.clone(), export_attr(value)))
+        .map(|(name, value)| (name.to_owned(), export_attr(value)))
         .collect()
 }
 

@@ -111,9 +111,9 @@ fn import_function_inner(function_def: &pb::FunctionDef) -> Result<Function, Imp
     for (index, arg) in signature.input_args.iter().enumerate() {
         let mut attrs = Attrs::new();
         if arg.dtype != DType::Invalid {
-            attrs.insert("T".to_owned(), AttrValue::Type(arg.dtype));
+            attrs.insert("T", AttrValue::Type(arg.dtype));
         }
-        attrs.insert("index".to_owned(), AttrValue::I(index as i64));
+        attrs.insert("index", AttrValue::I(index as i64));
         body.add_op(arg.name.clone(), Op::Arg, "", attrs)
             .map_err(|_| ImportError::DuplicateNode {
                 node: arg.name.clone(),

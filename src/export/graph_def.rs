@@ -49,30 +49,48 @@ pub fn graph_def(module: &Module) -> Result<pb::GraphDef, ExportError> {
     })
 }
 
+/// Nodes per parallel batch of [`encode_graph_def`].
+const NODES_PER_BATCH: usize = 4096;
+
 /// The encoded `GraphDef` of a [`Module`]: the same bytes as
 /// `graph_def(module)?.encode_to_vec()`, written one node at a time, so that a graph of a
 /// million ops never holds a million `NodeDef`s (whose attribute maps dominate the cost).
+///
+/// Batches of nodes are encoded in parallel and joined in op order, so the bytes do not
+/// depend on the thread count.
 pub fn encode_graph_def(module: &Module) -> Result<Vec<u8>, ExportError> {
     use prost::encoding::{WireType, encode_key, encode_varint};
+    use rayon::prelude::*;
     let graph = &module.graph;
     let ops = graph.ops();
-    let estimate: usize = ops
-        .iter()
-        .map(|&id| {
-            let op = graph.op(id);
-            48 + 2 * op.name.len() + op.device.len() + 24 * op.attrs.len()
+    let batches = ops
+        .par_chunks(NODES_PER_BATCH)
+        .map(|batch| {
+            let estimate: usize = batch
+                .iter()
+                .map(|&id| {
+                    let op = graph.op(id);
+                    48 + 2 * op.name.len() + op.device.len() + 24 * op.attrs.len()
+                })
+                .sum();
+            let mut buf = Vec::with_capacity(estimate);
+            let mut node = Vec::with_capacity(1024);
+            // prost writes fields in tag order: every `node` (1), then `library` (2),
+            // `version` (3), `versions` (4) and `debug_info` (5), so the rest of the message
+            // follows the nodes.
+            for &id in batch {
+                node.clear();
+                encode_node(graph, id, Syntax::GraphDef, &mut node)?;
+                encode_key(1, WireType::LengthDelimited, &mut buf);
+                encode_varint(node.len() as u64, &mut buf);
+                buf.extend_from_slice(&node);
+            }
+            Ok(buf)
         })
-        .sum();
-    let mut buf = Vec::with_capacity(estimate);
-    let mut node = Vec::with_capacity(1024);
-    // prost writes fields in tag order: every `node` (1), then `library` (2), `version` (3),
-    // `versions` (4) and `debug_info` (5), so the rest of the message follows the nodes.
-    for id in ops {
-        node.clear();
-        encode_node(graph, id, Syntax::GraphDef, &mut node)?;
-        encode_key(1, WireType::LengthDelimited, &mut buf);
-        encode_varint(node.len() as u64, &mut buf);
-        buf.extend_from_slice(&node);
+        .collect::<Result<Vec<Vec<u8>>, ExportError>>()?;
+    let mut buf = Vec::with_capacity(batches.iter().map(Vec::len).sum::<usize>() + 64);
+    for batch in batches {
+        buf.extend_from_slice(&batch);
     }
     if !module.library.is_empty() {
         let mut library = Vec::new();
@@ -116,7 +134,9 @@ pub(crate) fn encode_node(
     syntax: Syntax,
     buf: &mut Vec<u8>,
 ) -> Result<(), ExportError> {
-    use prost::encoding::{WireType, encode_key, encode_varint, message, string};
+    use prost::encoding::{
+        WireType, encode_key, encode_varint, encoded_len_varint, key_len, message,
+    };
     let op = graph.op(id);
     let put_raw = |tag: u32, parts: &[&[u8]], buf: &mut Vec<u8>| {
         encode_key(tag, WireType::LengthDelimited, buf);
@@ -162,7 +182,7 @@ pub(crate) fn encode_node(
         let key_len = if name.is_empty() {
             0
         } else {
-            string::encoded_len(1, name)
+            key_len(1) + encoded_len_varint(name.len() as u64) + name.len()
         };
         let value_len = if value.value.is_none() {
             0
@@ -172,7 +192,7 @@ pub(crate) fn encode_node(
         encode_key(5, WireType::LengthDelimited, buf);
         encode_varint((key_len + value_len) as u64, buf);
         if !name.is_empty() {
-            string::encode(1, name, buf);
+            put_raw(1, &[name.as_bytes()], buf);
         }
         if value.value.is_some() {
             message::encode(2, &value, buf);
@@ -299,17 +319,16 @@ fn import_node(graph: &mut Graph, node: &pb::NodeDef, syntax: Syntax) -> Result<
             node: node.name.clone(),
         })?;
     let mut op_mut = graph.op_mut(id);
-    *op_mut.debug_info() = node
-        .experimental_debug_info
-        .as_ref()
-        .map(|info| NodeDebugInfo {
+    *op_mut.debug_info() = node.experimental_debug_info.as_ref().map(|info| {
+        Box::new(NodeDebugInfo {
             original_node_names: info.original_node_names.clone(),
             original_func_names: info.original_func_names.clone(),
-        });
+        })
+    });
     *op_mut.experimental_type() = node
         .experimental_type
         .as_ref()
-        .map(|full_type| full_type.encode_to_vec());
+        .map(|full_type| full_type.encode_to_vec().into_boxed_slice());
     Ok(id)
 }
 
@@ -329,7 +348,7 @@ fn export_node(graph: &Graph, id: OpId, syntax: Syntax) -> Result<pb::NodeDef, E
         input.push(format!("^{}", graph.op(src).name));
     }
     let experimental_type = match &op.experimental_type {
-        Some(bytes) => Some(pb::FullTypeDef::decode(bytes.as_slice()).map_err(|source| {
+        Some(bytes) => Some(pb::FullTypeDef::decode(&bytes[..]).map_err(|source| {
             ExportError::CorruptBytes {
                 owner: format!("node `{}`", op.name),
                 field: "experimental_type",
@@ -342,7 +361,7 @@ fn export_node(graph: &Graph, id: OpId, syntax: Syntax) -> Result<pb::NodeDef, E
         name: op.name.clone(),
         op: op.op.type_name().to_owned(),
         input,
-        device: op.device.clone(),
+        device: op.device.to_string(),
         attr: export_attrs(&op.attrs),
         experimental_debug_info: op.debug_info.as_ref().map(|info| {
             pb::node_def::ExperimentalDebugInfo {

@@ -394,7 +394,7 @@ fn arg_attrs(user_name: &str, shape: Option<Shape>) -> Attrs {
             AttrValue::List(Box::new(shapes)),
         );
     }
-    attrs.insert("_user_specified_name".to_owned(), AttrValue::s(user_name));
+    attrs.insert("_user_specified_name", AttrValue::s(user_name));
     attrs
 }
 

@@ -10,12 +10,13 @@ use rustc_hash::FxBuildHasher;
 ///
 /// A counter table keyed by the lower-cased name (TensorFlow's `_names_in_use`) makes every
 /// call O(1) amortized, so tracing many variables stays linear. The names live back to back
-/// in one string; the table holds their positions, so a name costs no allocation of its own.
-/// The table is never iterated.
+/// in fixed-size chunks that are never reallocated (a growing single string would copy every
+/// name at each doubling); the table holds their positions, so a name costs no allocation of
+/// its own. The table is never iterated.
 #[derive(Clone, Debug, Default)]
 pub struct UniqueNames {
-    /// Every lower-cased name in use, concatenated.
-    arena: String,
+    /// Every lower-cased name in use, concatenated; a name never spans two chunks.
+    chunks: Vec<String>,
     /// The names in use: where each is in `arena`, and how often it was asked for.
     in_use: HashTable<InUse>,
     /// A reused buffer for the lower-cased name and candidates, so that looking a name up
@@ -26,10 +27,24 @@ pub struct UniqueNames {
 /// One name in use.
 #[derive(Clone, Debug)]
 struct InUse {
-    start: usize,
-    len: usize,
+    /// The chunk holding the name.
+    chunk: u32,
+    /// Where the name starts in its chunk.
+    start: u32,
+    /// The name's length in bytes.
+    len: u32,
     /// TensorFlow's counter: the next suffix to try.
     count: u32,
+}
+
+/// The size of a name chunk; longer names get a chunk of their own.
+const CHUNK: usize = 1 << 20;
+
+impl InUse {
+    fn name<'a>(&self, chunks: &'a [String]) -> &'a str {
+        let start = self.start as usize;
+        &chunks[self.chunk as usize][start..start + self.len as usize]
+    }
 }
 
 impl UniqueNames {
@@ -41,7 +56,7 @@ impl UniqueNames {
     /// An empty name table with room for `capacity` names.
     pub fn with_capacity(capacity: usize) -> UniqueNames {
         UniqueNames {
-            arena: String::with_capacity(capacity * 24),
+            chunks: Vec::new(),
             in_use: HashTable::with_capacity(capacity),
             scratch: String::new(),
         }
@@ -108,25 +123,35 @@ impl UniqueNames {
     }
 
     fn get_mut(&mut self, key: &str) -> Option<&mut InUse> {
-        let arena = &self.arena;
-        self.in_use.find_mut(hash(key), |entry| {
-            &arena[entry.start..entry.start + entry.len] == key
-        })
+        let chunks = &self.chunks;
+        self.in_use
+            .find_mut(hash(key), |entry| entry.name(chunks) == key)
     }
 
     /// Adds `key`, which is not in the table.
     fn insert(&mut self, key: &str, count: u32) {
-        let start = self.arena.len();
-        self.arena.push_str(key);
-        let arena = &self.arena;
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|chunk| chunk.capacity() - chunk.len() >= key.len());
+        if !fits {
+            self.chunks
+                .push(String::with_capacity(CHUNK.max(key.len())));
+        }
+        let chunk_index = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[chunk_index];
+        let start = chunk.len();
+        chunk.push_str(key);
+        let chunks = &self.chunks;
+        // Names are far shorter than 4 GiB and there are far fewer than 2^32 chunks.
         let entry = InUse {
-            start,
-            len: key.len(),
+            chunk: chunk_index as u32,
+            start: start as u32,
+            len: key.len() as u32,
             count,
         };
-        self.in_use.insert_unique(hash(key), entry, |entry| {
-            hash(&arena[entry.start..entry.start + entry.len])
-        });
+        self.in_use
+            .insert_unique(hash(key), entry, |entry| hash(entry.name(chunks)));
     }
 }
 

@@ -299,11 +299,8 @@ fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
     Ok(())
 }
 
-pub(super) fn attrs<const N: usize>(pairs: [(&str, AttrValue); N]) -> Attrs {
-    pairs
-        .into_iter()
-        .map(|(name, value)| (name.to_owned(), value))
-        .collect()
+pub(super) fn attrs<const N: usize>(pairs: [(&'static str, AttrValue); N]) -> Attrs {
+    Attrs::from(pairs)
 }
 
 pub(super) fn out(op: OpId) -> (OpId, Port) {
