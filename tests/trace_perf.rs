@@ -1,6 +1,7 @@
 //! Scale test: tracing 100,000 variables over 8 tasks (a quarter of that in debug builds)
 //! gives the expected plan, and the plan grows linearly: the number of ops and edges per
-//! added variable is the same from N/4 to N/2 as from N/2 to N. Speed is measured by
+//! added variable is the same from N/4 to N/2 as from N/2 to N. The parallel verifier and
+//! GraphDef encoder give the same output on any number of threads. Speed is measured by
 //! `cargo bench --bench trace` (see `benches/trace.rs`), not here.
 
 use saveplan::trace::{
@@ -79,4 +80,65 @@ fn plan_size_is_linear_in_the_number_of_variables() {
     // Seven ops per variable (zeros, handle, IsInitialized, Assign, Read, restore Identity
     // and AssignVariableOp), and nothing else that grows.
     assert_eq!(ops[1] - ops[0], 7 * (sizes[1] - sizes[0]));
+}
+
+/// Runs `f` on a rayon pool of `threads` threads.
+fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a thread pool")
+        .install(f)
+}
+
+/// The verifier and `encode_graph_def` work on batches of ops in parallel; their output must
+/// not depend on the thread count, and the encoding must equal prost's encoding of the
+/// `GraphDef` built whole.
+#[test]
+fn parallel_export_and_verify_do_not_depend_on_the_thread_count() {
+    use prost::Message;
+    // 20,000 variables make 140,000 ops: dozens of batches.
+    let mut module = trace_flat(&trackables(20_000), &TraceOptions::default())
+        .unwrap()
+        .module;
+    let whole = saveplan::export::graph_def(&module)
+        .unwrap()
+        .encode_to_vec();
+    for threads in [1, 2, 4] {
+        let streamed = on_threads(threads, || saveplan::export::encode_graph_def(&module));
+        assert!(
+            streamed.unwrap() == whole,
+            "encode_graph_def on {threads} threads differs from graph_def + encode"
+        );
+    }
+    // Break ops spread over many batches, last first: the errors must come in op order.
+    let reads: Vec<_> = module
+        .graph
+        .ops()
+        .into_iter()
+        .filter(|&id| module.graph.op(id).op == Op::ReadVariableOp)
+        .step_by(1_500)
+        .collect();
+    for &id in reads.iter().rev() {
+        module.graph.op_mut(id).attrs().remove("dtype");
+    }
+    let reports: Vec<Vec<String>> = [1, 2, 4]
+        .into_iter()
+        .map(|threads| {
+            let errors = on_threads(threads, || saveplan_ir::verify_module(&module))
+                .expect_err("ops without dtype are rejected");
+            errors.0.iter().map(ToString::to_string).collect()
+        })
+        .collect();
+    assert!(reports.len() == 3 && reports[0].len() >= reads.len());
+    let expected: Vec<&str> = reads.iter().map(|&id| &*module.graph.op(id).name).collect();
+    let named: Vec<&str> = reports[0]
+        .iter()
+        .filter_map(|line| line.split('`').nth(1))
+        .collect();
+    let mut first_mentions = named.clone();
+    first_mentions.dedup();
+    assert_eq!(first_mentions, expected, "errors follow op order");
+    assert_eq!(reports[0], reports[1]);
+    assert_eq!(reports[0], reports[2]);
 }
