@@ -4,9 +4,11 @@
 //! verifier and the exporter, and to one snapshot in `snapshots/`; every input in `err/` fails
 //! with a snapshotted error. The eager form is compared with `g7_eager_traced`'s
 //! `traced_save.function_def.pbtxt`, `traced_restore.function_def.pbtxt` and
-//! `traced_save.graph.pbtxt`; registered savers, parallel-device variables and unique
-//! temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally and by
-//! snapshot.
+//! `traced_save.graph.pbtxt`. Registered savers are compared, flat and `to_proto()` form, with
+//! the graphs TensorFlow traced for a Python twin of the test saver
+//! (`tests/fixtures/saveplan/registered_saver`, our own generator); parallel-device variables
+//! and unique temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally
+//! and by snapshot.
 
 mod stack_saver;
 
@@ -539,6 +541,89 @@ fn registered_savers_join_the_merge() {
     settings().bind(|| {
         insta::assert_snapshot!("trace@registered_saver", trace.module.to_string());
     });
+}
+
+/// The registered-saver fixture TensorFlow traced (`tests/fixtures/saveplan/registered_saver`,
+/// written by `tests/fixtures/generators/gen_registered_saver.py` with a Python twin of
+/// [`StackSaver`] over g3's variables).
+fn registered_fixture(file: &str) -> String {
+    let path = manifest_path(&format!("tests/fixtures/saveplan/registered_saver/{file}"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn g3_trackables() -> Vec<saveplan::trace::Trackable> {
+    let text =
+        std::fs::read_to_string(manifest_path("tests/inputs/trace/g3_two_tasks.json")).unwrap();
+    SpecFile::parse(&text).unwrap().trackables().unwrap()
+}
+
+/// Asserts two GraphDefs are equal, naming the first node that differs.
+fn assert_same_nodes(what: &str, ours: &[tf::NodeDef], theirs: &[tf::NodeDef]) {
+    let our_names: Vec<&str> = ours.iter().map(|n| n.name.as_str()).collect();
+    let their_names: Vec<&str> = theirs.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(our_names, their_names, "{what}: node names and order");
+    for (our, their) in ours.iter().zip(theirs) {
+        assert_eq!(our, their, "{what}: node `{}`", their.name);
+    }
+}
+
+/// With a registered saver, the flat graph equals the one TensorFlow traced for the same
+/// saver, including `_has_manual_control_dependencies` on the saver's `SaveV2` (it is used in
+/// a `control_dependencies` block), and the saver names equal TensorFlow's.
+#[test]
+fn registered_saver_flat_graph_matches_tensorflow() {
+    let options = TraceOptions {
+        registered_savers: vec![Box::new(StackSaver)],
+        ..TraceOptions::default()
+    };
+    let trace =
+        trace_flat(&g3_trackables(), &options).unwrap_or_else(|e| panic!("{}", render_error(&e)));
+    let ours = graph_def(&trace.module);
+    let theirs: tf::GraphDef =
+        saveplan_proto::from_text(&registered_fixture("flat_graph.pbtxt")).unwrap();
+    assert_same_nodes("registered saver, flat", &ours.node, &theirs.node);
+    assert_eq!(ours, theirs);
+    let flat: serde_json::Value = serde_json::from_str(&registered_fixture("flat.json")).unwrap();
+    assert_eq!(
+        trace.saver.filename_tensor_name,
+        flat["filename_tensor_name"]
+    );
+    assert_eq!(trace.saver.save_op_name, flat["save_op_name"]);
+    let restore_ops: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(flat["restore_ops"].clone()).unwrap();
+    assert_eq!(trace.saver.restore_ops, restore_ops);
+}
+
+/// With a registered saver, `to_proto()`'s graph equals TensorFlow's: the saver's ops are
+/// inlined into both function bodies (its save ahead of the default shards, its restore after
+/// the default assigns and before the trailing `Identity`) and are not control outputs.
+#[test]
+fn registered_saver_function_graph_matches_tensorflow() {
+    let theirs: tf::GraphDef =
+        saveplan_proto::from_text(&registered_fixture("graph.pbtxt")).unwrap();
+    let trace = saveplan::trace::trace_functions_with_savers(
+        &g3_trackables(),
+        vec![Box::new(StackSaver)],
+        &function_options(&theirs),
+    )
+    .unwrap_or_else(|e| panic!("{}", render_error(&e)));
+    let ours = graph_def(&trace.module);
+    assert_same_nodes("registered saver, outer graph", &ours.node, &theirs.node);
+    let our_fns = &ours.library.as_ref().unwrap().function;
+    let their_fns = &theirs.library.as_ref().unwrap().function;
+    assert_eq!(our_fns.len(), their_fns.len());
+    for (our, their) in our_fns.iter().zip(their_fns) {
+        let name = &their.signature.as_ref().unwrap().name;
+        assert_same_nodes(name, &our.node_def, &their.node_def);
+        assert_eq!(our, their, "{name}");
+    }
+    assert_eq!(ours, theirs);
+    let saver_def: tf::SaverDef =
+        saveplan_proto::from_text(&registered_fixture("saver_def.pbtxt")).unwrap();
+    let names = &trace.saver_def;
+    assert_eq!(names.filename_tensor_name, saver_def.filename_tensor_name);
+    assert_eq!(names.save_tensor_name, saver_def.save_tensor_name);
+    assert_eq!(names.restore_op_name, saver_def.restore_op_name);
 }
 
 /// The streaming `encode_graph_def` writes the same bytes as `graph_def` + prost for every

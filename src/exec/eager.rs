@@ -161,6 +161,11 @@ impl Builder for EagerBuilder<'_> {
         self.graph.add_control(src, dst);
     }
 
+    fn mark_manual_control(&mut self, op: OpId) {
+        // Only the record changes: the attribute does not affect how an op runs.
+        Builder::mark_manual_control(&mut self.graph, op);
+    }
+
     fn graph(&self) -> &Graph {
         &self.graph
     }

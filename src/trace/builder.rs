@@ -13,10 +13,13 @@
 //! edges after both ends exist ([`Builder::control`]); for an eager builder both ends have then
 //! already run, in the right order.
 
-use saveplan_ir::{Attrs, Graph, Op, OpId, Port};
+use saveplan_ir::{AttrValue, Attrs, Graph, Op, OpId, Port};
 
 use super::plan::{Inputs, Tracer, VarSource, out};
 use super::{TraceError, TraceOptions, Trackable};
+
+/// The attribute a `tf.Graph` sets on ops used in a `control_dependencies` block.
+pub(crate) const MANUAL_CONTROL: &str = "_has_manual_control_dependencies";
 
 /// Where the tracer puts the ops it emits.
 pub trait Builder {
@@ -35,6 +38,10 @@ pub trait Builder {
 
     /// Adds a control edge between two ops already emitted: `dst` runs after `src`.
     fn control(&mut self, src: OpId, dst: OpId);
+
+    /// Marks an emitted op with `_has_manual_control_dependencies = true`, as a `tf.Graph`
+    /// marks every op passed to `control_dependencies`.
+    fn mark_manual_control(&mut self, op: OpId);
 
     /// The ops emitted so far.
     fn graph(&self) -> &Graph;
@@ -63,6 +70,12 @@ impl Builder for Graph {
 
     fn control(&mut self, src: OpId, dst: OpId) {
         self.add_control(src, dst);
+    }
+
+    fn mark_manual_control(&mut self, op: OpId) {
+        self.op_mut(op)
+            .attrs()
+            .insert(MANUAL_CONTROL, AttrValue::B(true));
     }
 
     fn graph(&self) -> &Graph {

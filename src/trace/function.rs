@@ -17,7 +17,7 @@ use saveplan_ir::{
 };
 
 use super::plan::{Captures, Inputs, PRODUCER, Tracer, VarSource, attrs, out};
-use super::{TraceError, TraceOptions, Trackable};
+use super::{RegisteredSaver, TraceError, TraceOptions, Trackable};
 
 /// `GraphDef.versions.min_consumer` of a graph holding functions, as TensorFlow 2.21 writes.
 const MIN_CONSUMER: i32 = 12;
@@ -63,7 +63,25 @@ pub fn trace_functions(
     trackables: &[Trackable],
     options: &FunctionOptions,
 ) -> Result<FunctionTrace, TraceError> {
-    let trace_options = TraceOptions::default();
+    trace_functions_with_savers(trackables, Vec::new(), options)
+}
+
+/// [`trace_functions`] for a `MultiDeviceSaver` built with registered savers.
+///
+/// As in TensorFlow, a registered saver's functions are called while `_traced_save` and
+/// `_traced_restore` are traced, so their ops are part of the function bodies: the saves
+/// right after the temporary prefix, ahead of the default shards, and the restores after
+/// every default restore, before the trailing `Identity` (which waits for the default
+/// restores only). Their ops are not control outputs of the functions.
+pub fn trace_functions_with_savers(
+    trackables: &[Trackable],
+    registered_savers: Vec<Box<dyn RegisteredSaver>>,
+    options: &FunctionOptions,
+) -> Result<FunctionTrace, TraceError> {
+    let trace_options = TraceOptions {
+        registered_savers,
+        ..TraceOptions::default()
+    };
     let inputs = Inputs::collect(trackables, &trace_options)?;
     let mut outer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
     let variables = (0..inputs.tensors.len())
@@ -81,6 +99,9 @@ pub fn trace_functions(
         mark_manual_control(&mut restore.tracer.graph, op);
     }
     restore.after = last_ops;
+    restore
+        .tracer
+        .restore_registered(&trace_options, out(restore.prefix))?;
     let restore_fn = restore.finish(&options.restore_function, TAIL_DEVICE)?;
 
     let save_call = call(&mut outer, prefix, &save_fn, &options.config_proto)?;
@@ -399,10 +420,7 @@ fn arg_attrs(user_name: &str, shape: Option<Shape>) -> Attrs {
 }
 
 fn mark_manual_control(graph: &mut Graph, op: OpId) {
-    graph.op_mut(op).attrs().insert(
-        "_has_manual_control_dependencies".to_owned(),
-        AttrValue::B(true),
-    );
+    super::builder::Builder::mark_manual_control(graph, op);
 }
 
 /// A `StatefulPartitionedCall` of `traced` with the prefix and the captured outer tensors.

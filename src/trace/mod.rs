@@ -61,12 +61,13 @@
 //!   `/` → `_`; arguments colliding after lower-casing are not renamed as TensorFlow would.
 //! * Which read feeds `SaveV2` ([`ReadKind`]) and how a variable is created ([`Init`]) are
 //!   inputs; TensorFlow derives them from the kind of saveable and variable.
-//! * Registered savers are traced from TensorFlow's Python (`functional_saver.py`), not
-//!   checked against a fixture. In the flat form their functions are called directly, as
-//!   graph-mode TensorFlow does; in [`trace_save_function`] their ops are inlined into the
-//!   body, where TensorFlow traces each registered function into a concrete function of its own
-//!   and calls it, and their ops are not listed as control outputs. [`trace_functions`] and
-//!   [`trace_eager_functions`] take no registered savers (their inputs have no options).
+//! * Registered savers are called as `MultiDeviceSaver` calls them for a `tf.train.Checkpoint`:
+//!   directly, so their ops land in the graph being traced (the flat graph, or the bodies of
+//!   [`trace_functions_with_savers`] and [`trace_save_function`]), and are not control outputs
+//!   of a function. Both forms equal what TensorFlow traced for a test saver
+//!   (`tests/fixtures/saveplan/registered_saver`). A `SavedModel` export with mapped captures,
+//!   where TensorFlow wraps each registered function into a concrete function of its own and
+//!   calls it, is not modelled; [`trace_eager_functions`] takes no registered savers.
 //! * Parallel-device variables follow TensorFlow's `parallel_device/saving.py`, not a
 //!   fixture: each component is read by a bare `ReadVariableOp` on its device and restored by
 //!   an `AssignVariableOp` of the restored tensor on the restoring task. The traced graph
@@ -78,8 +79,8 @@
 //!   names each captured handle `resource`, as eager variables are; it matches g7 exactly.
 //!   Its restore function's `FuncGraph` is not produced (no fixture has one).
 //!
-//! Not modelled yet: DTensor variables, registered savers in `to_proto()` and in the eager
-//! form.
+//! Not modelled yet: DTensor variables, registered savers in the eager form and in a
+//! `SavedModel` export.
 
 mod builder;
 mod consts;
@@ -105,7 +106,7 @@ pub use consts::Scalar;
 pub use flat::trace_flat;
 pub use function::{
     EagerTrace, FunctionOptions, FunctionTrace, SaverDefNames, trace_eager_functions,
-    trace_functions, trace_save_function,
+    trace_functions, trace_functions_with_savers, trace_save_function,
 };
 pub use names::UniqueNames;
 pub use registered::{RegisteredSaver, SaverCx};

@@ -65,8 +65,11 @@ impl<'a> SaverCx<'a> {
             .emit(name, op, device, attrs, &mut inputs.iter().cloned(), &[])
     }
 
-    /// Adds a control edge: `dst` runs after `src`.
+    /// Adds a control edge: `dst` runs after `src`. Like `tf.control_dependencies([src])`
+    /// around `dst` in a `tf.Graph`, this also marks `src` with
+    /// `_has_manual_control_dependencies = true`.
     pub fn add_control(&mut self, src: OpId, dst: OpId) {
+        self.builder.mark_manual_control(src);
         self.builder.control(src, dst);
     }
 
