@@ -83,6 +83,17 @@ fn compile_writes_every_file() {
             let text = read_meta_graph_def(&out.path().join("meta_graph.pbtxt"));
             assert_eq!(binary, ours, "{case}: meta_graph.pb");
             assert_eq!(text, ours, "{case}: meta_graph.pbtxt");
+            // The files are streamed from the encoding; they are the bytes the whole
+            // message gives.
+            use prost::Message as _;
+            let pb = std::fs::read(out.path().join("meta_graph.pb")).unwrap();
+            assert!(pb == ours.encode_to_vec(), "{case}: meta_graph.pb bytes");
+            let pbtxt = std::fs::read_to_string(out.path().join("meta_graph.pbtxt")).unwrap();
+            assert_eq!(
+                pbtxt,
+                saveplan_proto::to_text(&ours),
+                "{case}: meta_graph.pbtxt text"
+            );
             let Loaded::MetaGraph(reread) =
                 export::read_graph_file(&out.path().join("meta_graph.pbtxt")).unwrap()
             else {

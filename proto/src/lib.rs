@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 pub mod text;
 
 pub use prost_types::Any;
-pub use text::{TextError, from_text, from_text_dyn, to_text, to_text_dyn};
+pub use text::{TextError, from_text, from_text_dyn, to_text, to_text_dyn, write_text_dyn};
 
 /// Generated code; its one module `tensorflow` is re-exported below.
 #[allow(clippy::all, missing_docs)]

@@ -52,6 +52,13 @@ pub enum TextError {
         #[source]
         source: prost::DecodeError,
     },
+    /// The sink of [`write_text_dyn`] failed.
+    #[error("cannot write the text")]
+    Sink {
+        /// The sink's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Prints `msg` in TensorFlow/Python text format (ends with a newline unless the message is
@@ -79,14 +86,186 @@ pub fn from_text<M: Message + prost::Name + Default>(text: &str) -> Result<M, Te
 /// Prints the binary-encoded message `bytes` of type `full_name` (such as
 /// `tensorflow.GraphDef`) in TensorFlow/Python text format.
 pub fn to_text_dyn(full_name: &str, bytes: &[u8]) -> Result<String, TextError> {
-    let desc = message_descriptor(full_name)?;
-    let msg = DynamicMessage::decode(desc, bytes).map_err(|source| TextError::Decode {
-        message: full_name.to_owned(),
-        source,
-    })?;
     let mut out = String::new();
-    print_fields(&mut out, &msg, 0);
+    let mut sink = |chunk: &str| {
+        out.push_str(chunk);
+        Ok(())
+    };
+    write_text_dyn(full_name, bytes, &mut sink)?;
     Ok(out)
+}
+
+/// [`to_text_dyn`], handing the text to `sink` in pieces of about [`TEXT_CHUNK`] bytes.
+///
+/// Memory stays bounded for messages of any size: a large message field (a `MetaGraphDef`'s
+/// `graph_def`, a `GraphDef`'s nodes, a function's `node_def`s) is printed one message at a
+/// time, straight from the encoding, and only small messages are decoded whole. An error of `sink` ends the
+/// printing and is returned as [`TextError::Sink`].
+pub fn write_text_dyn(
+    full_name: &str,
+    bytes: &[u8],
+    sink: &mut dyn FnMut(&str) -> std::io::Result<()>,
+) -> Result<(), TextError> {
+    write_text_split(full_name, bytes, sink, STREAM_THRESHOLD)
+}
+
+/// [`write_text_dyn`] streaming repeated message fields larger than `threshold` bytes
+/// (`usize::MAX`: decode the whole message at once).
+fn write_text_split(
+    full_name: &str,
+    bytes: &[u8],
+    sink: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    threshold: usize,
+) -> Result<(), TextError> {
+    let desc = message_descriptor(full_name)?;
+    let mut printer = Printer {
+        out: String::with_capacity(TEXT_CHUNK + 4096),
+        sink,
+        threshold,
+    };
+    printer.message(&desc, bytes, 0)?;
+    printer.flush()
+}
+
+/// How much text [`write_text_dyn`] gathers before handing it to its sink.
+pub const TEXT_CHUNK: usize = 1 << 20;
+
+/// Message fields whose occurrences take more bytes than this in total are printed one
+/// message at a time; smaller messages are decoded and printed whole.
+const STREAM_THRESHOLD: usize = 1 << 16;
+
+/// The streaming printer of [`write_text_dyn`].
+struct Printer<'a> {
+    out: String,
+    sink: &'a mut dyn FnMut(&str) -> std::io::Result<()>,
+    /// Repeated message fields larger than this are printed element by element.
+    threshold: usize,
+}
+
+/// One field occurrence in an encoded message: its number and its bytes, key included.
+struct RawField {
+    number: u32,
+    /// The whole field, key and value.
+    whole: std::ops::Range<usize>,
+    /// A length-delimited field's payload (empty for other wire types).
+    payload: std::ops::Range<usize>,
+}
+
+impl Printer<'_> {
+    /// Prints the fields of the message `bytes` of type `desc` at `indent`.
+    fn message(
+        &mut self,
+        desc: &MessageDescriptor,
+        bytes: &[u8],
+        indent: usize,
+    ) -> Result<(), TextError> {
+        let decode_error = |source| TextError::Decode {
+            message: desc.full_name().to_owned(),
+            source,
+        };
+        // An encoding the scan cannot split is decoded whole, which reports what is wrong.
+        let fields = scan_fields(bytes).unwrap_or_default();
+        // Printing fields one by one would print every member of a oneof that the encoding
+        // repeats, where decoding keeps the last: messages with oneofs are decoded whole.
+        let has_oneof = desc.oneofs().any(|oneof| !oneof.is_synthetic());
+        let threshold = self.threshold;
+        let streamed = |number: u32| {
+            desc.get_field(number).filter(|field| {
+                let occurrences = fields.iter().filter(|f| f.number == number);
+                // A singular message field given twice is a merge of both: decode it.
+                let once = field.is_list() || occurrences.clone().count() == 1;
+                !has_oneof
+                    && once
+                    && !field.is_map()
+                    && matches!(field.kind(), Kind::Message(ref m) if m.full_name() != ANY_FULL_NAME)
+                    && occurrences.map(|f| f.payload.len()).sum::<usize>() > threshold
+            })
+        };
+        let mut numbers: Vec<u32> = fields.iter().map(|f| f.number).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        if numbers.iter().all(|&number| streamed(number).is_none()) {
+            let msg = DynamicMessage::decode(desc.clone(), bytes).map_err(decode_error)?;
+            print_fields(&mut self.out, &msg, indent);
+            return self.maybe_flush();
+        }
+        // Fields print in number order; a streamed field element by element, any other field
+        // by decoding a message holding only its occurrences.
+        for number in numbers {
+            match streamed(number) {
+                Some(field) => {
+                    let Kind::Message(element) = field.kind() else {
+                        unreachable!("only message fields are streamed");
+                    };
+                    for raw in fields.iter().filter(|f| f.number == number) {
+                        push_indent(&mut self.out, indent);
+                        self.out.push_str(field.name());
+                        self.out.push_str(" {\n");
+                        self.message(&element, &bytes[raw.payload.clone()], indent + 2)?;
+                        push_indent(&mut self.out, indent);
+                        self.out.push_str("}\n");
+                    }
+                }
+                None => {
+                    let mut only: Vec<u8> = Vec::new();
+                    for raw in fields.iter().filter(|f| f.number == number) {
+                        only.extend_from_slice(&bytes[raw.whole.clone()]);
+                    }
+                    let msg = DynamicMessage::decode(desc.clone(), only.as_slice())
+                        .map_err(decode_error)?;
+                    print_fields(&mut self.out, &msg, indent);
+                }
+            }
+            self.maybe_flush()?;
+        }
+        Ok(())
+    }
+
+    fn maybe_flush(&mut self) -> Result<(), TextError> {
+        if self.out.len() >= TEXT_CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TextError> {
+        (self.sink)(&self.out).map_err(|source| TextError::Sink { source })?;
+        self.out.clear();
+        Ok(())
+    }
+}
+
+/// Splits an encoded message into its field occurrences, in order; `None` if the encoding is
+/// invalid or uses groups.
+fn scan_fields(bytes: &[u8]) -> Option<Vec<RawField>> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let mut fields = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let start = bytes.len() - rest.len();
+        let (number, wire_type) = decode_key(&mut rest).ok()?;
+        let mut payload = 0..0;
+        match wire_type {
+            WireType::Varint => {
+                decode_varint(&mut rest).ok()?;
+            }
+            WireType::SixtyFourBit => rest = rest.get(8..)?,
+            WireType::ThirtyTwoBit => rest = rest.get(4..)?,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+                let at = bytes.len() - rest.len();
+                rest = rest.get(len..)?;
+                payload = at..at + len;
+            }
+            WireType::StartGroup | WireType::EndGroup => return None,
+        }
+        fields.push(RawField {
+            number,
+            whole: start..bytes.len() - rest.len(),
+            payload,
+        });
+    }
+    Some(fields)
 }
 
 /// Parses text format for the message type `full_name` and returns its binary encoding.
@@ -393,6 +572,84 @@ fn push_indent(out: &mut String, indent: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn split_text(full_name: &str, bytes: &[u8], threshold: usize) -> String {
+        let mut out = String::new();
+        let mut sink = |chunk: &str| {
+            out.push_str(chunk);
+            Ok(())
+        };
+        write_text_split(full_name, bytes, &mut sink, threshold).unwrap();
+        out
+    }
+
+    /// Printing element by element gives the same text as decoding the whole message, for
+    /// every message of the reference fixtures with every repeated message field split, and
+    /// for a GraphDef large enough that the default threshold splits it.
+    #[test]
+    fn streamed_text_equals_whole_text() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tf-2.21");
+        let cases = [
+            ("graph/g3_two_tasks/graph.pbtxt", "tensorflow.GraphDef"),
+            ("graph/g5_sliced/flat_graph.pbtxt", "tensorflow.GraphDef"),
+            (
+                "graph/g7_eager_traced/traced_save.function_def.pbtxt",
+                "tensorflow.FunctionDef",
+            ),
+            (
+                "graph/g8_meta_graph/meta_graph.pbtxt",
+                "tensorflow.MetaGraphDef",
+            ),
+            ("meta/op_defs.pbtxt", "tensorflow.OpList"),
+        ];
+        for (file, full_name) in cases {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let bytes = from_text_dyn(full_name, &text).unwrap();
+            let whole = split_text(full_name, &bytes, usize::MAX);
+            assert_eq!(whole, text, "{file}: the whole-message printer");
+            assert_eq!(
+                split_text(full_name, &bytes, 0),
+                whole,
+                "{file}: split everywhere"
+            );
+        }
+        // 2,000 copies of g3's nodes: well past the default threshold and several chunks.
+        let text =
+            std::fs::read_to_string(root.join("graph/g3_two_tasks/flat_graph.pbtxt")).unwrap();
+        let graph: crate::tensorflow::GraphDef = from_text(&text).unwrap();
+        let mut big = graph.clone();
+        for _ in 0..2_000 {
+            big.node.extend(graph.node.iter().cloned());
+        }
+        let bytes = big.encode_to_vec();
+        let mut chunks = 0;
+        let mut streamed = String::new();
+        let mut sink = |chunk: &str| {
+            chunks += 1;
+            streamed.push_str(chunk);
+            Ok(())
+        };
+        write_text_dyn("tensorflow.GraphDef", &bytes, &mut sink).unwrap();
+        assert!(chunks > 1, "the text comes in pieces");
+        assert_eq!(
+            streamed,
+            split_text("tensorflow.GraphDef", &bytes, usize::MAX)
+        );
+    }
+
+    /// A failing sink stops the printing with its error.
+    #[test]
+    fn sink_errors_are_reported() {
+        let graph = crate::tensorflow::GraphDef {
+            node: vec![crate::tensorflow::NodeDef::default(); 1],
+            ..Default::default()
+        };
+        let mut sink = |_: &str| Err(std::io::Error::other("disk full"));
+        let err =
+            write_text_dyn("tensorflow.GraphDef", &graph.encode_to_vec(), &mut sink).unwrap_err();
+        assert!(matches!(err, TextError::Sink { .. }), "{err:?}");
+    }
 
     /// Expected strings are what Python 3 prints for `ToShortestFloat(x)` of these `f32`s.
     #[test]

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args as ClapArgs, ValueEnum};
 use saveplan::compile::{CompiledPlan, Form, compile};
-use saveplan::export::{self, ProtoMessage};
+use saveplan::export::{self, MessageKind, ProtoMessage};
 use saveplan::trace::spec::SpecFile;
+use std::io::Write as _;
 
 /// Compile a spec file into a MetaGraphDef, SaverDef, canonical IR text and DOT.
 #[derive(Debug, ClapArgs)]
@@ -56,27 +57,45 @@ fn write_outputs(dir: &Path, plan: &CompiledPlan) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
-    let meta_graph_def = export::meta_graph_def(&plan.meta_graph)
+    // The MetaGraphDef is encoded node by node and printed from its encoding a piece at a
+    // time: building its protobuf messages would take gigabytes for a large plan.
+    let meta = export::encode_meta_graph_def(&plan.meta_graph)
         .map_err(|err| one_line(&err))
         .context("cannot export the plan")?;
-    let saver_def = meta_graph_def.saver_def.clone().unwrap_or_default();
-    let meta = ProtoMessage::MetaGraphDef(Box::new(meta_graph_def));
-    let write = |name: &str, message: &ProtoMessage| {
-        export::write_proto_file(&dir.join(name), message).map_err(|err| one_line(&err))
-    };
-    write("meta_graph.pb", &meta)?;
-    write("meta_graph.pbtxt", &meta)?;
-    write("saver_def.pbtxt", &ProtoMessage::SaverDef(saver_def))?;
-    let module = &plan.meta_graph.module;
-    let write_text = |name: &str, text: String| {
-        let path = dir.join(name);
-        std::fs::write(&path, text)
+    let write_encoded = |name: &str| {
+        export::write_encoded_file(&dir.join(name), MessageKind::MetaGraphDef, &meta)
             .map_err(|err| one_line(&err))
-            .with_context(|| format!("{}: cannot write file", path.display()))
     };
-    write_text("plan.txt", module.to_string())?;
-    write_text("plan.dot", saveplan_ir::dot::to_dot(module))?;
+    write_encoded("meta_graph.pb")?;
+    write_encoded("meta_graph.pbtxt")?;
+    let saver_def = plan.meta_graph.saver_def.clone().unwrap_or_default();
+    export::write_proto_file(
+        &dir.join("saver_def.pbtxt"),
+        &ProtoMessage::SaverDef(saver_def),
+    )
+    .map_err(|err| one_line(&err))?;
+    let module = &plan.meta_graph.module;
+    write_text(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
+    write_text(&dir.join("plan.dot"), |out| {
+        out.write_all(saveplan_ir::dot::to_dot(module).as_bytes())
+    })?;
     Ok(())
+}
+
+/// Writes a text file through a buffer.
+fn write_text(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let result = std::fs::File::create(path).and_then(|file| {
+        let mut out = std::io::BufWriter::new(file);
+        write(&mut out)?;
+        out.flush()
+    });
+    result
+        .map_err(|err| one_line(&err))
+        .with_context(|| format!("{}: cannot write file", path.display()))
 }
 
 /// Flattens an error and its sources into one line, `outer: inner: innermost`.

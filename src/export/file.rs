@@ -147,6 +147,17 @@ pub enum FileError {
         #[source]
         source: ImportError,
     },
+    /// An encoded message could not be printed as text.
+    #[error("{}: cannot print {kind} as text", path.display())]
+    Print {
+        /// The file.
+        path: PathBuf,
+        /// The message kind.
+        kind: MessageKind,
+        /// What is wrong.
+        #[source]
+        source: TextError,
+    },
     /// The IR does not export.
     #[error("{}: cannot export {kind}", path.display())]
     Export {
@@ -178,6 +189,38 @@ pub fn write_graph_file(path: &Path, loaded: &Loaded) -> Result<(), FileError> {
         source,
     })?;
     write_proto_file(path, &message)
+}
+
+/// Writes the encoded message `bytes` of kind `kind` to a `.pb` file as it is, or to a
+/// `.pbtxt` file printed a piece at a time, by extension.
+///
+/// With [`super::encode_graph_def`] or [`super::encode_meta_graph_def`] this writes a plan of
+/// any size without building its protobuf messages (for 700,000 ops those take gigabytes).
+pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Result<(), FileError> {
+    use std::io::Write as _;
+    let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
+        path: path.to_owned(),
+    })?;
+    let write_error = |source| FileError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    if encoding == Encoding::Binary {
+        return std::fs::write(path, bytes).map_err(write_error);
+    }
+    let file = std::fs::File::create(path).map_err(write_error)?;
+    let mut out = std::io::BufWriter::new(file);
+    let mut sink = |chunk: &str| out.write_all(chunk.as_bytes());
+    saveplan_proto::write_text_dyn(&format!("tensorflow.{}", kind.name()), bytes, &mut sink)
+        .map_err(|source| match source {
+            TextError::Sink { source } => write_error(source),
+            source => FileError::Print {
+                path: path.to_owned(),
+                kind,
+                source,
+            },
+        })?;
+    out.flush().map_err(write_error)
 }
 
 /// Reads a `.pb` or `.pbtxt` file and tells which message it holds.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use prost::Message as _;
 use saveplan_ir::Module;
 use saveplan_proto::tensorflow as pb;
 
@@ -40,6 +41,35 @@ pub fn import_meta_graph_def(meta_graph_def: &pb::MetaGraphDef) -> Result<MetaGr
         signature_def: meta_graph_def.signature_def.clone(),
         asset_file_def: meta_graph_def.asset_file_def.clone(),
     })
+}
+
+/// The encoded `MetaGraphDef` of a [`MetaGraph`]: the bytes of
+/// `meta_graph_def(meta_graph)?.encode_to_vec()`, with the graph written by
+/// [`super::encode_graph_def`], so that no `NodeDef` is built.
+pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportError> {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let graph = super::encode_graph_def(&meta_graph.module)?;
+    // prost writes fields in tag order: `meta_info_def` (1), `graph_def` (2), then
+    // `saver_def` (3), `collection_def` (4), `signature_def` (5), `asset_file_def` (6).
+    let head = pb::MetaGraphDef {
+        meta_info_def: meta_graph.meta_info_def.clone(),
+        ..pb::MetaGraphDef::default()
+    };
+    let tail = pb::MetaGraphDef {
+        saver_def: meta_graph.saver_def.clone(),
+        collection_def: meta_graph.collection_def.clone(),
+        signature_def: meta_graph.signature_def.clone(),
+        asset_file_def: meta_graph.asset_file_def.clone(),
+        ..pb::MetaGraphDef::default()
+    };
+    let mut buf = Vec::with_capacity(head.encoded_len() + graph.len() + 10 + tail.encoded_len());
+    head.encode(&mut buf).expect("a Vec grows as needed");
+    encode_key(2, WireType::LengthDelimited, &mut buf);
+    encode_varint(graph.len() as u64, &mut buf);
+    buf.extend_from_slice(&graph);
+    drop(graph);
+    tail.encode(&mut buf).expect("a Vec grows as needed");
+    Ok(buf)
 }
 
 /// Converts a [`MetaGraph`] back into a `MetaGraphDef`.

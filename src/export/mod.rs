@@ -25,11 +25,11 @@ mod meta_graph;
 pub use attr::TensorError;
 pub use file::{
     Encoding, FileError, Loaded, MessageKind, ProtoMessage, read_graph_file, read_proto_file,
-    write_graph_file, write_proto_file,
+    write_encoded_file, write_graph_file, write_proto_file,
 };
 pub use function::{function_def, import_function_def};
 pub use graph_def::{encode_graph_def, graph_def, import_graph_def};
-pub use meta_graph::{MetaGraph, import_meta_graph_def, meta_graph_def};
+pub use meta_graph::{MetaGraph, encode_meta_graph_def, import_meta_graph_def, meta_graph_def};
 
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::signature::SignatureError;
