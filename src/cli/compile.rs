@@ -35,9 +35,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         FormArg::Flat => Form::Flat,
         FormArg::Function => Form::Function,
     };
+    let phases = Phases::new();
+    phases.enter("tracing and verifying the plan");
     let plan = compile_file(&args.spec, form)?;
-    write_outputs(&args.output, &plan)?;
+    write_outputs(&args.output, &plan, &phases)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A spinner on stderr naming the current phase of a compile, when stderr is a terminal
+/// (large plans take seconds to write).
+struct Phases(Option<indicatif::ProgressBar>);
+
+impl Phases {
+    fn new() -> Phases {
+        use std::io::IsTerminal as _;
+        if !std::io::stderr().is_terminal() {
+            return Phases(None);
+        }
+        let spinner = indicatif::ProgressBar::new_spinner();
+        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+        Phases(Some(spinner))
+    }
+
+    fn enter(&self, phase: impl Into<std::borrow::Cow<'static, str>>) {
+        if let Some(spinner) = &self.0 {
+            spinner.set_message(phase);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(spinner) = &self.0 {
+            spinner.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Phases {
+    /// Clears the spinner on every exit, errors included, so an error line stands alone.
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// Reads, parses and compiles a spec file; errors name the file and fit on one line.
@@ -53,7 +90,7 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<CompiledPlan> {
         .with_context(|| path.display().to_string())
 }
 
-fn write_outputs(dir: &Path, plan: &CompiledPlan) -> anyhow::Result<()> {
+fn write_outputs(dir: &Path, plan: &CompiledPlan, phases: &Phases) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
@@ -62,7 +99,9 @@ fn write_outputs(dir: &Path, plan: &CompiledPlan) -> anyhow::Result<()> {
     let meta = export::encode_meta_graph_def(&plan.meta_graph)
         .map_err(|err| one_line(&err))
         .context("cannot export the plan")?;
+    phases.enter("encoding the MetaGraphDef");
     let write_encoded = |name: &str| {
+        phases.enter(format!("writing {name}"));
         export::write_encoded_file(&dir.join(name), MessageKind::MetaGraphDef, &meta)
             .map_err(|err| one_line(&err))
     };
@@ -75,7 +114,9 @@ fn write_outputs(dir: &Path, plan: &CompiledPlan) -> anyhow::Result<()> {
     )
     .map_err(|err| one_line(&err))?;
     let module = &plan.meta_graph.module;
+    phases.enter("writing plan.txt");
     write_text(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
+    phases.enter("writing plan.dot");
     write_text(&dir.join("plan.dot"), |out| {
         out.write_all(saveplan_ir::dot::to_dot(module).as_bytes())
     })?;
