@@ -1,19 +1,14 @@
 //! The `inspect`, `verify` and `convert` subcommands, run as the built binary on the fixtures.
 
 mod bundle_support;
+mod harness;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use bundle_support::{ckpt_root, copy_fixture};
+use harness::saveplan;
 use saveplan::bundle::{BundleReader, BundleWriter, DType};
-
-fn saveplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_saveplan"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()

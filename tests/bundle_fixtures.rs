@@ -4,14 +4,15 @@
 mod bundle_support;
 
 use bundle_support::{
-    Expected, ckpt_root, cut, dirs_under, expected, files_under, input, load_json, write_planned,
+    Expected, ckpt_root, cut, dirs_under, expected, file_bytes_under, input, load_json,
+    write_planned,
 };
 use saveplan::bundle::{BundleReader, Extent, TensorSlice, Values};
 
 /// Fixture files of one bundle prefix (index + data files), relative to the case folder.
 fn fixture_files(case: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
     let case_dir = ckpt_root().join(case);
-    files_under(&case_dir)
+    file_bytes_under(&case_dir)
         .into_iter()
         .filter(|(name, _)| {
             name.starts_with(&format!("{prefix}.index"))
@@ -31,7 +32,7 @@ fn rebuild_every_fixture_byte_identical() {
             let prefix = bundle["prefix"].as_str().unwrap();
             let out = tempfile::tempdir().unwrap();
             write_planned(out.path(), bundle, &values[prefix]);
-            let written = files_under(out.path());
+            let written = file_bytes_under(out.path());
             let want = fixture_files(case, prefix);
             assert!(!want.is_empty(), "{case}/{prefix}: no fixture files");
             let names = |files: &[(String, Vec<u8>)]| {

@@ -49,7 +49,7 @@ fn write_source(root: &Path, prefix: &str, parts: &Value) {
 
 /// Every regular file under `dir` with its size.
 fn file_sizes(dir: &Path) -> BTreeMap<String, u64> {
-    bundle_support::files_under(dir)
+    bundle_support::file_bytes_under(dir)
         .into_iter()
         .map(|(name, bytes)| (name, bytes.len() as u64))
         .collect()
@@ -183,7 +183,7 @@ fn c10_merge_reproduces_after_from_before() {
     let root = tempfile::tempdir().unwrap();
     let case = bundle_support::ckpt_root().join("c10_merge_parts");
     std::fs::create_dir_all(root.path().join("ckpt_temp")).unwrap();
-    for (name, bytes) in bundle_support::files_under(&case.join("before/ckpt_temp")) {
+    for (name, bytes) in bundle_support::file_bytes_under(&case.join("before/ckpt_temp")) {
         std::fs::write(root.path().join("ckpt_temp").join(name), bytes).unwrap();
     }
     let sources = [
@@ -192,8 +192,8 @@ fn c10_merge_reproduces_after_from_before() {
     ];
     merge_bundles(&sources, root.path().join("ckpt"), MergeOptions::default()).unwrap();
     assert_eq!(
-        bundle_support::files_under(root.path()),
-        bundle_support::files_under(&case.join("after"))
+        bundle_support::file_bytes_under(root.path()),
+        bundle_support::file_bytes_under(&case.join("after"))
     );
 }
 

@@ -8,11 +8,13 @@ mod stack_saver;
 use stack_saver::StackSaver;
 
 mod exec_support;
+mod harness;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use exec_support::{backends, error_chain, files_under, prepare, root};
+use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root};
+use harness::TRACE_CASES;
 use saveplan::exec::{
     Backend, BundleIo, CacheEvent, Call, CompiledPlan, EagerBuilder, EagerSaver, HostTensor,
     RetracePolicy, RetraceReason, RunContext, VariableStore,
@@ -23,15 +25,6 @@ use saveplan::trace::{
 };
 use saveplan_ir::{DType, Graph, Op};
 use tempfile::TempDir;
-
-const SPECS: [&str; 6] = [
-    "g1_single_cpu",
-    "g2_two_cpus",
-    "g3_two_tasks",
-    "g4_io_device",
-    "g5_sliced",
-    "g6_max_shard_size",
-];
 
 fn spec(name: &str) -> SpecFile {
     let path = root().join(format!("tests/inputs/trace/{name}.json"));
@@ -52,19 +45,6 @@ fn checkpoint_dir() -> (TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
     (dir, prefix)
-}
-
-/// The files under `dir` with their bytes, sorted by name.
-fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = files_under(dir)
-        .into_iter()
-        .map(|name| {
-            let bytes = std::fs::read(dir.join(&name)).unwrap();
-            (name, bytes)
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 /// Graph mode: the flat plan compiled once, variables initialized by their `Assign` ops, the
@@ -138,13 +118,13 @@ fn eager_matches_graph(name: &str) {
         saver
             .save(&eager_prefix, &options(&spec))
             .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
-        let written = contents(eager_dir.path());
+        let written = file_bytes_under(eager_dir.path());
         assert!(
             written.iter().any(|(file, _)| file == "ckpt.index"),
             "{name}: {backend}: {written:?}"
         );
         assert!(
-            written == contents(graph_dir.path()),
+            written == file_bytes_under(graph_dir.path()),
             "{name}: {backend}: eager and graph checkpoints differ"
         );
         assert_eq!(store.keys(), graph_store.keys(), "{name}: {backend}");
@@ -180,39 +160,39 @@ fn eager_matches_graph(name: &str) {
 
 #[test]
 fn g1_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[0]);
+    eager_matches_graph(TRACE_CASES[0]);
 }
 
 #[test]
 fn g2_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[1]);
+    eager_matches_graph(TRACE_CASES[1]);
 }
 
 #[test]
 fn g3_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[2]);
+    eager_matches_graph(TRACE_CASES[2]);
 }
 
 #[test]
 fn g4_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[3]);
+    eager_matches_graph(TRACE_CASES[3]);
 }
 
 #[test]
 fn g5_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[4]);
+    eager_matches_graph(TRACE_CASES[4]);
 }
 
 #[test]
 fn g6_eager_save_matches_graph_mode() {
-    eager_matches_graph(SPECS[5]);
+    eager_matches_graph(TRACE_CASES[5]);
 }
 
 #[test]
 fn task_counts_choose_eager_or_function() {
     let store = VariableStore::new();
     let io = BundleIo::default();
-    let uses: Vec<(usize, bool)> = SPECS
+    let uses: Vec<(usize, bool)> = TRACE_CASES
         .iter()
         .map(|name| {
             let saver = EagerSaver::new(trackables(&spec(name)), &store, &io).unwrap();
@@ -266,12 +246,15 @@ fn four_saves(policy: RetracePolicy) -> Vec<CacheEvent> {
     let (dir, prefix) = checkpoint_dir();
     let first = {
         saver.save(&prefix, &TraceOptions::default()).unwrap();
-        contents(dir.path())
+        file_bytes_under(dir.path())
     };
     saver.save(&prefix, &TraceOptions::default()).unwrap();
     saver.save(&prefix, &io_device_options()).unwrap();
     saver.save(&prefix, &TraceOptions::default()).unwrap();
-    assert!(first == contents(dir.path()), "{policy:?}: saves differ");
+    assert!(
+        first == file_bytes_under(dir.path()),
+        "{policy:?}: saves differ"
+    );
     saver.trace_log().to_vec()
 }
 
@@ -375,7 +358,7 @@ fn eager_read_of_a_missing_variable_names_the_read() {
 /// builder, running the same parts (create, save, restore) as it goes, records the same ops.
 #[test]
 fn both_builders_trace_the_flat_graph() {
-    for name in SPECS {
+    for name in TRACE_CASES {
         let spec = spec(name);
         let (trackables, options) = (trackables(&spec), options(&spec));
         let flat = trace_flat(&trackables, &options).unwrap();
@@ -439,9 +422,9 @@ fn registered_savers_run_eagerly() {
         saver
             .save(&eager_prefix, &with_saver())
             .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
-        let written = contents(eager_dir.path());
+        let written = file_bytes_under(eager_dir.path());
         assert!(
-            written == contents(graph_dir.path()),
+            written == file_bytes_under(graph_dir.path()),
             "{name}: bytes differ"
         );
         let reader = saveplan::bundle::BundleReader::open(Path::new(&eager_prefix)).unwrap();
@@ -494,8 +477,8 @@ fn large_zero_initial_values_are_filled() {
             &graph_prefix,
         );
         assert_eq!(
-            contents(dir.path()),
-            contents(graph_dir.path()),
+            file_bytes_under(dir.path()),
+            file_bytes_under(graph_dir.path()),
             "{backend}"
         );
     }

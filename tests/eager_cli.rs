@@ -3,20 +3,11 @@
 //! traced into a function and reported on stderr), on every backend; eager restores give the
 //! same values as graph-mode restores.
 
+mod harness;
 mod session_support;
 
-use std::process::{Command, Output};
-
+use harness::saveplan;
 use session_support::assert_same_files;
-
-/// Runs the CLI from the workspace root.
-fn saveplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_saveplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the saveplan binary runs")
-}
 
 /// Runs the CLI, asserts success and returns stderr.
 fn ok(args: &[&str]) -> String {

@@ -128,22 +128,22 @@ fn g6_max_shard_size_flat_graph_round_trips() {
     flat_graph_round_trip("g6_max_shard_size");
 }
 
+/// The save and restore plans of a `to_proto()` graph's SaverDef (`saver_filename:0` fed, the
+/// two `StatefulPartitionedCall`s as targets).
+fn saver_def_plans(module: &Module) -> (CompiledPlan, CompiledPlan) {
+    let compile =
+        |target: &str| CompiledPlan::compile(module, &[target], &["saver_filename:0"]).unwrap();
+    (
+        compile("StatefulPartitionedCall:0"),
+        compile("StatefulPartitionedCall_1"),
+    )
+}
+
 /// Saves and restores through the SaverDef of a `to_proto()` graph: `StatefulPartitionedCall`
 /// into the library's traced save and restore functions, as a session runs them.
 fn saver_def_round_trip(case: &str) {
     let module = fixture_module(&format!("graph/{case}/graph.pbtxt"));
-    let save = CompiledPlan::compile(
-        &module,
-        &["StatefulPartitionedCall:0"],
-        &["saver_filename:0"],
-    )
-    .unwrap();
-    let restore = CompiledPlan::compile(
-        &module,
-        &["StatefulPartitionedCall_1"],
-        &["saver_filename:0"],
-    )
-    .unwrap();
+    let (save, restore) = saver_def_plans(&module);
     save_then_restore(case, &module, &save, &restore, |out, _, prefix| {
         assert_eq!(strings(&out[0]), [prefix.to_owned()], "{case}");
     });
@@ -254,18 +254,7 @@ fn check_g1_initial_value(prefix: &str) {
 fn g1_saver_def_functions_save_and_restore() {
     let module = fixture_module("graph/g1_single_cpu/graph.pbtxt");
     let init = CompiledPlan::compile(&module, &["v/Assign"], &[]).unwrap();
-    let save = CompiledPlan::compile(
-        &module,
-        &["StatefulPartitionedCall:0"],
-        &["saver_filename:0"],
-    )
-    .unwrap();
-    let restore = CompiledPlan::compile(
-        &module,
-        &["StatefulPartitionedCall_1"],
-        &["saver_filename:0"],
-    )
-    .unwrap();
+    let (save, restore) = saver_def_plans(&module);
     let mut runs = Vec::new();
     for backend in backends() {
         let store = VariableStore::new();

@@ -4,35 +4,17 @@
 //! TF's `g8_meta_graph` MetaGraphDef, its flat graphs and the `g9_v1_saver` GraphDef +
 //! SaverDef; and the error inputs of `tests/inputs/run/err/` (one snapshot each).
 
+mod harness;
 mod session_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
 
+use harness::{TRACE_CASES, saveplan, settings};
 use saveplan::exec::HostTensor;
 use session_support::{
     assert_same_files, fixture, generated_values, read_checkpoint, spec_session,
 };
-
-/// insta settings: snapshots in the workspace `snapshots/` folder, named after the test and
-/// the input file only.
-fn settings() -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path("../snapshots");
-    settings.set_prepend_module_to_snapshot(false);
-    settings.set_omit_expression(true);
-    settings
-}
-
-/// Runs the CLI from the workspace root, so paths in messages are relative and stable.
-fn saveplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_saveplan"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the saveplan binary runs")
-}
 
 /// Runs the CLI and asserts success.
 fn ok(args: &[&str]) -> String {
@@ -130,14 +112,7 @@ fn save_matches_tf_fixture_bytes() {
 /// values.
 #[test]
 fn save_inspect_verify_restore_round_trips() {
-    for case in [
-        "g1_single_cpu",
-        "g2_two_cpus",
-        "g3_two_tasks",
-        "g4_io_device",
-        "g5_sliced",
-        "g6_max_shard_size",
-    ] {
+    for case in TRACE_CASES {
         let spec = format!("tests/inputs/trace/{case}.json");
         let values = generated_values(&spec_session(&format!("trace/{case}.json")), 9);
         let dir = tempfile::tempdir().unwrap();
@@ -186,14 +161,7 @@ fn run_executes_tf_graphs() {
         None,
         v.clone(),
     )];
-    for case in [
-        "g1_single_cpu",
-        "g2_two_cpus",
-        "g3_two_tasks",
-        "g4_io_device",
-        "g5_sliced",
-        "g6_max_shard_size",
-    ] {
+    for case in TRACE_CASES {
         let values = generated_values(&spec_session(&format!("trace/{case}.json")), 4);
         graphs.push((format!("graph/{case}/flat_graph.pbtxt"), None, values));
     }

@@ -3,7 +3,10 @@
 //! TensorFlow's `ckpt/c3_two_tasks`, `c4_two_cpus_one_task` and `c6_max_shard_size`; TF's own
 //! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety.
 
+mod harness;
 mod session_support;
+
+use harness::TRACE_CASES;
 
 use std::collections::BTreeMap;
 
@@ -16,21 +19,12 @@ use session_support::{
     spec_session, spec_session_on,
 };
 
-const TRACE_SPECS: [&str; 6] = [
-    "g1_single_cpu",
-    "g2_two_cpus",
-    "g3_two_tasks",
-    "g4_io_device",
-    "g5_sliced",
-    "g6_max_shard_size",
-];
-
 /// Saves generated values, reads them back with the bundle reader, then restores into a fresh
 /// session (and into the same one after overwriting its variables) and compares; on every
 /// backend.
 #[test]
 fn traced_specs_round_trip() {
-    for (name, backend) in cases_and_backends(&TRACE_SPECS) {
+    for (name, backend) in cases_and_backends(&TRACE_CASES) {
         let case = format!("{name} on {backend}");
         let spec = format!("trace/{name}.json");
         let session = spec_session_on(&spec, backend);
@@ -157,7 +151,7 @@ fn g8_meta_graph_saves_and_restores() {
 /// reads, slices and assignments.
 #[test]
 fn tf_flat_graphs_round_trip() {
-    for case in TRACE_SPECS {
+    for case in TRACE_CASES {
         let module = match saveplan::export::read_graph_file(&fixture(&format!(
             "graph/{case}/flat_graph.pbtxt"
         ))) {

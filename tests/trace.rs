@@ -16,10 +16,10 @@ use stack_saver::StackSaver;
 
 mod harness;
 
-use harness::settings;
+use harness::{TRACE_CASES, manifest_path, settings};
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::{
@@ -28,20 +28,6 @@ use saveplan::trace::{
 };
 use saveplan_ir::{AttrValue, Function, Module, Op};
 use saveplan_proto::tensorflow as tf;
-
-/// The graph fixtures whose flat form the tracer reproduces.
-const FLAT_CASES: &[&str] = &[
-    "g1_single_cpu",
-    "g2_two_cpus",
-    "g3_two_tasks",
-    "g4_io_device",
-    "g5_sliced",
-    "g6_max_shard_size",
-];
-
-fn manifest_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
 
 fn fixture(case: &str, file: &str) -> String {
     let path = manifest_path(&format!("tests/fixtures/tf-2.21/graph/{case}/{file}"));
@@ -110,7 +96,7 @@ fn render_error(err: &TraceError) -> String {
 /// control inputs, device, attributes), in TensorFlow's creation order.
 #[test]
 fn flat_graphs_match_tensorflow() {
-    for case in FLAT_CASES {
+    for case in &TRACE_CASES {
         let input = manifest_path(&format!("tests/inputs/trace/{case}.json"));
         let trace = trace_file(&input).unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
         let ours = graph_def(&trace.module);
@@ -129,7 +115,7 @@ fn flat_graphs_match_tensorflow() {
 /// The saver names agree with what TensorFlow reported in `flat.json`.
 #[test]
 fn saver_names_match_flat_json() {
-    for case in FLAT_CASES {
+    for case in &TRACE_CASES {
         let input = manifest_path(&format!("tests/inputs/trace/{case}.json"));
         let trace = trace_file(&input).unwrap();
         let flat: serde_json::Value = serde_json::from_str(&fixture(case, "flat.json")).unwrap();
@@ -151,7 +137,7 @@ fn saver_names_match_flat_json() {
 /// names and read kind, see `tests/inputs/trace/g5_sliced.json`.)
 #[test]
 fn case_json_files_are_spec_files() {
-    for case in FLAT_CASES {
+    for case in &TRACE_CASES {
         let trace = trace_text(&fixture(case, "case.json"))
             .unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
         if *case == "g5_sliced" {
@@ -251,7 +237,7 @@ fn function_graphs_match_tensorflow() {
 /// the variables it captures are the ones the flat form creates.
 #[test]
 fn save_functions_match_tensorflow() {
-    for case in FLAT_CASES {
+    for case in &TRACE_CASES {
         let theirs: tf::FunctionDef =
             saveplan_proto::from_text(&fixture(case, "fn_save.pbtxt")).unwrap();
         let name = &theirs.signature.as_ref().unwrap().name;
@@ -636,7 +622,7 @@ fn streamed_encoding_equals_graph_def() {
         let streamed = saveplan::export::encode_graph_def(module).expect("traced modules export");
         assert!(expected == streamed, "{what}: streamed bytes differ");
     };
-    for case in FLAT_CASES {
+    for case in &TRACE_CASES {
         let input = manifest_path(&format!("tests/inputs/trace/{case}.json"));
         check(&trace_file(&input).unwrap().module, case);
     }
@@ -658,7 +644,7 @@ fn streamed_encoding_equals_graph_def() {
     check(&eager.module, "g7 functions");
     check(&eager.save_graph, "g7 save graph");
     // Imported TensorFlow graphs too (inputs with `Port::Named` outputs, libraries).
-    for case in FLAT_CASES.iter().chain(FUNCTION_CASES) {
+    for case in TRACE_CASES.iter().chain(FUNCTION_CASES) {
         for file in ["flat_graph.pbtxt", "graph.pbtxt"] {
             let path = manifest_path(&format!("tests/fixtures/tf-2.21/graph/{case}/{file}"));
             let Ok(text) = std::fs::read_to_string(&path) else {

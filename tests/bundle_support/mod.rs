@@ -5,6 +5,11 @@
     reason = "each test file uses a different subset of the helpers"
 )]
 
+#[path = "../harness/files.rs"]
+mod files;
+#[allow(unused_imports, reason = "each suite uses a different subset")]
+pub use files::{dirs_under, file_bytes_under, files_under};
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -186,51 +191,6 @@ pub fn write_planned(root: &Path, bundle: &Value, tensors: &Value) {
     if parts.len() > 1 {
         merge_bundles(&part_prefixes, &prefix, MergeOptions::default()).unwrap();
     }
-}
-
-/// Every regular file under `dir`, as (relative path, bytes), sorted.
-pub fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        for item in std::fs::read_dir(&at).unwrap() {
-            let path = item.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                out.push((rel, std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Every directory under `dir` (relative paths, sorted).
-pub fn dirs_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        for item in std::fs::read_dir(&at).unwrap() {
-            let path = item.unwrap().path();
-            if path.is_dir() {
-                out.push(
-                    path.strip_prefix(dir)
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-                stack.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Copies the fixture files of `case` whose names start with `prefix_name` into `dest`.

@@ -2,6 +2,11 @@
 //! on a rayon pool of a given size, rendering error chains.
 #![allow(dead_code, reason = "each suite uses a different subset")]
 
+#[path = "../harness/files.rs"]
+mod files;
+#[allow(unused_imports, reason = "each suite uses a different subset")]
+pub use files::{file_bytes_under, files_under};
+
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -82,25 +87,6 @@ pub fn assert_same_files(dirs: &[(&str, &Path)]) {
             );
         }
     }
-}
-
-/// The files under `dir`, relative, sorted.
-pub fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        for entry in std::fs::read_dir(&path).unwrap() {
-            let entry = entry.unwrap().path();
-            if entry.is_dir() {
-                stack.push(entry);
-            } else {
-                let relative = entry.strip_prefix(dir).unwrap();
-                out.push(relative.to_string_lossy().into_owned());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Runs `plan` and records the names of the steps in the order they finished.

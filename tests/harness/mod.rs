@@ -5,6 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The graph fixtures g1–g6, whose inputs are the traced specs `tests/inputs/trace/<case>.json`.
+pub const TRACE_CASES: [&str; 6] = [
+    "g1_single_cpu",
+    "g2_two_cpus",
+    "g3_two_tasks",
+    "g4_io_device",
+    "g5_sliced",
+    "g6_max_shard_size",
+];
+
 /// insta settings: snapshots in the workspace `snapshots/` folder (STYLE.md §6), named after the
 /// suite and the input file only, without the asserted expression.
 pub fn settings() -> insta::Settings {

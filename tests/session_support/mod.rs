@@ -2,6 +2,11 @@
 //! values for a session's keys, decoding a fixture's `values.json`, listing written files.
 #![allow(dead_code, reason = "each suite uses a different subset")]
 
+#[path = "../harness/files.rs"]
+mod files;
+#[allow(unused_imports, reason = "each suite uses a different subset")]
+pub use files::files_under;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -98,30 +103,6 @@ pub fn fixture_values(case: &str) -> BTreeMap<String, HostTensor> {
         };
         out.insert(key.clone(), value);
     }
-    out
-}
-
-/// The files under `dir`, relative, sorted.
-pub fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        for entry in std::fs::read_dir(&path).unwrap() {
-            let entry = entry.unwrap().path();
-            if entry.is_dir() {
-                stack.push(entry);
-            } else {
-                out.push(
-                    entry
-                        .strip_prefix(dir)
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-            }
-        }
-    }
-    out.sort();
     out
 }
 
