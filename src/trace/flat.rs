@@ -16,9 +16,7 @@ pub fn trace_flat(
 ) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
     let mut tracer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
-    let variables = (0..inputs.tensors.len())
-        .map(|index| tracer.create_variable(&inputs, index))
-        .collect::<Result<Vec<_>, _>>()?;
+    let variables = tracer.create_variables(&inputs)?;
     tracer.vars = VarSource::Local(variables);
     let prefix = tracer.placeholder("saver_filename")?;
     let save_op = tracer.save(&inputs, out(prefix), options)?;

@@ -16,6 +16,7 @@ use saveplan_ir::{
     OpId, Port, Shape, Signature, Versions,
 };
 
+use super::builder::Builder as _;
 use super::plan::{Captures, Inputs, PRODUCER, Tracer, VarSource, attrs, out};
 use super::{RegisteredSaver, TraceError, TraceOptions, Trackable};
 
@@ -84,25 +85,14 @@ pub fn trace_functions_with_savers(
     };
     let inputs = Inputs::collect(trackables, &trace_options)?;
     let mut outer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
-    let variables = (0..inputs.tensors.len())
-        .map(|index| outer.create_variable(&inputs, index))
-        .collect::<Result<Vec<_>, _>>()?;
+    let variables = outer.create_variables(&inputs)?;
     let prefix = outer.placeholder("saver_filename")?;
 
     let save_fn = save_body(&inputs, &variables, &trace_options, "file_prefix", false)?
         .finish(&options.save_function, TAIL_DEVICE)?;
 
-    let mut restore = body(&variables, "file_prefix")?;
-    let restore_ops = restore.tracer.restore(&inputs, out(restore.prefix))?;
-    let last_ops: Vec<OpId> = restore_ops.iter().map(|(_, op)| *op).collect();
-    for &op in &last_ops {
-        mark_manual_control(&mut restore.tracer.graph, op);
-    }
-    restore.after = last_ops;
-    restore
-        .tracer
-        .restore_registered(&trace_options, out(restore.prefix))?;
-    let restore_fn = restore.finish(&options.restore_function, TAIL_DEVICE)?;
+    let restore_fn = restore_body(&inputs, &variables, &trace_options)?
+        .finish(&options.restore_function, TAIL_DEVICE)?;
 
     let save_call = call(&mut outer, prefix, &save_fn, &options.config_proto)?;
     let restore_call = call(&mut outer, prefix, &restore_fn, &options.config_proto)?;
@@ -143,9 +133,7 @@ pub fn trace_save_function(
 ) -> Result<Module, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
     let mut outer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
-    let variables = (0..inputs.tensors.len())
-        .map(|index| outer.create_variable(&inputs, index))
-        .collect::<Result<Vec<_>, _>>()?;
+    let variables = outer.create_variables(&inputs)?;
     let traced = save_body(&inputs, &variables, options, "prefix", false)?.finish(name, "")?;
     Ok(Module {
         graph: outer.graph,
@@ -215,14 +203,8 @@ pub fn trace_eager_functions(
 
     let save_fn = save_body(&inputs, &variables, &trace_options, "file_prefix", false)?
         .finish(&options.save_function, TAIL_DEVICE)?;
-    let mut restore = body(&variables, "file_prefix")?;
-    let restore_ops = restore.tracer.restore(&inputs, out(restore.prefix))?;
-    let last_ops: Vec<OpId> = restore_ops.iter().map(|(_, op)| *op).collect();
-    for &op in &last_ops {
-        mark_manual_control(&mut restore.tracer.graph, op);
-    }
-    restore.after = last_ops;
-    let restore_fn = restore.finish(&options.restore_function, TAIL_DEVICE)?;
+    let restore_fn = restore_body(&inputs, &variables, &trace_options)?
+        .finish(&options.restore_function, TAIL_DEVICE)?;
 
     let save_graph = save_body(&inputs, &variables, &trace_options, "file_prefix", true)?
         .finish_graph(TAIL_DEVICE)?;
@@ -271,10 +253,30 @@ fn save_body(
 ) -> Result<Body, TraceError> {
     let mut save = body_in(variables, prefix_name, placeholders)?;
     let merge = save.tracer.save(inputs, out(save.prefix), options)?;
-    mark_manual_control(&mut save.tracer.graph, merge);
+    save.tracer.graph.mark_manual_control(merge);
     save.tracer.resource_ops.push(merge);
     save.after = vec![merge];
     Ok(save)
+}
+
+/// A body holding the restore plan (`_traced_restore`): one `RestoreV2` per task and the
+/// assigns, which the trailing `Identity` waits for (they are used in a
+/// `control_dependencies` block), then the registered savers' restores.
+fn restore_body(
+    inputs: &Inputs<'_>,
+    variables: &[super::plan::Variable],
+    options: &TraceOptions,
+) -> Result<Body, TraceError> {
+    let mut restore = body(variables, "file_prefix")?;
+    let restore_ops = restore.tracer.restore(inputs, out(restore.prefix))?;
+    restore.after = restore_ops.iter().map(|&(_, op)| op).collect();
+    for &op in &restore.after {
+        restore.tracer.graph.mark_manual_control(op);
+    }
+    restore
+        .tracer
+        .restore_registered(options, out(restore.prefix))?;
+    Ok(restore)
 }
 
 /// A finished function and the outer ops its captured arguments come from.
@@ -417,10 +419,6 @@ fn arg_attrs(user_name: &str, shape: Option<Shape>) -> Attrs {
     }
     attrs.insert("_user_specified_name", AttrValue::s(user_name));
     attrs
-}
-
-fn mark_manual_control(graph: &mut Graph, op: OpId) {
-    super::builder::Builder::mark_manual_control(graph, op);
 }
 
 /// A `StatefulPartitionedCall` of `traced` with the prefix and the captured outer tensors.

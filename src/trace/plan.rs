@@ -303,6 +303,15 @@ pub(super) fn attrs<const N: usize>(pairs: [(&'static str, AttrValue); N]) -> At
     Attrs::from(pairs)
 }
 
+/// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
+fn handle_base_name(tensor: &SaveableTensor) -> &str {
+    tensor
+        .variable
+        .name
+        .as_deref()
+        .unwrap_or(&tensor.checkpoint_key)
+}
+
 pub(super) fn out(op: OpId) -> (OpId, Port) {
     (op, Port::Index(0))
 }
@@ -445,6 +454,16 @@ impl<B: Builder> Tracer<B> {
         self.op(name, Op::Placeholder, "", attrs, [])
     }
 
+    /// [`Tracer::create_variable`] for every tensor, in order.
+    pub(super) fn create_variables(
+        &mut self,
+        inputs: &Inputs<'_>,
+    ) -> Result<Vec<Variable>, TraceError> {
+        (0..inputs.tensors.len())
+            .map(|index| self.create_variable(inputs, index))
+            .collect()
+    }
+
     /// Creates a graph-mode `ResourceVariable`: initial value, handle, `IsInitialized`,
     /// `Assign` and `Read`.
     pub(super) fn create_variable(
@@ -454,11 +473,7 @@ impl<B: Builder> Tracer<B> {
     ) -> Result<Variable, TraceError> {
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
-        let base = tensor
-            .variable
-            .name
-            .as_deref()
-            .unwrap_or(&tensor.checkpoint_key);
+        let base = handle_base_name(tensor);
         let (handle_name, initial) = match &tensor.variable.init {
             Init::Zeros => {
                 let zeros = self.zeros(tensor, device)?;
@@ -510,12 +525,7 @@ impl<B: Builder> Tracer<B> {
     ) -> Result<Variable, TraceError> {
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
-        let base = tensor
-            .variable
-            .name
-            .as_deref()
-            .unwrap_or(&tensor.checkpoint_key);
-        let handle_name = self.names.unique(base);
+        let handle_name = self.names.unique(handle_base_name(tensor));
         let handle = self.var_handle(&handle_name, tensor, device)?;
         if !read {
             return Ok(Variable {
