@@ -5,7 +5,8 @@ mod exec_support;
 
 use exec_support::{backends, error_chain, fixture_json, input_module, prepare, strings};
 use saveplan::exec::{
-    CompiledPlan, HostTensor, Kernel, KernelCx, KernelError, RunContext, VariableStore,
+    CheckpointIo, CompiledPlan, HostTensor, IoError, Kernel, KernelCx, KernelError, MergeFlags,
+    RestoreRequest, RunContext, SaveRequest, VariableStore,
     kernels::{sharded_filename, sharded_filespec},
 };
 use saveplan_ir::DType;
@@ -309,4 +310,105 @@ fn checkpoint_kernels_need_a_backend() {
     )
     .unwrap_err();
     assert_eq!(err.to_string(), "input 1 must be shape [1], got shape [2]");
+}
+
+/// A checkpoint backend that saves nothing and restores `restored` whatever is asked.
+struct FixedIo {
+    restored: Vec<HostTensor>,
+}
+
+impl CheckpointIo for FixedIo {
+    fn save(&self, _: &str, _: &[SaveRequest<'_>]) -> Result<(), IoError> {
+        Ok(())
+    }
+
+    fn restore(&self, _: &str, _: &[RestoreRequest<'_>]) -> Result<Vec<HostTensor>, IoError> {
+        Ok(self.restored.clone())
+    }
+
+    fn merge(&self, _: &[&str], _: &str, _: MergeFlags) -> Result<(), IoError> {
+        Ok(())
+    }
+}
+
+/// Runs `kernel` outside any plan with `io` as the checkpoint backend.
+fn run_with_io(
+    kernel: &Kernel,
+    io: &dyn CheckpointIo,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, KernelError> {
+    let variables = VariableStore::new();
+    let run = RunContext::new(&variables).with_io(io);
+    let cx = KernelCx {
+        run: &run,
+        name: "op",
+        device: "/job:localhost/replica:0/task:0/device:CPU:0",
+    };
+    kernel.run(&cx, inputs)
+}
+
+/// `SaveV2` checks its tensors against `dtypes` before any IO: their count and dtypes.
+#[test]
+fn save_v2_rejects_tensors_that_disagree_with_dtypes() {
+    let io = FixedIo {
+        restored: Vec::new(),
+    };
+    let save = Kernel::SaveV2 {
+        dtypes: vec![DType::Float],
+    };
+    let header = || {
+        vec![
+            s("p"),
+            HostTensor::string_vector(["a"]),
+            HostTensor::string_vector([""]),
+        ]
+    };
+    let float = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+    let mut two = header();
+    two.extend([float.clone(), float.clone()]);
+    let err = run_with_io(&save, &io, &two).unwrap_err();
+    assert_eq!(err.to_string(), "expected 1 tensors, got 2");
+    let err = run_with_io(&save, &io, &header()).unwrap_err();
+    assert_eq!(err.to_string(), "expected 1 tensors, got 0");
+    let mut int = header();
+    int.push(HostTensor::int32_scalar(1));
+    let err = run_with_io(&save, &io, &int).unwrap_err();
+    assert!(err.to_string().contains("input 3"), "{err}");
+    let mut ok = header();
+    ok.push(float);
+    assert!(run_with_io(&save, &io, &ok).unwrap().is_empty());
+}
+
+/// `RestoreV2` checks what the backend returns: one tensor per name, of the asked dtype.
+#[test]
+fn restore_v2_rejects_what_the_backend_got_wrong() {
+    let restore = Kernel::RestoreV2 {
+        dtypes: vec![DType::Float],
+    };
+    let inputs = [
+        s("p"),
+        HostTensor::string_vector(["a"]),
+        HostTensor::string_vector([""]),
+    ];
+    let none = FixedIo {
+        restored: Vec::new(),
+    };
+    let err = run_with_io(&restore, &none, &inputs).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the checkpoint backend returned 0 tensors for 1 names"
+    );
+    let int = FixedIo {
+        restored: vec![HostTensor::int32_scalar(7)],
+    };
+    let err = run_with_io(&restore, &int, &inputs).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor `a` in the checkpoint is int32, expected float32"
+    );
+    let float = HostTensor::from_f32s(vec![1], &[2.0]).unwrap();
+    let right = FixedIo {
+        restored: vec![float.clone()],
+    };
+    assert_eq!(run_with_io(&restore, &right, &inputs).unwrap(), [float]);
 }

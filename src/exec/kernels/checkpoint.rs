@@ -14,17 +14,7 @@ pub(super) fn save_v2(
     dtypes: &[DType],
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
-    let prefix = utf8_scalar(inputs, 0)?;
-    let names = utf8_vector(inputs, 1, dtypes.len())?;
-    let specs = utf8_vector(inputs, 2, dtypes.len())?;
-    let mut requests = Vec::with_capacity(dtypes.len());
-    for (position, &dtype) in dtypes.iter().enumerate() {
-        requests.push(SaveRequest {
-            name: names[position],
-            shape_and_slice: specs[position],
-            tensor: typed_input(inputs, 3 + position, dtype)?,
-        });
-    }
+    let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
     if inputs.len() != 3 + dtypes.len() {
         return Err(KernelError::invalid(format!(
             "expected {} tensors, got {}",
@@ -32,6 +22,17 @@ pub(super) fn save_v2(
             inputs.len().saturating_sub(3)
         )));
     }
+    let requests = dtypes
+        .iter()
+        .enumerate()
+        .map(|(position, &dtype)| {
+            Ok(SaveRequest {
+                name: names[position],
+                shape_and_slice: specs[position],
+                tensor: typed_input(inputs, 3 + position, dtype)?,
+            })
+        })
+        .collect::<Result<Vec<_>, KernelError>>()?;
     backend(cx)?
         .save(prefix, &requests)
         .map_err(|source| KernelError::Checkpoint { source })?;
@@ -44,9 +45,7 @@ pub(super) fn restore_v2(
     dtypes: &[DType],
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
-    let prefix = utf8_scalar(inputs, 0)?;
-    let names = utf8_vector(inputs, 1, dtypes.len())?;
-    let specs = utf8_vector(inputs, 2, dtypes.len())?;
+    let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
     let requests: Vec<RestoreRequest<'_>> = dtypes
         .iter()
         .enumerate()
@@ -106,6 +105,19 @@ fn backend<'a>(cx: &KernelCx<'a>) -> Result<&'a dyn CheckpointIo, KernelError> {
     cx.run
         .io
         .ok_or_else(|| KernelError::invalid("the run has no checkpoint backend"))
+}
+
+/// The inputs `SaveV2` and `RestoreV2` share: the prefix, then `len` tensor names and `len`
+/// shape-and-slice specs.
+fn prefix_names_specs(
+    inputs: &[HostTensor],
+    len: usize,
+) -> Result<(&str, Vec<&str>, Vec<&str>), KernelError> {
+    Ok((
+        utf8_scalar(inputs, 0)?,
+        utf8_vector(inputs, 1, len)?,
+        utf8_vector(inputs, 2, len)?,
+    ))
 }
 
 /// Input `index` as a vector of `len` UTF-8 strings.
