@@ -28,8 +28,8 @@ use std::process::ExitCode;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use saveplan::bundle::{
-    BundleReader, BundleWriter, DType, MergeOptions, TensorValues, Values, merge_bundles,
-    sharded_filename, temp_prefix,
+    BundleReader, BundleWriter, DType, MergeOptions, TensorValues, Values, element_json,
+    merge_bundles, sharded_filename, temp_prefix,
 };
 use serde_json::{Map, Value, json};
 
@@ -173,7 +173,7 @@ fn dump(prefix: &str) -> Result<(), Error> {
                 let size = tensor.dtype.element_size().unwrap_or(1);
                 let values: Vec<Value> = bytes
                     .chunks_exact(size)
-                    .map(|element| element_value(tensor.dtype, element))
+                    .map(|element| element_json(tensor.dtype, element))
                     .collect();
                 json.insert("values".into(), Value::Array(values));
                 json.insert("raw_le_b64".into(), json!(B64.encode(bytes)));
@@ -187,39 +187,4 @@ fn dump(prefix: &str) -> Result<(), Error> {
     }
     println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
     Ok(())
-}
-
-/// One element as `values.json` writes it: floats as numbers (or `"nan"`, `"inf"`, `"-inf"`),
-/// complex as `[re, im]`, integers and bools as themselves, float8 types as their raw bits.
-fn element_value(dtype: DType, bytes: &[u8]) -> Value {
-    let mut raw = [0u8; 8];
-    raw[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
-    let bits = u64::from_le_bytes(raw);
-    let sign_extend = |width: u32| ((bits << (64 - width)) as i64) >> (64 - width);
-    let f32_at = |at: usize| f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
-    let f64_at = |at: usize| f64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-    match dtype {
-        DType::Float => float(f64::from(f32_at(0))),
-        DType::Double => float(f64_at(0)),
-        DType::Half => float(f64::from(half::f16::from_bits(bits as u16).to_f32())),
-        DType::BFloat16 => float(f64::from(half::bf16::from_bits(bits as u16).to_f32())),
-        DType::Complex64 => json!([float(f64::from(f32_at(0))), float(f64::from(f32_at(4)))]),
-        DType::Complex128 => json!([float(f64_at(0)), float(f64_at(8))]),
-        DType::Bool => json!(bits != 0),
-        DType::Int8 | DType::QInt8 => json!(sign_extend(8)),
-        DType::Int16 | DType::QInt16 => json!(sign_extend(16)),
-        DType::Int32 | DType::QInt32 => json!(sign_extend(32)),
-        DType::Int64 => json!(bits as i64),
-        _ => json!(bits),
-    }
-}
-
-fn float(value: f64) -> Value {
-    if value.is_nan() {
-        json!("nan")
-    } else if value.is_infinite() {
-        json!(if value > 0.0 { "inf" } else { "-inf" })
-    } else {
-        json!(value)
-    }
 }

@@ -50,6 +50,7 @@
 
 pub mod crc;
 pub mod dtype;
+pub mod element;
 pub mod error;
 pub mod merge;
 mod proto;
@@ -62,6 +63,7 @@ pub mod writer;
 use std::path::{Path, PathBuf};
 
 pub use dtype::DType;
+pub use element::{Element, decode_element, element_json};
 pub use error::{BundleError, Result};
 pub use merge::{MergeOptions, merge_bundles};
 pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};

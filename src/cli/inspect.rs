@@ -8,7 +8,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use saveplan::bundle::{BundleReader, DType, Entry, Tensor, Values};
+use saveplan::bundle::{
+    BundleReader, DType, Element, Entry, Tensor, Values, decode_element, element_json,
+};
 use serde_json::{Value, json};
 
 /// Arguments of `saveplan inspect`.
@@ -167,75 +169,6 @@ struct TensorJson<'a> {
 
 fn element_chunks(dtype: DType, bytes: &[u8]) -> std::slice::ChunksExact<'_, u8> {
     bytes.chunks_exact(dtype.element_size().unwrap_or(1))
-}
-
-/// A float as JSON, with non-finite values as the strings `values.json` uses.
-fn float_json(value: f64) -> Value {
-    if value.is_nan() {
-        json!("nan")
-    } else if value.is_infinite() {
-        json!(if value > 0.0 { "inf" } else { "-inf" })
-    } else {
-        json!(value)
-    }
-}
-
-fn element_json(dtype: DType, element: &[u8]) -> Value {
-    match decode_element(dtype, element) {
-        // The exact value as a double, as values.json writes it.
-        Element::Float32(value) => float_json(f64::from(value)),
-        Element::Float(value) => float_json(value),
-        Element::Complex(re, im) => json!([float_json(re), float_json(im)]),
-        Element::Int(value) => json!(value),
-        Element::UInt(value) => json!(value),
-        Element::Bool(value) => json!(value),
-    }
-}
-
-/// One decoded element of a fixed-width tensor.
-enum Element {
-    Float32(f32),
-    Float(f64),
-    Complex(f64, f64),
-    Int(i64),
-    UInt(u64),
-    Bool(bool),
-}
-
-fn decode_element(dtype: DType, bytes: &[u8]) -> Element {
-    let mut raw = [0u8; 8];
-    let width = bytes.len().min(8);
-    raw[..width].copy_from_slice(&bytes[..width]);
-    let unsigned = u64::from_le_bytes(raw);
-    let signed = |bits: u32| ((unsigned << (64 - bits)) as i64) >> (64 - bits);
-    let f32_at = |at: usize| {
-        f64::from(f32::from_le_bytes([
-            bytes[at],
-            bytes[at + 1],
-            bytes[at + 2],
-            bytes[at + 3],
-        ]))
-    };
-    let f64_at = |at: usize| f64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
-    match dtype {
-        DType::Float => {
-            Element::Float32(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
-        }
-        DType::Double => Element::Float(f64_at(0)),
-        DType::Half => Element::Float(f64::from(half::f16::from_bits(unsigned as u16).to_f32())),
-        DType::BFloat16 => {
-            Element::Float(f64::from(half::bf16::from_bits(unsigned as u16).to_f32()))
-        }
-        DType::Complex64 => Element::Complex(f32_at(0), f32_at(4)),
-        DType::Complex128 => Element::Complex(f64_at(0), f64_at(8)),
-        DType::Bool => Element::Bool(unsigned != 0),
-        DType::Int8 | DType::QInt8 => Element::Int(signed(8)),
-        DType::Int16 | DType::QInt16 => Element::Int(signed(16)),
-        DType::Int32 | DType::QInt32 => Element::Int(signed(32)),
-        DType::Int64 => Element::Int(unsigned as i64),
-        // Unsigned integers, and float8 types printed as their raw bit patterns.
-        _ => Element::UInt(unsigned),
-    }
 }
 
 fn element_text(dtype: DType, element: &[u8]) -> String {
