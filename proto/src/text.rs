@@ -163,8 +163,14 @@ impl Printer<'_> {
             message: desc.full_name().to_owned(),
             source,
         };
-        // An encoding the scan cannot split is decoded whole, which reports what is wrong.
-        let fields = scan_fields(bytes).unwrap_or_default();
+        // A message no larger than the threshold has no field to stream (most messages, such
+        // as every node): decode it whole without scanning it first. An encoding the scan
+        // cannot split is decoded whole too, which reports what is wrong.
+        let fields = if bytes.len() > self.threshold {
+            scan_fields(bytes).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         // Printing fields one by one would print every member of a oneof that the encoding
         // repeats, where decoding keeps the last: messages with oneofs are decoded whole.
         let has_oneof = desc.oneofs().any(|oneof| !oneof.is_synthetic());
@@ -636,6 +642,32 @@ mod tests {
             streamed,
             split_text("tensorflow.GraphDef", &bytes, usize::MAX)
         );
+    }
+
+    /// A bad encoding is reported as such, whether the message is printed whole or split.
+    #[test]
+    fn bad_encodings_are_decode_errors() {
+        let graph = crate::tensorflow::GraphDef {
+            node: vec![
+                crate::tensorflow::NodeDef {
+                    name: "n".repeat(100),
+                    ..Default::default()
+                };
+                10
+            ],
+            ..Default::default()
+        };
+        let mut bytes = graph.encode_to_vec();
+        bytes.truncate(bytes.len() - 3);
+        for threshold in [0, usize::MAX] {
+            let mut sink = |_: &str| Ok(());
+            let err =
+                write_text_split("tensorflow.GraphDef", &bytes, &mut sink, threshold).unwrap_err();
+            assert!(
+                matches!(&err, TextError::Decode { message, .. } if message.ends_with("NodeDef") || message.ends_with("GraphDef")),
+                "{threshold}: {err:?}"
+            );
+        }
     }
 
     /// A failing sink stops the printing with its error.

@@ -59,6 +59,12 @@ const NODES_PER_BATCH: usize = 4096;
 /// Batches of nodes are encoded in parallel and joined in op order, so the bytes do not
 /// depend on the thread count.
 pub fn encode_graph_def(module: &Module) -> Result<Vec<u8>, ExportError> {
+    Ok(encode_graph_def_pieces(module)?.concat())
+}
+
+/// The encoded `GraphDef` of a module in consecutive pieces (batches of nodes, then the rest
+/// of the message), so that a caller embedding it copies the bytes once.
+pub(crate) fn encode_graph_def_pieces(module: &Module) -> Result<Vec<Vec<u8>>, ExportError> {
     use prost::encoding::{WireType, encode_key, encode_varint};
     use rayon::prelude::*;
     let graph = &module.graph;
@@ -88,19 +94,18 @@ pub fn encode_graph_def(module: &Module) -> Result<Vec<u8>, ExportError> {
             Ok(buf)
         })
         .collect::<Result<Vec<Vec<u8>>, ExportError>>()?;
-    let mut buf = Vec::with_capacity(batches.iter().map(Vec::len).sum::<usize>() + 64);
-    for batch in batches {
-        buf.extend_from_slice(&batch);
-    }
+    let mut pieces = batches;
     if !module.library.is_empty() {
         let mut library = Vec::new();
         encode_library(&module.library, &mut library)?;
-        encode_key(2, WireType::LengthDelimited, &mut buf);
-        encode_varint(library.len() as u64, &mut buf);
-        buf.extend_from_slice(&library);
+        let mut key = Vec::with_capacity(11);
+        encode_key(2, WireType::LengthDelimited, &mut key);
+        encode_varint(library.len() as u64, &mut key);
+        pieces.push(key);
+        pieces.push(library);
     }
-    buf.extend(graph_def_without_nodes(module)?.encode_to_vec());
-    Ok(buf)
+    pieces.push(graph_def_without_nodes(module)?.encode_to_vec());
+    Ok(pieces)
 }
 
 /// Writes the fields of a non-empty library's `FunctionDefLibrary`: each function streamed

@@ -48,7 +48,8 @@ pub fn import_meta_graph_def(meta_graph_def: &pb::MetaGraphDef) -> Result<MetaGr
 /// [`super::encode_graph_def`], so that no `NodeDef` is built.
 pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportError> {
     use prost::encoding::{WireType, encode_key, encode_varint};
-    let graph = super::encode_graph_def(&meta_graph.module)?;
+    let graph = super::graph_def::encode_graph_def_pieces(&meta_graph.module)?;
+    let graph_len: usize = graph.iter().map(Vec::len).sum();
     // prost writes fields in tag order: `meta_info_def` (1), `graph_def` (2), then
     // `saver_def` (3), `collection_def` (4), `signature_def` (5), `asset_file_def` (6).
     let head = pb::MetaGraphDef {
@@ -62,12 +63,13 @@ pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportEr
         asset_file_def: meta_graph.asset_file_def.clone(),
         ..pb::MetaGraphDef::default()
     };
-    let mut buf = Vec::with_capacity(head.encoded_len() + graph.len() + 10 + tail.encoded_len());
+    let mut buf = Vec::with_capacity(head.encoded_len() + graph_len + 11 + tail.encoded_len());
     head.encode(&mut buf).expect("a Vec grows as needed");
     encode_key(2, WireType::LengthDelimited, &mut buf);
-    encode_varint(graph.len() as u64, &mut buf);
-    buf.extend_from_slice(&graph);
-    drop(graph);
+    encode_varint(graph_len as u64, &mut buf);
+    for piece in graph {
+        buf.extend_from_slice(&piece);
+    }
     tail.encode(&mut buf).expect("a Vec grows as needed");
     Ok(buf)
 }
