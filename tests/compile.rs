@@ -278,3 +278,54 @@ fn compile_missing_spec_file() {
         "error: tests/inputs/compile/err/does_not_exist.json: cannot read spec file: No such file or directory (os error 2)"
     );
 }
+
+/// An output file that cannot be written (here a directory stands at its path) fails the
+/// compile with one line naming that file; the files before it are written whole.
+#[test]
+fn compile_reports_an_output_it_cannot_write() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir(out.path().join("meta_graph.pbtxt")).unwrap();
+    let spec = "tests/inputs/trace/g1_single_cpu.json";
+    let output = saveplan(&["compile", spec, "-o", out.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let expected = format!(
+        "error: {}: cannot write file: ",
+        out.path().join("meta_graph.pbtxt").display()
+    );
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let plan = compiled(&manifest_path(spec), Form::Flat);
+    use prost::Message as _;
+    let whole = export::meta_graph_def(&plan.meta_graph).unwrap();
+    let pb = std::fs::read(out.path().join("meta_graph.pb")).unwrap();
+    assert!(pb == whole.encode_to_vec(), "meta_graph.pb is complete");
+}
+
+/// `write_encoded_file` picks the encoding by extension and refuses any other.
+#[test]
+fn encoded_files_need_a_known_extension() {
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("meta_graph.txt");
+    let err = export::write_encoded_file(&path, export::MessageKind::SaverDef, &[]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: unknown extension (expected .pb or .pbtxt)",
+            path.display()
+        )
+    );
+    assert!(!path.exists());
+    let saver = tf::SaverDef {
+        filename_tensor_name: "saver_filename:0".to_owned(),
+        ..tf::SaverDef::default()
+    };
+    use prost::Message as _;
+    let text = out.path().join("saver_def.pbtxt");
+    export::write_encoded_file(&text, export::MessageKind::SaverDef, &saver.encode_to_vec())
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        saveplan_proto::to_text(&saver)
+    );
+}
