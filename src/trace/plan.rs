@@ -722,7 +722,9 @@ impl<B: Builder> Tracer<B> {
             pack_attrs,
             merged_prefixes,
         )?;
+        // `with ops.control_dependencies(saves): pack`, which marks every save.
         for save in saves {
+            self.graph.mark_manual_control(save);
             self.graph.control(save, pack);
         }
         let merge_attrs = attrs([
@@ -981,10 +983,7 @@ impl<B: Builder> Tracer<B> {
         let names = self.constant(names_name, device, names)?;
         let specs_name = self.names.unique_in(&scope, "shape_and_slices");
         let specs = self.constant(specs_name, device, specs)?;
-        let save_attrs = attrs([
-            ("_has_manual_control_dependencies", AttrValue::B(true)),
-            ("dtypes", AttrValue::types(shard.iter().map(|e| e.dtype))),
-        ]);
+        let save_attrs = attrs([("dtypes", AttrValue::types(shard.iter().map(|e| e.dtype)))]);
         let mut data = vec![out(shard_prefix), out(names), out(specs)];
         for entry in shard {
             data.push(match entry.tensor {
