@@ -4,6 +4,9 @@
 //! GraphDef encoder give the same output on any number of threads. Speed is measured by
 //! `cargo bench --bench trace` (see `benches/trace.rs`), not here.
 
+mod exec_support;
+
+use exec_support::in_pool;
 use saveplan::trace::{
     Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef, trace_flat,
 };
@@ -82,15 +85,6 @@ fn plan_size_is_linear_in_the_number_of_variables() {
     assert_eq!(ops[1] - ops[0], 7 * (sizes[1] - sizes[0]));
 }
 
-/// Runs `f` on a rayon pool of `threads` threads.
-fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("a thread pool")
-        .install(f)
-}
-
 /// The verifier and `encode_graph_def` work on batches of ops in parallel; their output must
 /// not depend on the thread count, and the encoding must equal prost's encoding of the
 /// `GraphDef` built whole.
@@ -105,7 +99,7 @@ fn parallel_export_and_verify_do_not_depend_on_the_thread_count() {
         .unwrap()
         .encode_to_vec();
     for threads in [1, 2, 4] {
-        let streamed = on_threads(threads, || saveplan::export::encode_graph_def(&module));
+        let streamed = in_pool(threads, || saveplan::export::encode_graph_def(&module));
         assert!(
             streamed.unwrap() == whole,
             "encode_graph_def on {threads} threads differs from graph_def + encode"
@@ -125,7 +119,7 @@ fn parallel_export_and_verify_do_not_depend_on_the_thread_count() {
     let reports: Vec<Vec<String>> = [1, 2, 4]
         .into_iter()
         .map(|threads| {
-            let errors = on_threads(threads, || saveplan_ir::verify_module(&module))
+            let errors = in_pool(threads, || saveplan_ir::verify_module(&module))
                 .expect_err("ops without dtype are rejected");
             errors.0.iter().map(ToString::to_string).collect()
         })
