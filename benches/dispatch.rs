@@ -130,11 +130,15 @@ fn walk(plan: &CompiledPlan, run: &RunContext<'_>, parallel: bool) {
                 .map(|slot| slots[slot.0 as usize].get().cloned().expect("in order"))
                 .collect();
             let cx = KernelCx {
-                run,
+                variables: run.variables,
+                io: run.io,
                 name: &step.name,
                 device: &queue.device,
             };
-            let outputs = step.kernel.run(&cx, &inputs).expect("identity runs");
+            let saveplan::exec::Work::Kernel(kernel) = &step.work else {
+                unreachable!("the benchmark's plans call no functions")
+            };
+            let outputs = kernel.run(&cx, &inputs).expect("identity runs");
             for (slot, value) in step.outputs.iter().zip(outputs) {
                 let _ = slots[slot.0 as usize].set(value);
             }

@@ -5,7 +5,5 @@ pub mod bundle;
 pub mod compile;
 pub mod exec;
 pub mod export;
-#[cfg(feature = "jit")]
-pub mod jit;
 pub mod session;
 pub mod trace;

@@ -1,7 +1,7 @@
 //! [`Session`]: graph-mode save and restore of a checkpoint plan, compiled once and run many
 //! times, with the user's values going in and coming out by checkpoint key.
 //!
-//! A session is built from a plan and the names that drive it ([`SaverTargets`]: the prefix
+//! A session is built from a plan and the names that drive it ([`SaverNames`]: the prefix
 //! tensor to feed, the save target to fetch, the restore ops to run), like a TensorFlow
 //! session running a `SaverDef`:
 //!
@@ -9,7 +9,7 @@
 //!   `MultiDeviceSaver.save`/`restore` adds to a graph);
 //! * [`Session::from_meta_graph`] takes a `MetaGraphDef` and its `SaverDef`
 //!   (`save_tensor_name` fetched with `filename_tensor_name` fed; `restore_op_name` run);
-//! * [`Session::new`] takes any module and [`SaverTargets`] ([`SaverTargets::infer`] finds them
+//! * [`Session::new`] takes any module and [`SaverNames`] ([`infer_targets`] finds them
 //!   in a flat graph without a `SaverDef`).
 //!
 //! Values are bound to variables by reading the plan itself (see [`bind`]): each `SaveV2`
@@ -47,35 +47,49 @@
 //! ```
 
 pub mod bind;
+pub mod eager;
+pub mod error;
+pub mod function_cache;
 pub mod values;
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
-use saveplan_ir::{DType, Module, Op};
+use saveplan_ir::{DType, Module, Op, SaverNames};
 
 pub use bind::Binding;
+pub use eager::{EagerBuilder, EagerError, EagerSaver};
+pub use error::{BadCheckpointOp, InconsistentKey, MissingSavePlan, SessionError, Unbound};
+pub use function_cache::{
+    CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
+};
 
-use crate::bundle::ShapeAndSlice;
+use saveplan_ir::slice::{ShapeAndSlice, SliceError};
+
 use crate::bundle::WriteOptions;
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, RunContext,
-    StepEvent, TensorError, VarKey, VariableError, VariableStore,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, StepEvent,
+    VarKey, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{FlatTrace, TraceError, trace_flat};
+use crate::trace::{FlatTrace, TraceOptions, trace_flat};
 use values::Region;
 
-/// What a session runs: the names a `SaverDef` (or a flat trace) gives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SaverTargets {
-    /// The string tensor fed with the checkpoint prefix (`saver_filename:0`).
-    pub filename_tensor_name: String,
-    /// The tensor fetched (`op:N`) or op run (`op`) to save.
-    pub save_target: String,
-    /// The ops run to restore.
-    pub restore_targets: Vec<String>,
+/// How a session runs its save and restore.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Graph mode, as a TensorFlow session runs a `SaverDef`: the plans are compiled once and
+    /// run with the prefix fed.
+    #[default]
+    Graph,
+    /// Eager TensorFlow's `MultiDeviceSaver`: each call runs its ops as they are traced (one
+    /// task), or traces a function and runs it (several tasks; see [`Session::trace_log`]).
+    /// Only a session made from a spec has the trackables this needs.
+    Eager,
 }
 
 /// How a session runs its plans.
@@ -85,19 +99,32 @@ pub struct SessionOptions {
     pub write: WriteOptions,
     /// The executor: the reference interpreter (default) or the JIT.
     pub backend: Backend,
+    /// Graph (default) or eager mode.
+    pub mode: Mode,
 }
 
 /// A compiled save and restore plan with its variables.
 pub struct Session {
-    targets: SaverTargets,
-    save: Executor,
-    restore: Executor,
+    targets: SaverNames,
+    runner: Runner,
     saved: BTreeMap<String, CheckpointTensor>,
     restored: BTreeMap<String, CheckpointTensor>,
     variables: VariableStore,
     /// Whether the last [`Session::assign`] gave every saved variable a value.
     all_assigned: AtomicBool,
     io: Box<dyn CheckpointIo + Send>,
+}
+
+/// What runs a session's save and restore.
+enum Runner {
+    /// Graph mode: the compiled save and restore plans.
+    Graph { save: Executor, restore: Executor },
+    /// Eager mode: the spec's saver and the options it was traced with.
+    Eager {
+        saver: Mutex<EagerSaver>,
+        options: Box<TraceOptions>,
+        backend: Backend,
+    },
 }
 
 /// A checkpoint key and the variables holding it.
@@ -124,227 +151,99 @@ pub struct Part {
     pub region: Option<Region>,
 }
 
-/// Errors from building or running a session.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    /// Tracing the spec failed.
-    #[error(transparent)]
-    Trace(#[from] TraceError),
-    /// A `MetaGraphDef` without a `saver_def`.
-    #[error("the meta graph has no saver_def")]
-    NoSaverDef,
-    /// A graph without a save plan the session can find.
-    #[error("cannot find the save plan: {reason}")]
-    NoSavePlan {
-        /// What is missing.
-        reason: String,
-    },
-    /// A target names no op of the graph.
-    #[error("target `{name}` names no op of the graph")]
-    UnknownTarget {
-        /// The target.
-        name: String,
-    },
-    /// A `SaveV2` or `RestoreV2` whose key list cannot be read.
-    #[error("op `{op}`: {reason}")]
-    BadCheckpointOp {
-        /// The op.
-        op: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A checkpoint tensor the session cannot tie to a variable.
-    #[error("checkpoint key `{key}` (op `{op}`): {reason}")]
-    Unbound {
-        /// The key.
-        key: String,
-        /// The `SaveV2` or `RestoreV2`.
-        op: String,
-        /// Why.
-        reason: String,
-    },
-    /// The plan saves one key inconsistently (dtypes, shapes or a mix of whole and sliced).
-    #[error("checkpoint key `{key}`: {reason}")]
-    InconsistentKey {
-        /// The key.
-        key: String,
-        /// What disagrees.
-        reason: String,
-    },
-    /// Compiling the save or restore plan failed.
-    #[error("cannot compile the {what} plan")]
-    Compile {
-        /// `save` or `restore`.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: Box<ExecError>,
-    },
-    /// Running the save or restore plan failed.
-    #[error("{what} of `{prefix}` failed")]
-    Run {
-        /// `save` or `restore`.
-        what: &'static str,
-        /// The prefix.
-        prefix: String,
-        /// Why.
-        #[source]
-        source: Box<ExecError>,
-    },
-    /// A value for a key the plan saves is missing.
-    #[error("no value for checkpoint key `{key}`")]
-    MissingValue {
-        /// The key.
-        key: String,
-    },
-    /// A value for a key the plan does not save.
-    #[error("value `{key}` is not a checkpoint key of the plan")]
-    UnknownKey {
-        /// The key.
-        key: String,
-    },
-    /// A value of the wrong dtype.
-    #[error("value `{key}` is {got}, the plan saves {expected}")]
-    DTypeMismatch {
-        /// The key.
-        key: String,
-        /// The plan's dtype.
-        expected: DType,
-        /// The value's dtype.
-        got: DType,
-    },
-    /// A value of the wrong shape.
-    #[error("value `{key}` has shape {got:?}, the plan saves shape {expected:?}")]
-    ShapeMismatch {
-        /// The key.
-        key: String,
-        /// The plan's shape.
-        expected: Vec<u64>,
-        /// The value's shape.
-        got: Vec<u64>,
-    },
-    /// A restored value that does not fit the plan's variable.
-    #[error("checkpoint key `{key}`: restored {got}, the plan expects {expected}")]
-    RestoredMismatch {
-        /// The key.
-        key: String,
-        /// The dtype and shape the plan declares.
-        expected: String,
-        /// The dtype and shape restored.
-        got: String,
-    },
-    /// Cutting or assembling a value failed.
-    #[error("value `{key}`")]
-    Tensor {
-        /// The key.
-        key: String,
-        /// Why.
-        #[source]
-        source: TensorError,
-    },
-    /// A variable operation failed.
-    #[error("checkpoint key `{key}`")]
-    Variable {
-        /// The key.
-        key: String,
-        /// Why.
-        #[source]
-        source: VariableError,
-    },
+/// The names that drive a flat trace: its prefix placeholder, its save op, and every
+/// `AssignVariableOp` its restore plan runs.
+pub fn flat_trace_targets(trace: &FlatTrace) -> Result<SaverNames, SessionError> {
+    Ok(SaverNames {
+        filename_tensor_name: trace.saver.filename_tensor_name.clone(),
+        save_target: trace.saver.save_op_name.clone(),
+        restore_targets: bind::restore_assign_ops(&trace.module)?,
+    })
 }
 
-impl SaverTargets {
-    /// The targets of a flat trace: its prefix placeholder, its save op, and every
-    /// `AssignVariableOp` its restore plan runs.
-    pub fn of_flat_trace(trace: &FlatTrace) -> Result<SaverTargets, SessionError> {
-        Ok(SaverTargets {
-            filename_tensor_name: trace.saver.filename_tensor_name.clone(),
-            save_target: trace.saver.save_op_name.clone(),
-            restore_targets: bind::restore_assign_ops(&trace.module)?,
-        })
-    }
+/// The names a `SaverDef`-carrying meta graph runs.
+pub fn meta_graph_targets(meta: &MetaGraph) -> Result<SaverNames, SessionError> {
+    let saver = meta.saver_def.as_ref().ok_or(SessionError::NoSaverDef)?;
+    Ok(SaverNames {
+        filename_tensor_name: saver.filename_tensor_name.clone(),
+        save_target: saver.save_tensor_name.clone(),
+        restore_targets: vec![saver.restore_op_name.clone()],
+    })
+}
 
-    /// The targets of a `SaverDef`-carrying meta graph.
-    pub fn of_meta_graph(meta: &MetaGraph) -> Result<SaverTargets, SessionError> {
-        let saver = meta.saver_def.as_ref().ok_or(SessionError::NoSaverDef)?;
-        Ok(SaverTargets {
-            filename_tensor_name: saver.filename_tensor_name.clone(),
-            save_target: saver.save_tensor_name.clone(),
-            restore_targets: vec![saver.restore_op_name.clone()],
-        })
-    }
-
-    /// Finds the targets of a flat graph without a `SaverDef` (TensorFlow's `flat_graph`, or
-    /// ours): the save target is the one top-level `MergeV2Checkpoints` (or, without one, the
-    /// one `SaveV2`), the prefix is the one string `Placeholder` it depends on, and the restore
-    /// targets are the `AssignVariableOp`s fed by a top-level `RestoreV2`.
-    pub fn infer(module: &Module) -> Result<SaverTargets, SessionError> {
-        let graph = &module.graph;
-        let find_all = |op: Op| -> Vec<_> {
-            graph
-                .ops()
-                .into_iter()
-                .filter(|&id| graph.op(id).op == op)
-                .collect()
-        };
-        let merges = find_all(Op::MergeV2Checkpoints);
-        let candidates = if merges.is_empty() {
-            find_all(Op::SaveV2)
-        } else {
-            merges
-        };
-        let save = match candidates.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(SessionError::NoSavePlan {
-                    reason: "the graph has no MergeV2Checkpoints or SaveV2 op".to_owned(),
-                });
-            }
-            _ => {
-                return Err(SessionError::NoSavePlan {
-                    reason: "the graph has several save plans; give a SaverDef".to_owned(),
-                });
-            }
-        };
-        let mut placeholders = Vec::new();
-        let mut seen = std::collections::BTreeSet::new();
-        let mut work = vec![save];
-        while let Some(id) = work.pop() {
-            if !seen.insert(id) {
-                continue;
-            }
-            let node = graph.op(id);
-            if node.op == Op::Placeholder
-                && node.attrs.get("dtype") == Some(&saveplan_ir::AttrValue::Type(DType::String))
-            {
-                placeholders.push(node.name.clone());
-            }
-            work.extend(graph.inputs(id).into_iter().map(|(_, input)| input.src));
-            work.extend(graph.control_inputs(id));
+/// Finds the targets of a flat graph without a `SaverDef` (TensorFlow's `flat_graph`, or
+/// ours): the save target is the one top-level `MergeV2Checkpoints` (or, without one, the
+/// one `SaveV2`), the prefix is the one string `Placeholder` it depends on, and the restore
+/// targets are the `AssignVariableOp`s fed by a top-level `RestoreV2`.
+pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
+    let graph = &module.graph;
+    let find_all = |op: Op| -> Vec<_> {
+        graph
+            .ops()
+            .into_iter()
+            .filter(|&id| graph.op(id).op == op)
+            .collect()
+    };
+    let merges = find_all(Op::MergeV2Checkpoints);
+    let candidates = if merges.is_empty() {
+        find_all(Op::SaveV2)
+    } else {
+        merges
+    };
+    let save = match candidates.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(SessionError::NoSavePlan(MissingSavePlan::NoSaveOp));
         }
-        placeholders.sort();
-        let [filename] = placeholders.as_slice() else {
-            return Err(SessionError::NoSavePlan {
-                reason: format!(
-                    "the save plan depends on {} string placeholders, expected one",
-                    placeholders.len()
-                ),
-            });
-        };
-        Ok(SaverTargets {
-            filename_tensor_name: format!("{filename}:0"),
-            save_target: graph.op(save).name.clone(),
-            restore_targets: bind::restore_assign_ops(module)?,
-        })
-    }
+        _ => {
+            return Err(SessionError::NoSavePlan(MissingSavePlan::SeveralSaves));
+        }
+    };
+    let string_placeholder = |id| {
+        let node = graph.op(id);
+        node.op == Op::Placeholder
+            && node.attrs.get("dtype") == Some(&saveplan_ir::AttrValue::Type(DType::String))
+    };
+    let mut placeholders: Vec<String> = graph
+        .ancestors([save])
+        .into_iter()
+        .filter(|&id| string_placeholder(id))
+        .map(|id| graph.op(id).name.clone())
+        .collect();
+    placeholders.sort();
+    let [filename] = placeholders.as_slice() else {
+        return Err(SessionError::NoSavePlan(MissingSavePlan::Placeholders {
+            count: placeholders.len(),
+        }));
+    };
+    Ok(SaverNames {
+        filename_tensor_name: format!("{filename}:0"),
+        save_target: graph.op(save).name.clone(),
+        restore_targets: bind::restore_assign_ops(module)?,
+    })
 }
 
 impl Session {
-    /// Traces `spec` ([`trace_flat`]) and compiles its save and restore plans.
+    /// Traces `spec` once ([`trace_flat`]) and binds its checkpoint keys to variables. In
+    /// graph mode the traced save and restore plans are compiled; in eager mode each call
+    /// runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
-        let trace = trace_flat(&spec.trackables()?, &spec.options()?)?;
-        let targets = SaverTargets::of_flat_trace(&trace)?;
-        Session::new(&trace.module, targets, options)
+        let trackables = spec.trackables()?;
+        let trace_options = spec.options()?;
+        let trace = trace_flat(&trackables, &trace_options)?;
+        let targets = flat_trace_targets(&trace)?;
+        match options.mode {
+            Mode::Graph => Session::new(&trace.module, targets, options),
+            Mode::Eager => {
+                let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
+                let runner = Runner::Eager {
+                    saver: Mutex::new(saver),
+                    options: Box::new(trace_options),
+                    backend: options.backend,
+                };
+                Session::bound(&trace.module, targets, runner, options)
+            }
+        }
     }
 
     /// Compiles the save and restore plans of a meta graph's `SaverDef`.
@@ -352,17 +251,20 @@ impl Session {
         meta: &MetaGraph,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
-        let targets = SaverTargets::of_meta_graph(meta)?;
+        let targets = meta_graph_targets(meta)?;
         Session::new(&meta.module, targets, options)
     }
 
     /// Compiles the save and restore plans of `module` for `targets` and binds their
-    /// checkpoint keys to variables.
+    /// checkpoint keys to variables (graph mode only: eager mode needs a spec).
     pub fn new(
         module: &Module,
-        targets: SaverTargets,
+        targets: SaverNames,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
+        if options.mode == Mode::Eager {
+            return Err(SessionError::EagerNeedsSpec);
+        }
         let feeds = [targets.filename_tensor_name.as_str()];
         let save = CompiledPlan::compile(module, &[&targets.save_target], &feeds)
             .and_then(|plan| Executor::new(plan, options.backend))
@@ -378,12 +280,24 @@ impl Session {
                 what: "restore",
                 source: Box::new(source),
             })?;
+        Session::bound(module, targets, Runner::Graph { save, restore }, options)
+    }
+
+    /// A session running `runner`, with the checkpoint keys of `module`'s plans for
+    /// `targets` bound to variables.
+    fn bound(
+        module: &Module,
+        targets: SaverNames,
+        runner: Runner,
+        options: SessionOptions,
+    ) -> Result<Session, SessionError> {
+        let restore_targets: Vec<&str> =
+            targets.restore_targets.iter().map(String::as_str).collect();
         let saved = group(bind::bind_save(module, &[&targets.save_target])?)?;
         let restored = group(bind::bind_restore(module, &restore_targets)?)?;
         Ok(Session {
             targets,
-            save,
-            restore,
+            runner,
             saved,
             restored,
             variables: VariableStore::new(),
@@ -401,7 +315,7 @@ impl Session {
     }
 
     /// The targets the session runs.
-    pub fn targets(&self) -> &SaverTargets {
+    pub fn targets(&self) -> &SaverNames {
         &self.targets
     }
 
@@ -415,19 +329,45 @@ impl Session {
         &self.restored
     }
 
-    /// The compiled save plan.
-    pub fn save_plan(&self) -> &CompiledPlan {
-        self.save.plan()
+    /// The compiled save plan; `None` in eager mode, which traces each call.
+    pub fn save_plan(&self) -> Option<&CompiledPlan> {
+        match &self.runner {
+            Runner::Graph { save, .. } => Some(save.plan()),
+            Runner::Eager { .. } => None,
+        }
     }
 
-    /// The compiled restore plan.
-    pub fn restore_plan(&self) -> &CompiledPlan {
-        self.restore.plan()
+    /// The compiled restore plan; `None` in eager mode.
+    pub fn restore_plan(&self) -> Option<&CompiledPlan> {
+        match &self.runner {
+            Runner::Graph { restore, .. } => Some(restore.plan()),
+            Runner::Eager { .. } => None,
+        }
     }
 
-    /// The backend the plans run on.
+    /// The backend the plans (in eager mode, the traced functions) run on.
     pub fn backend(&self) -> Backend {
-        self.save.backend()
+        match &self.runner {
+            Runner::Graph { save, .. } => save.backend(),
+            Runner::Eager { backend, .. } => *backend,
+        }
+    }
+
+    /// The mode the session runs in.
+    pub fn mode(&self) -> Mode {
+        match self.runner {
+            Runner::Graph { .. } => Mode::Graph,
+            Runner::Eager { .. } => Mode::Eager,
+        }
+    }
+
+    /// What eager mode's function cache did on each call so far, oldest first (when and why
+    /// a call traced a function); empty in graph mode.
+    pub fn trace_log(&self) -> Vec<CacheEvent> {
+        match &self.runner {
+            Runner::Graph { .. } => Vec::new(),
+            Runner::Eager { saver, .. } => lock(saver).trace_log().to_vec(),
+        }
     }
 
     /// The variables.
@@ -511,7 +451,7 @@ impl Session {
                 }
             }
         }
-        self.run(&self.save, "save", prefix, observer)
+        self.run(Call::Save, prefix, observer)
     }
 
     /// Runs the restore plan with `prefix` fed; read the values with [`Session::values`].
@@ -525,7 +465,7 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
-        self.run(&self.restore, "restore", prefix, observer)
+        self.run(Call::Restore, prefix, observer)
     }
 
     /// The values of the variables the restore plan assigns, by checkpoint key: whole tensors
@@ -582,11 +522,10 @@ impl Session {
         Ok(out)
     }
 
-    /// Runs `plan` with `prefix` fed.
+    /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.
     fn run(
         &self,
-        plan: &Executor,
-        what: &'static str,
+        call: Call,
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
@@ -594,14 +533,66 @@ impl Session {
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);
         }
+        let plan = match (&self.runner, call) {
+            (Runner::Graph { save, .. }, Call::Save) => save,
+            (Runner::Graph { restore, .. }, Call::Restore) => restore,
+            (Runner::Eager { saver, options, .. }, call) => {
+                return Ok(lock(saver).call(&cx, call, prefix, options)?);
+            }
+        };
         plan.run(&cx, vec![HostTensor::string_scalar(prefix)])
             .map_err(|source| SessionError::Run {
-                what,
+                what: call.name(),
                 prefix: prefix.to_owned(),
                 source: Box::new(source),
             })?;
         Ok(())
     }
+}
+
+impl From<EagerError> for SessionError {
+    fn from(err: EagerError) -> SessionError {
+        SessionError::Eager(Box::new(err))
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Graph => "graph",
+            Mode::Eager => "eager",
+        })
+    }
+}
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+
+    /// Parses `graph` or `eager`.
+    fn from_str(text: &str) -> Result<Mode, UnknownMode> {
+        match text {
+            "graph" => Ok(Mode::Graph),
+            "eager" => Ok(Mode::Eager),
+            _ => Err(UnknownMode {
+                name: text.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A mode name other than `graph` or `eager`.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+#[error("unknown mode `{name}` (expected `graph` or `eager`)")]
+pub struct UnknownMode {
+    /// The name given.
+    pub name: String,
+}
+
+/// Locks the eager saver; a poisoned lock is still consistent (its calls do not panic).
+fn lock(saver: &Mutex<EagerSaver>) -> MutexGuard<'_, EagerSaver> {
+    saver
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Checks a value against the tensor the plan saves.
@@ -630,27 +621,27 @@ fn group(bindings: Vec<Binding>) -> Result<BTreeMap<String, CheckpointTensor>, S
     let mut out: BTreeMap<String, CheckpointTensor> = BTreeMap::new();
     for binding in bindings {
         let key = binding.checkpoint_key.clone();
-        let inconsistent = |reason: String| SessionError::InconsistentKey {
+        let inconsistent = |reason: InconsistentKey| SessionError::InconsistentKey {
             key: key.clone(),
             reason,
+        };
+        let bad_spec = |reason: SliceError| {
+            inconsistent(InconsistentKey::BadSliceSpec {
+                spec: binding.slice_spec.clone(),
+                reason,
+            })
         };
         let (shape, region) = if binding.slice_spec.is_empty() {
             (binding.shape.clone(), None)
         } else if binding.sliced_by_plan {
-            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(|err| {
-                inconsistent(format!("bad slice spec `{}`: {err}", binding.slice_spec))
-            })?;
+            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(bad_spec)?;
             (
                 Some(parsed.full_shape.iter().map(|&dim| dim as u64).collect()),
                 None,
             )
         } else {
-            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(|err| {
-                inconsistent(format!("bad slice spec `{}`: {err}", binding.slice_spec))
-            })?;
-            let region = parsed.slice.resolve(&parsed.full_shape).map_err(|err| {
-                inconsistent(format!("bad slice spec `{}`: {err}", binding.slice_spec))
-            })?;
+            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(bad_spec)?;
+            let region = parsed.region().map_err(bad_spec)?;
             let full: Vec<u64> = parsed.full_shape.iter().map(|&dim| dim as u64).collect();
             (Some(full), Some(region))
         };
@@ -676,18 +667,16 @@ fn group(bindings: Vec<Binding>) -> Result<BTreeMap<String, CheckpointTensor>, S
             }
             Some(existing) => {
                 if existing.dtype != binding.dtype {
-                    return Err(inconsistent(format!(
-                        "saved as {} and as {}",
-                        existing.dtype, binding.dtype
-                    )));
+                    return Err(inconsistent(InconsistentKey::DTypes {
+                        first: existing.dtype,
+                        second: binding.dtype,
+                    }));
                 }
                 if existing.shape != shape {
-                    return Err(inconsistent(
-                        "its parts disagree on the full shape".to_owned(),
-                    ));
+                    return Err(inconsistent(InconsistentKey::FullShapes));
                 }
                 if existing.parts[0].region.is_some() != part.region.is_some() {
-                    return Err(inconsistent("saved both whole and in slices".to_owned()));
+                    return Err(inconsistent(InconsistentKey::WholeAndSliced));
                 }
                 // A variable the plan slices itself appears once per slice: keep it once.
                 if !existing

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use bundle_support::{dirs_under, input, load_json};
 use saveplan::bundle::{
-    BundleError, BundleReader, BundleWriter, DType, MergeOptions, merge_bundles,
+    BundleError, BundleReader, BundleWriter, DType, MergeFlags, MergeOptions, merge_bundles,
 };
 use serde_json::Value;
 
@@ -102,12 +102,14 @@ fn merge_cases_from_op_behaviour() {
         );
         let attrs = &case["attrs"];
         let options = MergeOptions {
-            delete_old_dirs: attrs
-                .get("delete_old_dirs")
-                .is_none_or(|flag| flag.as_bool().unwrap()),
-            allow_missing_files: attrs
-                .get("allow_missing_files")
-                .is_some_and(|flag| flag.as_bool().unwrap()),
+            flags: MergeFlags {
+                delete_old_dirs: attrs
+                    .get("delete_old_dirs")
+                    .is_none_or(|flag| flag.as_bool().unwrap()),
+                allow_missing_files: attrs
+                    .get("allow_missing_files")
+                    .is_some_and(|flag| flag.as_bool().unwrap()),
+            },
             ..MergeOptions::default()
         };
         let dest = root.join(case["destination"].as_str().unwrap());

@@ -15,10 +15,8 @@ use std::path::Path;
 
 use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root};
 use harness::TRACE_CASES;
-use saveplan::exec::{
-    Backend, BundleIo, CacheEvent, Call, CompiledPlan, EagerBuilder, EagerSaver, HostTensor,
-    RetracePolicy, RetraceReason, RunContext, VariableStore,
-};
+use saveplan::exec::{Backend, BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
+use saveplan::session::{CacheEvent, Call, EagerBuilder, EagerSaver, RetracePolicy, RetraceReason};
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::{
     FlatParts, TraceOptions, Trackable, VariableOps, trace_flat, trace_flat_with,
@@ -111,12 +109,13 @@ fn eager_matches_graph(name: &str) {
         let (eager_dir, eager_prefix) = checkpoint_dir();
         let store = VariableStore::new();
         let io = BundleIo::default();
-        let mut saver = EagerSaver::new(trackables(&spec), &store, &io)
+        let cx = RunContext::new(&store).with_io(&io);
+        let mut saver = EagerSaver::new(trackables(&spec))
             .unwrap()
             .with_backend(backend);
-        saver.create_variables().unwrap();
+        saver.create_variables(&cx).unwrap();
         saver
-            .save(&eager_prefix, &options(&spec))
+            .save(&cx, &eager_prefix, &options(&spec))
             .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
         let written = file_bytes_under(eager_dir.path());
         assert!(
@@ -130,11 +129,12 @@ fn eager_matches_graph(name: &str) {
         assert_eq!(store.keys(), graph_store.keys(), "{name}: {backend}");
 
         let restored = VariableStore::new();
-        let mut restorer = EagerSaver::new(trackables(&spec), &restored, &io)
+        let restore_cx = RunContext::new(&restored).with_io(&io);
+        let mut restorer = EagerSaver::new(trackables(&spec))
             .unwrap()
             .with_backend(backend);
         restorer
-            .restore(&eager_prefix, &options(&spec))
+            .restore(&restore_cx, &eager_prefix, &options(&spec))
             .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
         assert_eq!(restored.keys(), store.keys(), "{name}: {backend}");
         for key in store.keys() {
@@ -190,12 +190,10 @@ fn g6_eager_save_matches_graph_mode() {
 
 #[test]
 fn task_counts_choose_eager_or_function() {
-    let store = VariableStore::new();
-    let io = BundleIo::default();
     let uses: Vec<(usize, bool)> = TRACE_CASES
         .iter()
         .map(|name| {
-            let saver = EagerSaver::new(trackables(&spec(name)), &store, &io).unwrap();
+            let saver = EagerSaver::new(trackables(&spec(name))).unwrap();
             (saver.n_tasks(), saver.uses_function())
         })
         .collect();
@@ -218,11 +216,12 @@ fn single_task_saves_run_without_a_function() {
     let spec = spec("g1_single_cpu");
     let store = VariableStore::new();
     let io = BundleIo::default();
-    let mut saver = EagerSaver::new(trackables(&spec), &store, &io).unwrap();
-    saver.create_variables().unwrap();
+    let cx = RunContext::new(&store).with_io(&io);
+    let mut saver = EagerSaver::new(trackables(&spec)).unwrap();
+    saver.create_variables(&cx).unwrap();
     let (_dir, prefix) = checkpoint_dir();
-    saver.save(&prefix, &options(&spec)).unwrap();
-    saver.save(&prefix, &options(&spec)).unwrap();
+    saver.save(&cx, &prefix, &options(&spec)).unwrap();
+    saver.save(&cx, &prefix, &options(&spec)).unwrap();
     let eager = CacheEvent::Eager { call: Call::Save };
     assert_eq!(saver.trace_log(), [eager.clone(), eager]);
 }
@@ -239,18 +238,19 @@ fn four_saves(policy: RetracePolicy) -> Vec<CacheEvent> {
     let spec = spec("g3_two_tasks");
     let store = VariableStore::new();
     let io = BundleIo::default();
-    let mut saver = EagerSaver::new(trackables(&spec), &store, &io)
+    let cx = RunContext::new(&store).with_io(&io);
+    let mut saver = EagerSaver::new(trackables(&spec))
         .unwrap()
         .with_policy(policy);
-    saver.create_variables().unwrap();
+    saver.create_variables(&cx).unwrap();
     let (dir, prefix) = checkpoint_dir();
     let first = {
-        saver.save(&prefix, &TraceOptions::default()).unwrap();
+        saver.save(&cx, &prefix, &TraceOptions::default()).unwrap();
         file_bytes_under(dir.path())
     };
-    saver.save(&prefix, &TraceOptions::default()).unwrap();
-    saver.save(&prefix, &io_device_options()).unwrap();
-    saver.save(&prefix, &TraceOptions::default()).unwrap();
+    saver.save(&cx, &prefix, &TraceOptions::default()).unwrap();
+    saver.save(&cx, &prefix, &io_device_options()).unwrap();
+    saver.save(&cx, &prefix, &TraceOptions::default()).unwrap();
     assert!(
         first == file_bytes_under(dir.path()),
         "{policy:?}: saves differ"
@@ -323,13 +323,14 @@ fn eager_errors_name_the_op_and_device() {
         let spec = spec(name);
         let store = VariableStore::new();
         let io = BundleIo::default();
-        let mut saver = EagerSaver::new(trackables(&spec), &store, &io).unwrap();
-        saver.create_variables().unwrap();
+        let cx = RunContext::new(&store).with_io(&io);
+        let mut saver = EagerSaver::new(trackables(&spec)).unwrap();
+        saver.create_variables(&cx).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, b"not a directory").unwrap();
         let prefix = blocker.join("ckpt").to_string_lossy().into_owned();
-        let err = saver.save(&prefix, &options(&spec)).unwrap_err();
+        let err = saver.save(&cx, &prefix, &options(&spec)).unwrap_err();
         let text = error_chain(&err);
         assert!(text.contains("op `SaveV2"), "{name}: {text}");
         assert!(text.contains("/device:CPU:0"), "{name}: {text}");
@@ -343,9 +344,10 @@ fn eager_read_of_a_missing_variable_names_the_read() {
     let spec = spec("g1_single_cpu");
     let store = VariableStore::new();
     let io = BundleIo::default();
-    let mut saver = EagerSaver::new(trackables(&spec), &store, &io).unwrap();
+    let cx = RunContext::new(&store).with_io(&io);
+    let mut saver = EagerSaver::new(trackables(&spec)).unwrap();
     let (dir, prefix) = checkpoint_dir();
-    let err = saver.save(&prefix, &options(&spec)).unwrap_err();
+    let err = saver.save(&cx, &prefix, &options(&spec)).unwrap_err();
     let text = error_chain(&err);
     assert!(
         text.contains("/Read/ReadVariableOp` on /job:localhost/replica:0/task:0/device:CPU:0"),
@@ -417,10 +419,11 @@ fn registered_savers_run_eagerly() {
         let (eager_dir, eager_prefix) = checkpoint_dir();
         let store = VariableStore::new();
         let io = BundleIo::default();
-        let mut saver = EagerSaver::new(trackables(&spec(name)), &store, &io).unwrap();
-        saver.create_variables().unwrap();
+        let cx = RunContext::new(&store).with_io(&io);
+        let mut saver = EagerSaver::new(trackables(&spec(name))).unwrap();
+        saver.create_variables(&cx).unwrap();
         saver
-            .save(&eager_prefix, &with_saver())
+            .save(&cx, &eager_prefix, &with_saver())
             .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
         let written = file_bytes_under(eager_dir.path());
         assert!(
@@ -433,7 +436,7 @@ fn registered_savers_run_eagerly() {
             "{name}"
         );
         saver
-            .restore(&eager_prefix, &with_saver())
+            .restore(&cx, &eager_prefix, &with_saver())
             .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
     }
 }
@@ -456,16 +459,17 @@ fn large_zero_initial_values_are_filled() {
     for backend in backends() {
         let store = VariableStore::new();
         let io = BundleIo::default();
-        let mut saver = EagerSaver::new(trackables(&spec), &store, &io)
+        let cx = RunContext::new(&store).with_io(&io);
+        let mut saver = EagerSaver::new(trackables(&spec))
             .unwrap()
             .with_backend(backend);
-        saver.create_variables().unwrap();
+        saver.create_variables(&cx).unwrap();
         let big = store.get(&saveplan::exec::VarKey::new("", "big")).unwrap();
         assert_eq!(big.shape(), [40, 50]);
         assert_eq!(big.dtype(), DType::Float);
         assert_eq!(big.bytes().unwrap(), vec![0u8; 2000 * 4].as_slice());
         let (dir, prefix) = checkpoint_dir();
-        saver.save(&prefix, &options(&spec)).unwrap();
+        saver.save(&cx, &prefix, &options(&spec)).unwrap();
         let graph_store = VariableStore::new();
         let (graph_dir, graph_prefix) = checkpoint_dir();
         graph_save_spec(

@@ -14,9 +14,9 @@ use saveplan_ir::DType;
 /// Runs `kernel` on `inputs` outside any plan.
 fn run(kernel: &Kernel, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, KernelError> {
     let variables = VariableStore::new();
-    let run = RunContext::new(&variables);
     let cx = KernelCx {
-        run: &run,
+        variables: &variables,
+        io: None,
         name: "op",
         device: "/job:localhost/replica:0/task:0/device:CPU:0",
     };
@@ -338,9 +338,9 @@ fn run_with_io(
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
     let variables = VariableStore::new();
-    let run = RunContext::new(&variables).with_io(io);
     let cx = KernelCx {
-        run: &run,
+        variables: &variables,
+        io: Some(io),
         name: "op",
         device: "/job:localhost/replica:0/task:0/device:CPU:0",
     };

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use saveplan::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
 };
-use saveplan::session::{SaverTargets, Session, SessionError, SessionOptions};
+use saveplan::session::{Session, SessionError, SessionOptions, infer_targets};
 use session_support::{
     assert_same_files, error_chain, fixture, fixture_values, generated_values, read_checkpoint,
     spec_session, spec_session_on,
@@ -158,7 +158,7 @@ fn tf_flat_graphs_round_trip() {
             Ok(saveplan::export::Loaded::Graph(module)) => module,
             other => panic!("{case}: not a GraphDef: {:?}", other.err()),
         };
-        let targets = SaverTargets::infer(&module).unwrap();
+        let targets = infer_targets(&module).unwrap();
         let flat = session_support::fixture_json(&format!("graph/{case}/flat.json"));
         assert_eq!(
             targets.filename_tensor_name, flat["filename_tensor_name"],
@@ -224,7 +224,7 @@ impl CheckpointIo for FailingIo {
         if let Some(suffix) = self.fail_save_of
             && prefix.ends_with(suffix)
         {
-            return Err("injected SaveV2 failure".into());
+            return Err(std::io::Error::other("injected SaveV2 failure").into());
         }
         BundleIo::default().save(prefix, tensors)
     }
@@ -244,7 +244,7 @@ impl CheckpointIo for FailingIo {
         options: MergeFlags,
     ) -> Result<(), IoError> {
         if self.fail_merge {
-            return Err("injected merge failure".into());
+            return Err(std::io::Error::other("injected merge failure").into());
         }
         BundleIo::default().merge(sources, destination, options)
     }

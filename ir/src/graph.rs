@@ -1,6 +1,6 @@
 //! [`Graph`]: ops and the data and control edges between them, wrapped around petgraph.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -318,6 +318,30 @@ impl Graph {
             .collect();
         inputs.sort_by_key(|(slot, _)| *slot);
         inputs
+    }
+
+    /// The data input of an op at `slot`, if it is connected. Unlike [`Graph::inputs`] it
+    /// sorts nothing, so reading one input of an op with many is cheap.
+    pub fn input_at(&self, id: OpId, slot: u32) -> Option<Input> {
+        self.inputs_raw(id).find_map(|(src, edge)| match edge {
+            Edge::Data { output, input } if *input == slot => Some(Input {
+                src,
+                output: output.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// The ops `roots` depend on through data and control inputs, roots included.
+    pub fn ancestors(&self, roots: impl IntoIterator<Item = OpId>) -> BTreeSet<OpId> {
+        let mut seen = BTreeSet::new();
+        let mut work: Vec<OpId> = roots.into_iter().collect();
+        while let Some(id) = work.pop() {
+            if seen.insert(id) {
+                work.extend(self.inputs_raw(id).map(|(src, _)| src));
+            }
+        }
+        seen
     }
 
     /// The control inputs of an op, in the order they were added.

@@ -46,7 +46,9 @@ pub mod module;
 pub mod names;
 pub mod op;
 pub mod parse;
+pub mod saver_ops;
 pub mod signature;
+pub mod slice;
 pub mod verify;
 pub mod write;
 

@@ -13,6 +13,10 @@
 
 use std::ops::Range;
 
+use crate::attr::{AttrValue, Attrs};
+use crate::graph::{OpNode, Port};
+use crate::op::Op;
+
 /// The registered signature of one op type.
 #[derive(Debug, PartialEq, Eq)]
 pub struct OpSignature {
@@ -150,6 +154,58 @@ pub enum SignatureError {
         /// The number of flat slots.
         len: usize,
     },
+}
+
+/// The value TensorFlow sizes an argument with: an `int` attr's value, or a list attr's
+/// length (`list(type)`); `None` when the attr is missing or of another kind. This is the
+/// `attr_len` every [`OpSignature`] method takes, for an op's own attributes.
+pub fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
+    match attrs.get(name)? {
+        AttrValue::I(n) => usize::try_from(*n).ok(),
+        AttrValue::List(list) => Some(list.len()),
+        _ => None,
+    }
+}
+
+/// Why a [`Port`] does not name an output of an op.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    /// A named port on an op whose signature the table does not know.
+    #[error("op type `{op_type}` has no known signature")]
+    UnknownSignature {
+        /// The op type.
+        op_type: String,
+    },
+    /// A named port on a function argument, which has one unnamed output.
+    #[error("arguments have one output")]
+    Argument,
+    /// The signature has no such output position.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    /// A flat index past `u32` (the op's attributes declare that many outputs).
+    #[error("flat output {flat} is out of range")]
+    TooLarge {
+        /// The flat index.
+        flat: usize,
+    },
+}
+
+/// The flat output index `port` names on `node`: a [`Port::Index`] as is, a [`Port::Named`]
+/// resolved through the op's signature and attributes.
+pub fn flat_output(node: &OpNode, port: &Port) -> Result<u32, PortError> {
+    match port {
+        Port::Index(index) => Ok(*index),
+        Port::Named { .. } if node.op == Op::Arg => Err(PortError::Argument),
+        Port::Named { arg, index } => {
+            let op_type = node.op.type_name();
+            let sig = signature(op_type).ok_or_else(|| PortError::UnknownSignature {
+                op_type: op_type.to_owned(),
+            })?;
+            let flat =
+                sig.output_index(arg, *index as usize, &|name| attr_len(&node.attrs, name))?;
+            u32::try_from(flat).map_err(|_| PortError::TooLarge { flat })
+        }
+    }
 }
 
 /// Returns the signature of `op_type`, or `None` if the table does not know it.

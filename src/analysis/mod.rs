@@ -31,7 +31,7 @@ pub mod plan_ops;
 use std::fmt;
 
 use saveplan_ir::verify::{VerifyError, verify_module};
-use saveplan_ir::{Graph, Module, OpId};
+use saveplan_ir::{Graph, Module, OpId, SaverDef, TensorName};
 
 pub use plan_ops::{KeySlice, PlanOps, SaveOp};
 
@@ -76,7 +76,7 @@ pub enum Problem {
         /// The slice spec.
         spec: String,
         /// What is wrong.
-        reason: String,
+        reason: saveplan_ir::slice::SliceError,
     },
     /// The same key (and slice) is written twice, or written whole and as slices.
     DuplicateKey {
@@ -196,29 +196,21 @@ pub fn check_module(module: &Module) -> Vec<Finding> {
     findings
 }
 
-/// The names a `SaverDef` holds, as [`check_saver_names`] takes them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SaverNames<'a> {
-    /// `filename_tensor_name` (`op:index` or `op`).
-    pub filename_tensor_name: &'a str,
-    /// `save_tensor_name`.
-    pub save_tensor_name: &'a str,
-    /// `restore_op_name`.
-    pub restore_op_name: &'a str,
-}
-
 /// Reports `SaverDef` entries that name no op of the top-level graph (TensorFlow would fail
 /// only when the saver runs).
-pub fn check_saver_names(module: &Module, names: &SaverNames<'_>) -> Vec<Finding> {
+pub fn check_saver_names(module: &Module, saver_def: &SaverDef) -> Vec<Finding> {
     let entries = [
-        ("filename_tensor_name", names.filename_tensor_name),
-        ("save_tensor_name", names.save_tensor_name),
-        ("restore_op_name", names.restore_op_name),
+        (
+            "filename_tensor_name",
+            saver_def.filename_tensor_name.as_str(),
+        ),
+        ("save_tensor_name", saver_def.save_tensor_name.as_str()),
+        ("restore_op_name", saver_def.restore_op_name.as_str()),
     ];
     entries
         .into_iter()
         .filter(|(_, name)| {
-            let op = name.split(':').next().unwrap_or(name);
+            let op = TensorName::parse(name).map_or(*name, |name| name.op);
             module.graph.find(op).is_none()
         })
         .map(|(field, name)| Finding {

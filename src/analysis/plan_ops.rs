@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use saveplan_ir::{AttrValue, Graph, Op, OpId};
+use saveplan_ir::saver_ops::{self, merge_v2, save_v2};
+use saveplan_ir::{Graph, Op, OpId};
 
 use super::Problem;
 
@@ -87,42 +88,21 @@ impl PlanOps {
     }
 }
 
-/// The data input of `op` at `slot`.
-pub(super) fn input_at(graph: &Graph, op: OpId, slot: u32) -> Option<OpId> {
-    graph
-        .inputs(op)
-        .into_iter()
-        .find(|(input, _)| *input == slot)
-        .map(|(_, input)| input.src)
-}
-
-/// The strings of the string constant feeding `op` at `slot`.
-fn const_strings(graph: &Graph, op: OpId, slot: u32) -> Option<Vec<String>> {
-    let src = input_at(graph, op, slot)?;
-    let node = graph.op(src);
-    if node.op != Op::Const {
-        return None;
-    }
-    let Some(AttrValue::Tensor(tensor)) = node.attrs.get("value") else {
-        return None;
-    };
-    let strings = tensor.strings()?;
-    Some(
-        strings
-            .iter()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect(),
-    )
-}
-
+/// The prefix and the (key, slice spec) entries of a `SaveV2` or `RestoreV2`, when its names
+/// are string constants, one per dtype.
 fn save_op(graph: &Graph, id: OpId) -> Option<SaveOp> {
-    let names = const_strings(graph, id, 1)?;
-    let slices = const_strings(graph, id, 2)?;
+    let n_tensors = saver_ops::dtypes(graph.op(id))?.len();
+    let strings = |slot| {
+        let src = graph.input_at(id, slot)?.src;
+        saver_ops::const_strings(graph.op(src), n_tensors)
+    };
+    let names = strings(save_v2::TENSOR_NAMES)?;
+    let slices = strings(save_v2::SHAPE_AND_SLICES)?;
     if names.len() != slices.len() {
         return None;
     }
     Some(SaveOp {
-        prefix: input_at(graph, id, 0),
+        prefix: input(graph, id, save_v2::PREFIX),
         entries: names
             .into_iter()
             .zip(slices)
@@ -133,10 +113,10 @@ fn save_op(graph: &Graph, id: OpId) -> Option<SaveOp> {
 
 /// The data inputs of the `Pack` (through `Identity` ops) feeding a merge's first input.
 fn merged_prefixes(graph: &Graph, merge: OpId) -> Vec<OpId> {
-    let mut src = input_at(graph, merge, 0);
+    let mut src = input(graph, merge, merge_v2::CHECKPOINT_PREFIXES);
     while let Some(id) = src {
         match graph.op(id).op {
-            Op::Identity => src = input_at(graph, id, 0),
+            Op::Identity => src = input(graph, id, 0),
             Op::Pack => {
                 return graph
                     .inputs(id)
@@ -148,4 +128,9 @@ fn merged_prefixes(graph: &Graph, merge: OpId) -> Vec<OpId> {
         }
     }
     Vec::new()
+}
+
+/// The op feeding data input `slot` of `op`.
+fn input(graph: &Graph, op: OpId, slot: u32) -> Option<OpId> {
+    graph.input_at(op, slot).map(|input| input.src)
 }

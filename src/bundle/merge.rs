@@ -12,27 +12,34 @@ use super::reader::{RawIndex, read_index};
 use super::writer::{WriteOptions, sync_dir, write_index};
 use super::{data_path, index_path};
 
-/// Options of [`merge_bundles`], named after MergeV2Checkpoints' attributes. The default is the
-/// op's: `delete_old_dirs = true`, `allow_missing_files = false`, no fsync.
+/// The attributes of `MergeV2Checkpoints`. The default is the op's: `delete_old_dirs = true`,
+/// `allow_missing_files = false`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MergeOptions {
+pub struct MergeFlags {
     /// Afterwards remove each source's directory if it is empty and differs from the
     /// destination's directory.
     pub delete_old_dirs: bool,
     /// Skip sources whose index does not exist instead of failing.
     pub allow_missing_files: bool,
-    /// How the merged index is written.
-    pub write: WriteOptions,
 }
 
-impl Default for MergeOptions {
-    fn default() -> Self {
-        MergeOptions {
+impl Default for MergeFlags {
+    fn default() -> MergeFlags {
+        MergeFlags {
             delete_old_dirs: true,
             allow_missing_files: false,
-            write: WriteOptions::default(),
         }
     }
+}
+
+/// Options of [`merge_bundles`]: the op's attributes and how the merged index is written. The
+/// default is the op's defaults, no fsync.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MergeOptions {
+    /// `MergeV2Checkpoints`' attributes.
+    pub flags: MergeFlags,
+    /// How the merged index is written.
+    pub write: WriteOptions,
 }
 
 /// Merges the bundles at `sources` into one bundle at `dest`. Unlike TensorFlow, merging a
@@ -78,7 +85,7 @@ fn merge_with_rename<P: AsRef<Path>>(
         let source = source.as_ref();
         match read_index(&index_path(source)) {
             Ok(raw) => present.push((source.to_path_buf(), raw)),
-            Err(BundleError::IndexNotFound { .. }) if options.allow_missing_files => {}
+            Err(BundleError::IndexNotFound { .. }) if options.flags.allow_missing_files => {}
             Err(BundleError::IndexNotFound { .. }) => {
                 return Err(BundleError::MergeSourceMissing {
                     path: source.to_path_buf(),
@@ -150,7 +157,7 @@ fn merge_with_rename<P: AsRef<Path>>(
         let index = index_path(source);
         std::fs::remove_file(&index).map_err(|err| BundleError::io(&index, "delete", err))?;
     }
-    if options.delete_old_dirs {
+    if options.flags.delete_old_dirs {
         let dest_dir = parent_dir(dest);
         for (source, _) in &present {
             let dir = parent_dir(source);

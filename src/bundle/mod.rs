@@ -65,7 +65,7 @@ use std::path::{Path, PathBuf};
 pub use dtype::DType;
 pub use element::{Element, decode_element, element_json};
 pub use error::{BundleError, Result};
-pub use merge::{MergeOptions, merge_bundles};
+pub use merge::{MergeFlags, MergeOptions, merge_bundles};
 pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};
 pub use slice::{Extent, ShapeAndSlice, SliceError, TensorSlice};
 pub use writer::{BundleWriter, TensorStream, TensorValues, WriteOptions};

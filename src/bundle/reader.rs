@@ -183,7 +183,7 @@ impl BundleReader {
                     .expect("slice entries carry their slice");
                 let shape = slice
                     .slice_shape(&full.shape)
-                    .map_err(|err| bad_entry(&index_path, name, &err.detail))?;
+                    .map_err(|err| bad_entry(&index_path, name, &err.to_string()))?;
                 if shape != stored.shape || stored.dtype != full.dtype {
                     return Err(bad_entry(
                         &index_path,
@@ -337,7 +337,7 @@ impl BundleReader {
             spec: spec.to_string(),
             detail,
         };
-        let parsed = ShapeAndSlice::parse(spec).map_err(|err| bad_spec(err.detail))?;
+        let parsed = ShapeAndSlice::parse(spec).map_err(|err| bad_spec(err.to_string()))?;
         if parsed.full_shape != entry.shape {
             return Err(bad_spec(format!(
                 "shape {:?} differs from the stored shape {:?}",
@@ -442,7 +442,7 @@ impl BundleReader {
                 path: self.index_path.clone(),
                 key: entry.key.clone(),
                 spec: slice.to_string(),
-                detail: err.detail,
+                detail: err.to_string(),
             })
     }
 
@@ -897,7 +897,7 @@ fn convert_entry(
     let lossy = String::from_utf8_lossy(key);
     let (name, slice) = if key.first() == Some(&0) {
         let (name, slice) =
-            decode_slice_key(key).map_err(|err| bad_entry(path, &lossy, &err.detail))?;
+            decode_slice_key(key).map_err(|err| bad_entry(path, &lossy, &err.to_string()))?;
         (name, Some(slice))
     } else {
         let name = String::from_utf8(key.to_vec())
@@ -928,7 +928,7 @@ fn convert_entry(
         .iter()
         .map(|slice| {
             let slice = slice_from_proto(slice).ok_or_else(|| bad("negative slice extent"))?;
-            slice.resolve(&shape).map_err(|err| bad(&err.detail))?;
+            slice.resolve(&shape).map_err(|err| bad(&err.to_string()))?;
             Ok(slice)
         })
         .collect::<Result<Vec<_>>>()?;

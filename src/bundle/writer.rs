@@ -150,14 +150,14 @@ impl BundleWriter {
         };
         let slice_shape = slice
             .slice_shape(full_shape)
-            .map_err(|err| bad_spec(err.detail))?;
+            .map_err(|err| bad_spec(err.to_string()))?;
         if slice.is_full_for(full_shape) {
             return self.add_values(key, dtype, full_shape, values);
         }
         self.check_size(key, dtype, &slice_shape, values)?;
         let region = slice
             .resolve(full_shape)
-            .map_err(|err| bad_spec(err.detail))?;
+            .map_err(|err| bad_spec(err.to_string()))?;
         if let Some((full, regions)) = self.sliced.get(key) {
             if full.dtype != dtype.number() || full.shape != Some(shape_proto(full_shape)) {
                 return Err(self.conflict(key, "slices disagree on dtype or full shape".into()));
@@ -206,11 +206,11 @@ impl BundleWriter {
             spec: spec.to_string(),
             detail,
         };
-        let parsed = ShapeAndSlice::parse(spec).map_err(|err| bad_spec(err.detail))?;
+        let parsed = ShapeAndSlice::parse(spec).map_err(|err| bad_spec(err.to_string()))?;
         let slice_shape = parsed
             .slice
             .slice_shape(&parsed.full_shape)
-            .map_err(|err| bad_spec(err.detail))?;
+            .map_err(|err| bad_spec(err.to_string()))?;
         if slice_shape != shape {
             return Err(bad_spec(format!(
                 "slice shape {slice_shape:?} differs from the tensor's shape {shape:?}"

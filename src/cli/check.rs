@@ -5,13 +5,13 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use clap::Args as ClapArgs;
-use saveplan::analysis::{SaverNames, check_module, check_saver_names};
+use saveplan::analysis::{check_module, check_saver_names};
 use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
 use saveplan_ir::{Library, Module};
 use saveplan_proto::tensorflow::SaverDef;
 
-use super::compile::{compile_file, one_line};
+use super::common::{compile_file, one_line};
 
 /// Check a plan: a spec file (`.json`, checked in its flat form) or a GraphDef, MetaGraphDef
 /// or FunctionDef (`.pb` / `.pbtxt`).
@@ -27,12 +27,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (module, saver_def) = read_plan(&args.file)?;
     let mut findings = check_module(&module);
     if let Some(saver_def) = &saver_def {
-        let names = SaverNames {
-            filename_tensor_name: &saver_def.filename_tensor_name,
-            save_tensor_name: &saver_def.save_tensor_name,
-            restore_op_name: &saver_def.restore_op_name,
-        };
-        findings.extend(check_saver_names(&module, &names));
+        let saver_def = saveplan_ir::SaverDef::v2(
+            saver_def.filename_tensor_name.clone(),
+            saver_def.save_tensor_name.clone(),
+            saver_def.restore_op_name.clone(),
+        );
+        findings.extend(check_saver_names(&module, &saver_def));
     }
     let file = args.file.display();
     if findings.is_empty() {

@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args as ClapArgs, ValueEnum};
-use saveplan::compile::{CompiledPlan, Form, compile};
+use saveplan::compile::{CompiledPlan, Form};
 use saveplan::export::{self, MessageKind, ProtoMessage};
-use saveplan::trace::spec::SpecFile;
 use std::io::Write as _;
+
+use super::common::{compile_file, one_line};
 
 /// Compile a spec file into a MetaGraphDef, SaverDef, canonical IR text and DOT.
 #[derive(Debug, ClapArgs)]
@@ -77,19 +78,6 @@ impl Drop for Phases {
     }
 }
 
-/// Reads, parses and compiles a spec file; errors name the file and fit on one line.
-pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<CompiledPlan> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| one_line(&err))
-        .with_context(|| format!("{}: cannot read spec file", path.display()))?;
-    let spec = SpecFile::parse(&text)
-        .map_err(|err| one_line(&err))
-        .with_context(|| path.display().to_string())?;
-    compile(&spec, form)
-        .map_err(|err| one_line(&err))
-        .with_context(|| path.display().to_string())
-}
-
 fn write_outputs(dir: &Path, plan: &CompiledPlan, phases: &Phases) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
@@ -137,16 +125,4 @@ fn write_text(
     result
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot write file", path.display()))
-}
-
-/// Flattens an error and its sources into one line, `outer: inner: innermost`.
-pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    anyhow::Error::msg(line.split_whitespace().collect::<Vec<_>>().join(" "))
 }

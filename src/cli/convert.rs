@@ -7,8 +7,8 @@ use anyhow::{Context, bail};
 use safetensors::tensor::{SafeTensors, TensorView};
 use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
 
+use super::common::progress_bar;
 use super::values::{from_safetensors, to_safetensors};
-use super::verify::progress_bar;
 
 /// Arguments of `saveplan convert`.
 #[derive(Debug, clap::Args)]

@@ -4,8 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use saveplan::export::{self};
+use saveplan::export;
 use saveplan_ir::Module;
+
+use super::common::one_line;
 
 /// Inspect and convert GraphDef / MetaGraphDef files.
 #[derive(Debug, Args)]
@@ -47,8 +49,8 @@ pub fn run(args: GraphArgs) -> anyhow::Result<ExitCode> {
             print!("{}", saveplan_ir::dot::to_dot(&module));
         }
         GraphCommand::Convert { input, output } => {
-            let loaded = export::read_graph_file(&input).map_err(one_line)?;
-            export::write_graph_file(&output, &loaded).map_err(one_line)?;
+            let loaded = export::read_graph_file(&input).map_err(|err| one_line(&err))?;
+            export::write_graph_file(&output, &loaded).map_err(|err| one_line(&err))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -57,7 +59,7 @@ pub fn run(args: GraphArgs) -> anyhow::Result<ExitCode> {
 /// Reads a file holding a graph; a lone function becomes the library of an empty module.
 fn read_module(path: &Path) -> anyhow::Result<Module> {
     export::read_graph_file(path)
-        .map_err(one_line)?
+        .map_err(|err| one_line(&err))?
         .into_module()
         .ok_or_else(|| {
             anyhow::anyhow!(
@@ -65,16 +67,4 @@ fn read_module(path: &Path) -> anyhow::Result<Module> {
                 path.display()
             )
         })
-}
-
-/// Flattens an error and its sources into one line, `outer: inner: innermost`.
-fn one_line(err: export::FileError) -> anyhow::Error {
-    let mut line = err.to_string();
-    let mut source = std::error::Error::source(&err);
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    anyhow::Error::msg(line.split_whitespace().collect::<Vec<_>>().join(" "))
 }

@@ -3,9 +3,9 @@
 use clap::{Parser, Subcommand};
 
 mod check;
+mod common;
 mod compile;
 mod convert;
-mod eager;
 mod graph;
 mod inspect;
 mod restore;

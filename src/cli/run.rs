@@ -18,10 +18,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use saveplan::export::{Loaded, read_graph_file};
-use saveplan::session::{SaverTargets, Session};
+use saveplan::session::{Session, infer_targets, meta_graph_targets};
+use saveplan_ir::SaverNames;
 
-use super::restore::restore_to_file;
-use super::save::save;
+use super::common::{BackendArg, restore_to_file, save};
 use super::values::read_values;
 
 /// Arguments of `saveplan run`.
@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     #[command(flatten)]
-    backend: super::values::BackendArg,
+    backend: BackendArg,
 }
 
 /// Runs `saveplan run`.
@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Loaded::MetaGraph(meta) => {
             let targets = match &args.saver_def {
                 Some(path) => saver_def_targets(path)?,
-                None => SaverTargets::of_meta_graph(&meta)
+                None => meta_graph_targets(&meta)
                     .with_context(|| format!("{}", args.graph.display()))?,
             };
             Session::new(&meta.module, targets, options)
@@ -69,8 +69,9 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Loaded::Graph(module) => {
             let targets = match &args.saver_def {
                 Some(path) => saver_def_targets(path)?,
-                None => SaverTargets::infer(&module)
-                    .with_context(|| format!("{}", args.graph.display()))?,
+                None => {
+                    infer_targets(&module).with_context(|| format!("{}", args.graph.display()))?
+                }
             };
             Session::new(&module, targets, options)
         }
@@ -93,9 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// The targets of a SaverDef file.
-fn saver_def_targets(path: &std::path::Path) -> anyhow::Result<SaverTargets> {
+fn saver_def_targets(path: &std::path::Path) -> anyhow::Result<SaverNames> {
     match read_graph_file(path)? {
-        Loaded::Saver(saver) => Ok(SaverTargets {
+        Loaded::Saver(saver) => Ok(SaverNames {
             filename_tensor_name: saver.filename_tensor_name,
             save_target: saver.save_tensor_name,
             restore_targets: vec![saver.restore_op_name],

@@ -1,28 +1,15 @@
-//! Value files of `save`, `restore` and `run`: `.safetensors` files (or checkpoint prefixes)
-//! read into tensors by key, tensors by key written as `.safetensors`, progress bars over a
-//! plan's tensors, and the `--mode`/`--backend` options the three commands share.
+//! Value files of `save`, `restore`, `run` and `convert`: `.safetensors` files (or checkpoint
+//! prefixes) read into tensors by key, tensors by key written as `.safetensors`, and the
+//! mapping between TensorFlow and safetensors dtypes.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Context, bail};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use saveplan::bundle::{BundleReader, Values, index_path};
-use saveplan::exec::{Backend, HostTensor, StepEvent};
-use saveplan::session::CheckpointTensor;
+use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
-
-/// `--mode`: how the plan is run.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// A graph run like a TensorFlow session: the prefix fed, the save tensor fetched.
-    #[default]
-    Graph,
-    /// Eager TensorFlow's `MultiDeviceSaver`: ops run as they are traced on one task; on
-    /// several tasks the call is traced into a function (reported on stderr) and run.
-    Eager,
-}
 
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
 /// which safetensors cannot hold).
@@ -102,55 +89,6 @@ pub fn write_safetensors(
     Ok(())
 }
 
-/// The observer a session run takes, called after every step.
-pub type Observer<'a> = Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>;
-
-/// Runs `run` (a session's save or restore, given an observer) with a progress bar over the
-/// parts of `tensors` when stderr is a terminal, and without one otherwise.
-pub fn with_progress<E>(
-    tensors: &BTreeMap<String, CheckpointTensor>,
-    what: &'static str,
-    run: impl FnOnce(Observer<'_>) -> Result<(), E>,
-) -> Result<(), E> {
-    let n_tensors = tensors
-        .values()
-        .map(|tensor| tensor.parts.len() as u64)
-        .sum();
-    match tensor_progress(n_tensors, what) {
-        Some((bar, observer)) => {
-            let result = run(Some(&observer));
-            bar.finish_and_clear();
-            result
-        }
-        None => run(None),
-    }
-}
-
-/// A progress bar over `n_tensors` tensors, advanced by the `SaveV2`/`RestoreV2` steps of a
-/// run; `None` unless stderr is a terminal.
-fn tensor_progress(
-    n_tensors: u64,
-    what: &'static str,
-) -> Option<(indicatif::ProgressBar, impl Fn(&StepEvent<'_>) + Sync)> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(n_tensors);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} tensors")
-            .map(|style| style.progress_chars("=> "))
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar.set_message(what);
-    let handle = bar.clone();
-    let observer = move |event: &StepEvent<'_>| match event.step.op_type.as_str() {
-        "SaveV2" => handle.inc(event.step.inputs.len().saturating_sub(3) as u64),
-        "RestoreV2" => handle.inc(event.outputs.len() as u64),
-        _ => {}
-    };
-    Some((bar, observer))
-}
-
 /// The safetensors dtype holding the same bytes as a TF dtype, if there is one.
 pub(super) fn to_safetensors(dtype: DType) -> Option<Dtype> {
     Some(match dtype {
@@ -182,26 +120,4 @@ pub(super) fn from_safetensors(dtype: Dtype) -> Option<DType> {
         .iter()
         .copied()
         .find(|&candidate| to_safetensors(candidate) == Some(dtype))
-}
-
-/// `--backend`: which executor runs the plan.
-#[derive(Debug, clap::Args)]
-pub struct BackendArg {
-    /// The executor: `interp` (the reference interpreter) or `jit` (cranelift).
-    #[arg(long, default_value = "interp")]
-    backend: String,
-}
-
-impl BackendArg {
-    /// The session options for the chosen backend.
-    pub fn options(&self) -> anyhow::Result<saveplan::session::SessionOptions> {
-        let backend: Backend = self.backend.parse()?;
-        if !backend.is_available() {
-            bail!("backend `{backend}` is not available in this build");
-        }
-        Ok(saveplan::session::SessionOptions {
-            backend,
-            ..saveplan::session::SessionOptions::default()
-        })
-    }
 }

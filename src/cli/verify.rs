@@ -1,10 +1,11 @@
 //! `saveplan verify PREFIX`: reads every tensor of a checkpoint and checks every checksum;
 //! exits 0 only if all are good and names each bad key otherwise.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use saveplan::bundle::BundleReader;
+
+use super::common::progress_bar;
 
 /// Arguments of `saveplan verify`.
 #[derive(Debug, clap::Args)]
@@ -61,20 +62,4 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         println!("{n_bad} of {n_tensors} tensors are bad");
         Ok(std::process::ExitCode::FAILURE)
     }
-}
-
-/// A byte-progress bar on stderr, only when stderr is a terminal.
-pub fn progress_bar(total_bytes: u64, what: &'static str) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total_bytes);
-    let style = indicatif::ProgressStyle::with_template(
-        "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
-    )
-    .map(|style| style.progress_chars("=> "))
-    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-    bar.set_style(style);
-    bar.set_message(what);
-    Some(bar)
 }

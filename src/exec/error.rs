@@ -155,22 +155,16 @@ pub enum ExecError {
         #[source]
         source: Box<KernelError>,
     },
-    /// A backend name other than `interp` or `jit`.
-    #[error("unknown backend `{name}` (expected `interp` or `jit`)")]
-    UnknownBackend {
-        /// The name given.
-        name: String,
-    },
     /// A backend this build does not include.
     #[error("backend `{backend}` is not built in (enable the cargo feature `{backend}`)")]
     BackendUnavailable {
         /// The backend asked for.
-        backend: super::executor::Backend,
+        backend: super::backend::Backend,
     },
     /// Generating native code for a plan failed.
     #[cfg(feature = "jit")]
     #[error("cannot compile the plan to native code")]
-    Jit(#[from] crate::jit::JitError),
+    Jit(#[from] super::jit::JitError),
 }
 
 /// What one kernel found wrong with its inputs or its effect; the scheduler wraps it in
@@ -229,7 +223,7 @@ pub enum KernelError {
     Checkpoint {
         /// The backend's error.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: Box<super::io::IoError>,
     },
     /// A called function failed.
     #[error("in function `{function}`")]

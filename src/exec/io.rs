@@ -6,13 +6,59 @@
 
 use saveplan_ir::DType;
 
-use super::tensor::{HostTensor, TensorData};
+use super::tensor::{HostTensor, TensorData, TensorError};
+pub use crate::bundle::MergeFlags;
 use crate::bundle::{
-    self, BundleReader, BundleWriter, MergeOptions, TensorValues, Values, WriteOptions,
+    self, BundleError, BundleReader, BundleWriter, MergeOptions, TensorValues, Values, WriteOptions,
 };
 
-/// The error type backends report; the kernel wraps it with the op's name and device.
-pub type IoError = Box<dyn std::error::Error + Send + Sync>;
+/// What a checkpoint backend reports; the kernel wraps it with the op's name and device.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// Reading, writing or merging bundle files failed.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// A resource tensor (a variable handle) given to `SaveV2`.
+    #[error("cannot save resource tensor `{key}`")]
+    ResourceTensor {
+        /// The checkpoint key.
+        key: String,
+    },
+    /// A dtype the bundle format cannot store.
+    #[error("cannot store {dtype} tensors in a bundle")]
+    UnstorableDType {
+        /// The dtype.
+        dtype: DType,
+    },
+    /// A dimension past `i64`, which a bundle cannot record.
+    #[error("tensor `{key}` has a dimension past 2^63")]
+    ShapeOutOfRange {
+        /// The checkpoint key.
+        key: String,
+    },
+    /// A stored tensor of another dtype than the op declares.
+    #[error("tensor `{key}` is {stored} in the checkpoint, expected {expected}")]
+    DTypeMismatch {
+        /// The checkpoint key.
+        key: String,
+        /// The dtype in the checkpoint.
+        stored: DType,
+        /// The dtype the op declares.
+        expected: DType,
+    },
+    /// A stored value that does not make a host tensor.
+    #[error("tensor `{key}`")]
+    Tensor {
+        /// The checkpoint key.
+        key: String,
+        /// Why.
+        #[source]
+        source: TensorError,
+    },
+    /// A failure of a backend other than the bundle (its own files, a network store).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
 
 /// Reads and writes checkpoint bundles. Implementations must be usable from several threads at
 /// once: ops on different device queues may save different shards concurrently.
@@ -29,12 +75,7 @@ pub trait CheckpointIo: Sync {
     ) -> Result<Vec<HostTensor>, IoError>;
 
     /// Merges the bundles at `sources` into one at `destination` (`MergeV2Checkpoints`).
-    fn merge(
-        &self,
-        sources: &[&str],
-        destination: &str,
-        options: MergeFlags,
-    ) -> Result<(), IoError>;
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError>;
 }
 
 /// One tensor (or slice) for [`CheckpointIo::save`].
@@ -59,25 +100,6 @@ pub struct RestoreRequest<'a> {
     pub dtype: DType,
 }
 
-/// The attributes of `MergeV2Checkpoints`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MergeFlags {
-    /// Remove each source's directory afterwards if it is empty and not the destination's.
-    pub delete_old_dirs: bool,
-    /// Skip missing sources instead of failing.
-    pub allow_missing_files: bool,
-}
-
-impl Default for MergeFlags {
-    /// TensorFlow's attribute defaults: `delete_old_dirs = true`, `allow_missing_files = false`.
-    fn default() -> MergeFlags {
-        MergeFlags {
-            delete_old_dirs: true,
-            allow_missing_files: false,
-        }
-    }
-}
-
 /// Writes, reads and merges TensorFlow V2 bundles on the local file system, byte-identical to
 /// TensorFlow's `SaveV2` and `MergeV2Checkpoints` (see [`crate::bundle`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,12 +114,16 @@ impl CheckpointIo for BundleIo {
         for request in tensors {
             let tensor = request.tensor;
             let dtype = bundle_dtype(tensor.dtype())?;
-            let shape = bundle_shape(tensor.shape())?;
+            let shape = bundle_shape(tensor.shape()).ok_or_else(|| IoError::ShapeOutOfRange {
+                key: request.name.to_owned(),
+            })?;
             let values = match tensor.data() {
                 TensorData::Bytes(bytes) => TensorValues::Bytes(bytes),
                 TensorData::Strings(strings) => TensorValues::Strings(strings),
                 TensorData::Resources(_) => {
-                    return Err(format!("cannot save resource tensor `{}`", request.name).into());
+                    return Err(IoError::ResourceTensor {
+                        key: request.name.to_owned(),
+                    });
                 }
             };
             writer.add_with_spec(request.name, dtype, &shape, request.shape_and_slice, values)?;
@@ -117,34 +143,29 @@ impl CheckpointIo for BundleIo {
             let tensor = reader.read_spec(request.name, request.shape_and_slice)?;
             let dtype = tensor.dtype;
             if dtype != request.dtype {
-                return Err(format!(
-                    "tensor `{}` is {dtype} in the checkpoint, expected {}",
-                    request.name, request.dtype
-                )
-                .into());
+                return Err(IoError::DTypeMismatch {
+                    key: request.name.to_owned(),
+                    stored: dtype,
+                    expected: request.dtype,
+                });
             }
-            let shape = tensor
-                .shape
-                .iter()
-                .map(|&dim| u64::try_from(dim))
-                .collect::<Result<Vec<u64>, _>>()?;
-            out.push(match tensor.values {
-                Values::Bytes(bytes) => HostTensor::from_bytes(dtype, shape, bytes)?,
-                Values::Strings(strings) => HostTensor::from_strings(shape, strings)?,
-            });
+            // The reader checks every stored dimension is non-negative.
+            let shape = tensor.shape.iter().map(|&dim| dim.max(0) as u64).collect();
+            let value = match tensor.values {
+                Values::Bytes(bytes) => HostTensor::from_bytes(dtype, shape, bytes),
+                Values::Strings(strings) => HostTensor::from_strings(shape, strings),
+            };
+            out.push(value.map_err(|source| IoError::Tensor {
+                key: request.name.to_owned(),
+                source,
+            })?);
         }
         Ok(out)
     }
 
-    fn merge(
-        &self,
-        sources: &[&str],
-        destination: &str,
-        options: MergeFlags,
-    ) -> Result<(), IoError> {
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
         let options = MergeOptions {
-            delete_old_dirs: options.delete_old_dirs,
-            allow_missing_files: options.allow_missing_files,
+            flags,
             write: self.write,
         };
         bundle::merge_bundles(sources, destination, options)?;
@@ -157,14 +178,11 @@ fn bundle_dtype(dtype: DType) -> Result<DType, IoError> {
     if bundle::dtype::is_storable(dtype) {
         Ok(dtype)
     } else {
-        Err(format!("cannot store {dtype} tensors in a bundle").into())
+        Err(IoError::UnstorableDType { dtype })
     }
 }
 
-/// A host shape as the bundle's signed dimensions.
-fn bundle_shape(shape: &[u64]) -> Result<Vec<i64>, IoError> {
-    Ok(shape
-        .iter()
-        .map(|&dim| i64::try_from(dim))
-        .collect::<Result<Vec<i64>, _>>()?)
+/// A host shape as the bundle's signed dimensions, if each fits.
+fn bundle_shape(shape: &[u64]) -> Option<Vec<i64>> {
+    shape.iter().map(|&dim| i64::try_from(dim).ok()).collect()
 }

@@ -13,7 +13,7 @@
 //!   calls compile into nested plans.
 //! * [`scheduler`]: runs a plan on rayon, queue by queue, with cancellation on the first error.
 //! * [`executor`]: [`Executor`], a plan prepared for a [`Backend`]: this interpreter or the
-//!   cranelift JIT (`crate::jit`, cargo feature `jit`), which run the same kernels in the same
+//!   cranelift JIT (`crate::exec::jit`, cargo feature `jit`), which run the same kernels in the same
 //!   per-device order and write the same bytes.
 //! * [`eager`]: eager mode. [`EagerBuilder`] runs each op as the tracer emits it (the same
 //!   tracing code as graph mode, through [`crate::trace::Builder`]); [`EagerSaver`] saves and
@@ -47,26 +47,25 @@
 //! # }
 //! ```
 
-pub mod eager;
+pub mod backend;
 pub mod error;
 pub mod executor;
-pub mod function_cache;
 pub mod io;
+#[cfg(feature = "jit")]
+pub mod jit;
 pub mod kernels;
 pub mod plan;
 pub mod scheduler;
+pub mod step;
 pub mod tensor;
 pub mod variables;
 
-pub use eager::{EagerBuilder, EagerError, EagerSaver};
+pub use backend::{Backend, UnknownBackend};
 pub use error::{ExecError, KernelError};
-pub use executor::{Backend, Executor};
-pub use function_cache::{
-    CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
-};
+pub use executor::Executor;
 pub use io::{BundleIo, CheckpointIo, IoError, MergeFlags, RestoreRequest, SaveRequest};
 pub use kernels::{Kernel, KernelCx};
-pub use plan::{CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId};
-pub use scheduler::{RunContext, StepEvent};
+pub use plan::{CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId, Work};
+pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
 pub use variables::{VarKey, VariableError, VariableStore};

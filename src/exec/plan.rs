@@ -25,13 +25,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
-use saveplan_ir::signature::signature;
-use saveplan_ir::{AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, Port};
+use saveplan_ir::signature::{self, PortError, signature};
+use saveplan_ir::{
+    AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, TensorName,
+};
 
 use super::error::ExecError;
 use super::kernels::Kernel;
-use super::scheduler::{self, RunContext};
-use super::tensor::HostTensor;
 
 /// The device ops without one (or with a partial one) are resolved against.
 pub const DEFAULT_DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
@@ -68,7 +68,7 @@ pub struct Step {
     /// The queue (device) it runs on.
     pub queue: QueueId,
     /// What it does.
-    pub kernel: Kernel,
+    pub work: Work,
     /// The slots of its data inputs, in signature order.
     pub inputs: Vec<SlotId>,
     /// The slots its outputs are written to, in signature order.
@@ -77,6 +77,22 @@ pub struct Step {
     pub deps: Vec<StepId>,
     /// The steps that list this one in their `deps`, sorted.
     pub users: Vec<StepId>,
+}
+
+/// What a step does.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// Runs a kernel on its inputs.
+    Kernel(Kernel),
+    /// `StatefulPartitionedCall` / `PartitionedCall`: runs a compiled function body with the
+    /// call's inputs as its feeds; its fetches are the call's outputs. Each backend runs the
+    /// body its own way (the interpreter as a nested plan, the JIT as nested native code).
+    Call {
+        /// The called function's name.
+        function: String,
+        /// Its body, compiled with the call's inputs as feeds and outputs as fetches.
+        plan: Arc<CompiledPlan>,
+    },
 }
 
 /// The steps of one device, in schedule order.
@@ -166,16 +182,6 @@ impl CompiledPlan {
         compiler.compile_function(found, n_args)
     }
 
-    /// Runs the plan on the current rayon pool with `feeds` in compile order, returning the
-    /// fetched tensors in target order (targets naming ops contribute no value).
-    pub fn run(
-        &self,
-        run: &RunContext<'_>,
-        feeds: Vec<HostTensor>,
-    ) -> Result<Vec<HostTensor>, ExecError> {
-        scheduler::run(self, run, feeds)
-    }
-
     /// The steps, in topological order.
     pub fn steps(&self) -> &[Step] {
         &self.steps
@@ -248,7 +254,7 @@ impl CompiledPlan {
         }
         writeln!(f, "{indent}fetch {}", slots(&self.fetches))?;
         for (index, step) in self.steps.iter().enumerate() {
-            if let Kernel::Call { function, plan } = &step.kernel {
+            if let Work::Call { function, plan } = &step.work {
                 writeln!(f, "{indent}call #{index} {function} {{")?;
                 plan.write_indented(f, &format!("{indent}  "))?;
                 writeln!(f, "{indent}}}")?;
@@ -415,19 +421,19 @@ impl Compiler<'_> {
                 deps.insert(builder.step_of[&src]);
             }
         }
-        let kernel = self.resolve_kernel(node, &device, n_inputs)?;
+        let work = self.resolve_work(node, &device, n_inputs)?;
         let n_outputs = n_outputs(node)?;
-        builder.push(id, node, kernel, device, inputs, n_outputs, deps);
+        builder.push(id, node, work, device, inputs, n_outputs, deps);
         Ok(())
     }
 
-    /// The kernel of `node`, compiling called functions.
-    fn resolve_kernel(
+    /// What `node` does: its kernel, or a call of a compiled function body.
+    fn resolve_work(
         &self,
         node: &OpNode,
         device: &str,
         n_inputs: usize,
-    ) -> Result<Kernel, ExecError> {
+    ) -> Result<Work, ExecError> {
         match node.op {
             Op::Placeholder | Op::Arg => Err(ExecError::Unfed {
                 name: node.name.clone(),
@@ -435,17 +441,17 @@ impl Compiler<'_> {
             Op::StatefulPartitionedCall | Op::PartitionedCall => {
                 self.compile_call(node, device, n_inputs)
             }
-            _ => Kernel::resolve(node),
+            _ => Kernel::resolve(node).map(Work::Kernel),
         }
     }
 
-    /// Compiles the function a call op names into a [`Kernel::Call`].
+    /// Compiles the function a call op names into a [`Work::Call`].
     fn compile_call(
         &self,
         node: &OpNode,
         device: &str,
         n_inputs: usize,
-    ) -> Result<Kernel, ExecError> {
+    ) -> Result<Work, ExecError> {
         let name = match node.attrs.get("f") {
             Some(AttrValue::Func(func)) => func.name.clone(),
             _ => {
@@ -481,7 +487,7 @@ impl Compiler<'_> {
                 function: name.clone(),
                 source: Box::new(err),
             })?;
-        Ok(Kernel::Call {
+        Ok(Work::Call {
             function: name,
             plan: Arc::new(plan),
         })
@@ -560,7 +566,7 @@ impl PlanBuilder {
         &mut self,
         id: OpId,
         node: &OpNode,
-        kernel: Kernel,
+        work: Work,
         device: String,
         inputs: Vec<SlotId>,
         n_outputs: usize,
@@ -590,7 +596,7 @@ impl PlanBuilder {
             name: node.name.clone(),
             op_type: node.op.type_name().to_owned(),
             queue: QueueId(queue as u32),
-            kernel,
+            work,
             inputs,
             outputs: outputs.clone(),
             deps: deps.into_iter().collect(),
@@ -603,16 +609,15 @@ impl PlanBuilder {
 
 /// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`).
 fn parse_target(graph: &Graph, text: &str, op_allowed: bool) -> Result<Target, ExecError> {
-    let (name, output) = match text.rsplit_once(':') {
-        Some((name, index)) => match index.parse::<u32>() {
-            Ok(index) => (name, Some(index)),
-            Err(_) => {
-                return Err(ExecError::BadTensorName {
-                    name: text.to_owned(),
-                });
-            }
-        },
-        None => (text, None),
+    let bad = || ExecError::BadTensorName {
+        name: text.to_owned(),
+    };
+    let parsed = TensorName::parse(text).map_err(|_| bad())?;
+    let name = parsed.op;
+    let output = match parsed.output {
+        None => None,
+        Some(OutputRef::Index(index)) => Some(index),
+        Some(OutputRef::Named { .. }) => return Err(bad()),
     };
     let id = graph.find(name).ok_or_else(|| ExecError::UnknownOp {
         name: name.to_owned(),
@@ -635,21 +640,10 @@ fn parse_target(graph: &Graph, text: &str, op_allowed: bool) -> Result<Target, E
 
 /// Parses a function `ret` value (`node:arg:index`, `node:index` or an argument name).
 fn parse_ret(body: &Graph, ret: &str) -> Option<Target> {
-    let parts: Vec<&str> = ret.split(':').collect();
-    let id = body.find(parts[0])?;
+    let name = TensorName::parse(ret).ok()?;
+    let id = body.find(name.op)?;
     let node = body.op(id);
-    let output = match parts.as_slice() {
-        [_] => 0,
-        [_, index] => index.parse().ok()?,
-        [_, arg, index] => {
-            let port = Port::Named {
-                arg: (*arg).to_owned(),
-                index: index.parse().ok()?,
-            };
-            resolve_port(node, &port).ok()?
-        }
-        _ => return None,
-    };
+    let output = resolve_port(node, &name.port()).ok()?;
     (output < n_outputs(node).ok()? as u32).then_some(Target::Tensor(id, output))
 }
 
@@ -741,15 +735,6 @@ fn declared_dtype(node: &OpNode) -> Option<DType> {
     }
 }
 
-/// The value of an attr that sizes an argument: an int, or a list's length.
-fn attr_len(node: &OpNode) -> impl Fn(&str) -> Option<usize> + '_ {
-    |name| match node.attrs.get(name) {
-        Some(AttrValue::I(n)) => usize::try_from(*n).ok(),
-        Some(AttrValue::List(list)) => Some(list.len()),
-        _ => None,
-    }
-}
-
 /// The number of outputs of `node`.
 fn n_outputs(node: &OpNode) -> Result<usize, ExecError> {
     arity(node, false)
@@ -769,7 +754,7 @@ fn arity(node: &OpNode, inputs: bool) -> Result<usize, ExecError> {
         name: node.name.clone(),
         op_type: node.op.type_name().to_owned(),
     })?;
-    let lens = attr_len(node);
+    let lens = |name: &str| signature::attr_len(&node.attrs, name);
     let result = if inputs {
         sig.num_inputs(&lens)
     } else {
@@ -787,23 +772,16 @@ fn arity(node: &OpNode, inputs: bool) -> Result<usize, ExecError> {
 
 /// The flat output index a port of `node` names.
 fn resolve_port(node: &OpNode, port: &Port) -> Result<u32, ExecError> {
-    match port {
-        Port::Index(index) => Ok(*index),
-        Port::Named { arg, index } => {
-            let bad = |reason: String| ExecError::BadTensorName {
-                name: format!("{}:{arg}:{index}: {reason}", node.name),
-            };
-            if node.op == Op::Arg {
-                return Err(bad("arguments have one output".to_owned()));
-            }
-            let sig = signature(node.op.type_name()).ok_or_else(|| ExecError::UnsupportedOp {
-                name: node.name.clone(),
-                op_type: node.op.type_name().to_owned(),
-            })?;
-            let flat = sig
-                .output_index(arg, *index as usize, &attr_len(node))
-                .map_err(|err| bad(err.to_string()))?;
-            Ok(flat as u32)
-        }
-    }
+    signature::flat_output(node, port).map_err(|err| match (err, port) {
+        (PortError::UnknownSignature { op_type }, _) => ExecError::UnsupportedOp {
+            name: node.name.clone(),
+            op_type,
+        },
+        (err, Port::Named { arg, index }) => ExecError::BadTensorName {
+            name: format!("{}:{arg}:{index}: {err}", node.name),
+        },
+        (err, Port::Index(index)) => ExecError::BadTensorName {
+            name: format!("{}:{index}: {err}", node.name),
+        },
+    })
 }

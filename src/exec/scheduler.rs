@@ -22,63 +22,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use super::error::{ExecError, KernelError};
-use super::io::CheckpointIo;
-use super::kernels::KernelCx;
-use super::plan::{CompiledPlan, Step, StepId};
+use super::error::ExecError;
+use super::plan::{CompiledPlan, StepId, Work};
+use super::step::{RunContext, fetch, finish_call, lock, prepare_slots, run_kernel};
 use super::tensor::HostTensor;
-use super::variables::VariableStore;
-
-/// What a run of a plan acts on: variables, the checkpoint backend, an observer.
-#[derive(Clone, Copy)]
-pub struct RunContext<'a> {
-    /// The variables `VarHandleOp` and friends use.
-    pub variables: &'a VariableStore,
-    /// Where `SaveV2`, `RestoreV2` and `MergeV2Checkpoints` go; those ops fail without one.
-    pub io: Option<&'a dyn CheckpointIo>,
-    /// Called after each step (function body steps included) finishes successfully.
-    pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
-}
-
-/// A finished step, as an observer sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct StepEvent<'a> {
-    /// The step.
-    pub step: &'a Step,
-    /// The device it ran on.
-    pub device: &'a str,
-    /// Its outputs.
-    pub outputs: &'a [HostTensor],
-}
-
-impl<'a> RunContext<'a> {
-    /// A context with `variables`, no checkpoint backend and no observer.
-    pub fn new(variables: &'a VariableStore) -> RunContext<'a> {
-        RunContext {
-            variables,
-            io: None,
-            observer: None,
-        }
-    }
-
-    /// The same context with checkpoint backend `io`.
-    pub fn with_io(self, io: &'a dyn CheckpointIo) -> RunContext<'a> {
-        RunContext {
-            io: Some(io),
-            ..self
-        }
-    }
-
-    /// The same context with an observer called after every step.
-    pub fn with_observer(self, observer: &'a (dyn Fn(&StepEvent<'_>) + Sync)) -> RunContext<'a> {
-        RunContext {
-            observer: Some(observer),
-            ..self
-        }
-    }
-}
 
 /// The mutable state of one run.
 struct RunState<'p> {
@@ -99,8 +48,21 @@ struct QueueState {
     draining: bool,
 }
 
+impl CompiledPlan {
+    /// Runs the plan on the reference interpreter, on the current rayon pool, with `feeds` in
+    /// compile order, returning the fetched tensors in target order (targets naming ops
+    /// contribute no value). [`super::Executor`] runs it on either backend.
+    pub fn run(
+        &self,
+        cx: &RunContext<'_>,
+        feeds: Vec<HostTensor>,
+    ) -> Result<Vec<HostTensor>, ExecError> {
+        run(self, cx, feeds)
+    }
+}
+
 /// Runs `plan` with `feeds` (in compile order) and returns the fetched tensors.
-pub fn run(
+fn run(
     plan: &CompiledPlan,
     cx: &RunContext<'_>,
     feeds: Vec<HostTensor>,
@@ -200,102 +162,15 @@ impl<'p> RunState<'p> {
                     .expect("a step runs after the producers of its inputs")
             })
             .collect();
-        let outputs = run_kernel(self.cx, step, device, &inputs)?;
+        let outputs = match &step.work {
+            Work::Kernel(kernel) => run_kernel(self.cx, step, device, kernel, &inputs)?,
+            Work::Call { function, plan } => {
+                finish_call(self.cx, step, device, function, run(plan, self.cx, inputs))?
+            }
+        };
         for (slot, value) in step.outputs.iter().zip(outputs) {
             let _ = self.slots[slot.0 as usize].set(value);
         }
         Ok(())
     }
-}
-
-/// Checks `feeds` against the plan and returns the slot table with the feeds stored.
-pub(crate) fn prepare_slots(
-    plan: &CompiledPlan,
-    feeds: Vec<HostTensor>,
-) -> Result<Vec<OnceLock<HostTensor>>, ExecError> {
-    if feeds.len() != plan.feeds().len() {
-        return Err(ExecError::FeedCount {
-            expected: plan.feeds().len(),
-            got: feeds.len(),
-        });
-    }
-    let slots: Vec<OnceLock<HostTensor>> = (0..plan.n_slots()).map(|_| OnceLock::new()).collect();
-    for (feed, value) in plan.feeds().iter().zip(feeds) {
-        if let Some(expected) = feed.dtype.filter(|&dtype| dtype != value.dtype()) {
-            return Err(ExecError::FeedDType {
-                name: feed.name.clone(),
-                expected,
-                got: value.dtype(),
-            });
-        }
-        let _ = slots[feed.slot.0 as usize].set(value);
-    }
-    Ok(slots)
-}
-
-/// The fetched tensors of a finished run, in target order.
-pub(crate) fn fetch(plan: &CompiledPlan, slots: &[OnceLock<HostTensor>]) -> Vec<HostTensor> {
-    plan.fetches()
-        .iter()
-        .map(|slot| {
-            slots[slot.0 as usize]
-                .get()
-                .cloned()
-                .expect("compile gives every fetched slot a producer or a feed")
-        })
-        .collect()
-}
-
-/// Runs the kernel of `step` (on `device`) on `inputs`: everything about a step except where
-/// its values live. Both executors use it, so their errors and observer events are the same.
-pub(crate) fn run_kernel(
-    run: &RunContext<'_>,
-    step: &Step,
-    device: &str,
-    inputs: &[HostTensor],
-) -> Result<Vec<HostTensor>, ExecError> {
-    let cx = KernelCx {
-        run,
-        name: &step.name,
-        device,
-    };
-    finish_step(run, step, device, step.kernel.run(&cx, inputs))
-}
-
-/// Turns what the kernel of `step` returned into the step's result: a kernel error gets the
-/// op's name and device, the number of outputs is checked, and the observer is told.
-pub(crate) fn finish_step(
-    run: &RunContext<'_>,
-    step: &Step,
-    device: &str,
-    result: Result<Vec<HostTensor>, KernelError>,
-) -> Result<Vec<HostTensor>, ExecError> {
-    let op_error = |source: KernelError| ExecError::Op {
-        name: step.name.clone(),
-        device: device.to_owned(),
-        source: Box::new(source),
-    };
-    let outputs = result.map_err(op_error)?;
-    if outputs.len() != step.outputs.len() {
-        return Err(op_error(KernelError::invalid(format!(
-            "produced {} outputs instead of {}",
-            outputs.len(),
-            step.outputs.len()
-        ))));
-    }
-    if let Some(observer) = run.observer {
-        observer(&StepEvent {
-            step,
-            device,
-            outputs: &outputs,
-        });
-    }
-    Ok(outputs)
-}
-
-/// Locks a mutex; a poisoned one is still consistent, since no code panics while holding it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -20,11 +20,14 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use saveplan_ir::signature::signature;
-use saveplan_ir::{AttrValue, DType, Edge, Graph, Input, Module, Op, OpId, OpNode, Port};
+use saveplan_ir::saver_ops::{self, save_v2};
+use saveplan_ir::signature;
+use saveplan_ir::{
+    AttrValue, DType, Edge, Graph, Input, Module, Op, OpId, OpNode, Port, TensorName,
+};
 
-use super::SessionError;
-use crate::exec::{HostTensor, VarKey};
+use super::error::{BadCheckpointOp, SessionError, Unbound};
+use crate::exec::VarKey;
 
 /// One checkpoint tensor (or slice) and the variable it is saved from or restored into.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,9 +81,9 @@ pub fn bind_save(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, Sess
             let dtype = dtypes
                 .get(position)
                 .copied()
-                .ok_or_else(|| bad_op(node, "fewer dtypes than tensor names"))?;
+                .ok_or_else(|| bad_op(node, BadCheckpointOp::FewerDTypes))?;
             let (variable, shape, sliced_by_plan) = walker
-                .value_variable(frame, id, 3 + position as u32)
+                .value_variable(frame, id, save_v2::FIRST_TENSOR + position as u32)
                 .map_err(|reason| SessionError::Unbound {
                     key: key.clone(),
                     op: node.name.clone(),
@@ -115,13 +118,13 @@ pub fn bind_restore(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, S
             let dtype = dtypes
                 .get(position)
                 .copied()
-                .ok_or_else(|| bad_op(node, "fewer dtypes than tensor names"))?;
+                .ok_or_else(|| bad_op(node, BadCheckpointOp::FewerDTypes))?;
             let assigns = assignments.remove(&(position as u32)).unwrap_or_default();
             if assigns.is_empty() {
                 return Err(SessionError::Unbound {
                     key,
                     op: node.name.clone(),
-                    reason: "the restored tensor is not assigned to a variable".to_owned(),
+                    reason: Unbound::NotAssigned,
                 });
             }
             for assign in assigns {
@@ -209,7 +212,7 @@ impl<'m> Walker<'m> {
         } else {
             let mut roots = Vec::with_capacity(targets.len());
             for target in targets {
-                let name = target.split(':').next().unwrap_or(target);
+                let name = TensorName::parse(target).map_or(*target, |name| name.op);
                 roots.push(
                     graph
                         .find(name)
@@ -218,7 +221,7 @@ impl<'m> Walker<'m> {
                         })?,
                 );
             }
-            needed_ops(graph, roots)
+            graph.ancestors(roots).into_iter().collect()
         };
         let mut found = Vec::new();
         self.scan(0, &needed, &wanted, &mut found)?;
@@ -289,37 +292,30 @@ impl<'m> Walker<'m> {
     ) -> Result<(Vec<String>, Vec<String>), SessionError> {
         let graph = self.frames[frame].graph;
         let node = graph.op(id);
+        let limit = dtype_list(node)?.len();
         let names = self
-            .const_strings(frame, id, 1)
-            .ok_or_else(|| bad_op(node, "`tensor_names` is not a constant string vector"))?;
+            .const_strings(frame, id, save_v2::TENSOR_NAMES, limit)
+            .ok_or_else(|| bad_op(node, BadCheckpointOp::NamesNotConstant))?;
         let slices = self
-            .const_strings(frame, id, 2)
-            .ok_or_else(|| bad_op(node, "`shape_and_slices` is not a constant string vector"))?;
+            .const_strings(frame, id, save_v2::SHAPE_AND_SLICES, limit)
+            .ok_or_else(|| bad_op(node, BadCheckpointOp::SlicesNotConstant))?;
         if names.len() != slices.len() {
-            return Err(bad_op(
-                node,
-                "`tensor_names` and `shape_and_slices` differ in length",
-            ));
+            return Err(bad_op(node, BadCheckpointOp::LengthsDiffer));
         }
         Ok((names, slices))
     }
 
-    /// Input `input` of op `id` as UTF-8 strings, if it is a constant (through `Identity`).
-    fn const_strings(&self, frame: usize, id: OpId, input: u32) -> Option<Vec<String>> {
+    /// Input `input` of op `id` as at most `limit` UTF-8 strings, if it is a constant
+    /// (through `Identity`).
+    fn const_strings(
+        &self,
+        frame: usize,
+        id: OpId,
+        input: u32,
+        limit: usize,
+    ) -> Option<Vec<String>> {
         let (frame, src, _) = self.source(frame, id, input).ok()?;
-        let node = self.frames[frame].graph.op(src);
-        if node.op != Op::Const {
-            return None;
-        }
-        let Some(AttrValue::Tensor(tensor)) = node.attrs.get("value") else {
-            return None;
-        };
-        let value = HostTensor::from_const(tensor).ok()?;
-        value
-            .strings()?
-            .iter()
-            .map(|bytes| String::from_utf8(bytes.clone()).ok())
-            .collect()
+        saver_ops::const_strings(self.frames[frame].graph.op(src), limit)
     }
 
     /// The op producing input `input` of `id`, looking through `Identity`-like ops and
@@ -329,17 +325,22 @@ impl<'m> Walker<'m> {
         mut frame: usize,
         mut id: OpId,
         mut input: u32,
-    ) -> Result<(usize, OpId, u32), String> {
+    ) -> Result<(usize, OpId, u32), Unbound> {
         loop {
             let graph = self.frames[frame].graph;
             let node = graph.op(id);
             let inputs = self.inputs_of(frame, id);
             let Some(edge) = inputs.get(input as usize) else {
-                return Err(format!("op `{}` has no input {input}", node.name));
+                return Err(Unbound::NoInput {
+                    op: node.name.clone(),
+                    input,
+                });
             };
             let src = graph.op(edge.src);
-            let output = output_index(src, &edge.output)
-                .ok_or_else(|| format!("op `{}` has no output {:?}", src.name, edge.output))?;
+            let output = output_index(src, &edge.output).ok_or_else(|| Unbound::NoOutput {
+                op: src.name.clone(),
+                port: edge.output.clone(),
+            })?;
             match src.op {
                 Op::Identity => {
                     id = edge.src;
@@ -354,9 +355,16 @@ impl<'m> Walker<'m> {
                         return Ok((frame, edge.src, output));
                     };
                     let index = match src.attrs.get("index") {
-                        Some(AttrValue::I(index)) => u32::try_from(*index)
-                            .map_err(|_| format!("argument `{}` has a bad index", src.name))?,
-                        _ => return Err(format!("argument `{}` has no index", src.name)),
+                        Some(AttrValue::I(index)) => {
+                            u32::try_from(*index).map_err(|_| Unbound::BadArgIndex {
+                                arg: src.name.clone(),
+                            })?
+                        }
+                        _ => {
+                            return Err(Unbound::NoArgIndex {
+                                arg: src.name.clone(),
+                            });
+                        }
                     };
                     frame = parent;
                     id = call;
@@ -374,7 +382,7 @@ impl<'m> Walker<'m> {
         frame: usize,
         id: OpId,
         input: u32,
-    ) -> Result<(VarKey, Option<Vec<u64>>, bool), String> {
+    ) -> Result<(VarKey, Option<Vec<u64>>, bool), Unbound> {
         let (mut frame, mut src, _) = self.source(frame, id, input)?;
         let mut sliced = false;
         while self.frames[frame].graph.op(src).op == Op::Slice {
@@ -383,11 +391,10 @@ impl<'m> Walker<'m> {
         }
         let node = self.frames[frame].graph.op(src);
         if node.op != Op::ReadVariableOp {
-            return Err(format!(
-                "the saved tensor comes from `{}` ({}), not from a variable read",
-                node.name,
-                node.op.type_name()
-            ));
+            return Err(Unbound::NotAVariableRead {
+                op: node.name.clone(),
+                op_type: node.op.type_name().to_owned(),
+            });
         }
         let (variable, shape) = self.handle_variable(frame, src, 0)?;
         Ok((variable, shape, sliced))
@@ -399,32 +406,17 @@ impl<'m> Walker<'m> {
         frame: usize,
         id: OpId,
         input: u32,
-    ) -> Result<(VarKey, Option<Vec<u64>>), String> {
+    ) -> Result<(VarKey, Option<Vec<u64>>), Unbound> {
         let (frame, src, _) = self.source(frame, id, input)?;
         let node = self.frames[frame].graph.op(src);
         if node.op != Op::VarHandleOp {
-            return Err(format!(
-                "the variable handle comes from `{}` ({}), not from a VarHandleOp",
-                node.name,
-                node.op.type_name()
-            ));
+            return Err(Unbound::NotAVarHandle {
+                op: node.name.clone(),
+                op_type: node.op.type_name().to_owned(),
+            });
         }
         Ok((var_key(node), known_shape(node)))
     }
-}
-
-/// The ops `roots` depend on (data and control inputs), roots included.
-fn needed_ops(graph: &Graph, roots: Vec<OpId>) -> Vec<OpId> {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut work = roots;
-    while let Some(id) = work.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        work.extend(graph.inputs(id).into_iter().map(|(_, input)| input.src));
-        work.extend(graph.control_inputs(id));
-    }
-    seen.into_iter().collect()
 }
 
 /// The `AssignVariableOp`s assigning each output of `id` (through `Identity` chains), by
@@ -483,27 +475,12 @@ fn follow_to_assignments(graph: &Graph, user: OpId, input: u32, found: &mut dyn 
 
 /// The flat output index a port of `node` names.
 fn output_index(node: &OpNode, port: &Port) -> Option<u32> {
-    match port {
-        Port::Index(index) => Some(*index),
-        Port::Named { arg, index } => {
-            let sig = signature(node.op.type_name())?;
-            let lens = |name: &str| match node.attrs.get(name) {
-                Some(AttrValue::I(n)) => usize::try_from(*n).ok(),
-                Some(AttrValue::List(list)) => Some(list.len()),
-                _ => None,
-            };
-            let flat = sig.output_index(arg, *index as usize, &lens).ok()?;
-            u32::try_from(flat).ok()
-        }
-    }
+    signature::flat_output(node, port).ok()
 }
 
 /// The `dtypes` attribute of a `SaveV2` or `RestoreV2`.
-fn dtype_list(node: &OpNode) -> Result<Vec<DType>, SessionError> {
-    match node.attrs.get("dtypes") {
-        Some(AttrValue::List(list)) => Ok(list.types.clone()),
-        _ => Err(bad_op(node, "no `dtypes` attribute")),
-    }
+fn dtype_list(node: &OpNode) -> Result<&[DType], SessionError> {
+    saver_ops::dtypes(node).ok_or_else(|| bad_op(node, BadCheckpointOp::NoDTypes))
 }
 
 /// The variable a `VarHandleOp` names: `container` and `shared_name`, the op name if empty.
@@ -534,9 +511,9 @@ fn known_shape(node: &OpNode) -> Option<Vec<u64>> {
         .collect()
 }
 
-fn bad_op(node: &OpNode, reason: &str) -> SessionError {
+fn bad_op(node: &OpNode, reason: BadCheckpointOp) -> SessionError {
     SessionError::BadCheckpointOp {
         op: node.name.clone(),
-        reason: reason.to_owned(),
+        reason,
     }
 }

@@ -35,7 +35,9 @@ pub(super) fn save_v2(
         .collect::<Result<Vec<_>, KernelError>>()?;
     backend(cx)?
         .save(prefix, &requests)
-        .map_err(|source| KernelError::Checkpoint { source })?;
+        .map_err(|source| KernelError::Checkpoint {
+            source: Box::new(source),
+        })?;
     Ok(Vec::new())
 }
 
@@ -55,9 +57,12 @@ pub(super) fn restore_v2(
             dtype,
         })
         .collect();
-    let tensors = backend(cx)?
-        .restore(prefix, &requests)
-        .map_err(|source| KernelError::Checkpoint { source })?;
+    let tensors =
+        backend(cx)?
+            .restore(prefix, &requests)
+            .map_err(|source| KernelError::Checkpoint {
+                source: Box::new(source),
+            })?;
     if tensors.len() != dtypes.len() {
         return Err(KernelError::invalid(format!(
             "the checkpoint backend returned {} tensors for {} names",
@@ -96,14 +101,15 @@ pub(super) fn merge_v2(
     let destination = utf8_scalar(inputs, 1)?;
     backend(cx)?
         .merge(&sources, destination, flags)
-        .map_err(|source| KernelError::Checkpoint { source })?;
+        .map_err(|source| KernelError::Checkpoint {
+            source: Box::new(source),
+        })?;
     Ok(Vec::new())
 }
 
 /// The run's checkpoint backend, which checkpoint ops need.
 fn backend<'a>(cx: &KernelCx<'a>) -> Result<&'a dyn CheckpointIo, KernelError> {
-    cx.run
-        .io
+    cx.io
         .ok_or_else(|| KernelError::invalid("the run has no checkpoint backend"))
 }
 

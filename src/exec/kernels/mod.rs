@@ -13,15 +13,12 @@ mod checkpoint;
 mod state;
 mod strings;
 
-use std::sync::Arc;
-
 use saveplan_ir::{AttrValue, DType, OpNode, Shape};
 
 use super::error::{ExecError, KernelError};
-use super::io::MergeFlags;
-use super::plan::CompiledPlan;
-use super::scheduler::RunContext;
+use super::io::{CheckpointIo, MergeFlags};
 use super::tensor::HostTensor;
+use super::variables::VariableStore;
 
 pub use strings::{sharded_filename, sharded_filespec};
 
@@ -105,19 +102,14 @@ pub enum Kernel {
     VarIsInitializedOp,
     /// `DisableCopyOnRead`: nothing (host variables are never copied on read).
     DisableCopyOnRead,
-    /// `StatefulPartitionedCall` / `PartitionedCall`: runs a compiled function body.
-    Call {
-        /// The called function's name.
-        function: String,
-        /// Its body, compiled with the call's inputs as feeds and outputs as fetches.
-        plan: Arc<CompiledPlan>,
-    },
 }
 
 /// What a kernel may use besides its inputs.
 pub struct KernelCx<'a> {
-    /// The run: variables, checkpoint backend, observer.
-    pub run: &'a RunContext<'a>,
+    /// The variables `VarHandleOp` and friends use.
+    pub variables: &'a VariableStore,
+    /// Where `SaveV2`, `RestoreV2` and `MergeV2Checkpoints` go; those ops fail without one.
+    pub io: Option<&'a dyn CheckpointIo>,
     /// The op's name.
     pub name: &'a str,
     /// The device the op runs on.
@@ -255,13 +247,6 @@ impl Kernel {
             Kernel::DisableCopyOnRead => {
                 state::handle(inputs, 0)?;
                 Ok(Vec::new())
-            }
-            Kernel::Call { function, plan } => {
-                plan.run(cx.run, inputs.to_vec())
-                    .map_err(|err| KernelError::Call {
-                        function: function.clone(),
-                        source: Box::new(err),
-                    })
             }
         }
     }

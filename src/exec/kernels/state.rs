@@ -41,7 +41,7 @@ pub(super) fn read_variable(
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
-    Ok(vec![cx.run.variables.read_as(&key, dtype)?])
+    Ok(vec![cx.variables.read_as(&key, dtype)?])
 }
 
 /// `AssignVariableOp`: stores the value input (shared, not copied) in the variable.
@@ -53,9 +53,7 @@ pub(super) fn assign_variable(
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
     let value = input(inputs, 1)?.clone();
-    cx.run
-        .variables
-        .assign(&key, dtype, value, validate_shape)?;
+    cx.variables.assign(&key, dtype, value, validate_shape)?;
     Ok(Vec::new())
 }
 
@@ -66,6 +64,6 @@ pub(super) fn var_is_initialized(
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
     Ok(vec![HostTensor::bool_scalar(
-        cx.run.variables.is_initialized(&key),
+        cx.variables.is_initialized(&key),
     )])
 }

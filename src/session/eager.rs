@@ -20,15 +20,11 @@ use rustc_hash::FxHashMap;
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::{Attrs, Graph, Module, Op, OpId, Port, Versions};
 
-use super::error::{ExecError, KernelError};
-use super::executor::{Backend, Executor};
 use super::function_cache::{CacheEvent, Call, FunctionCache, FunctionKey, RetracePolicy};
-use super::io::CheckpointIo;
-use super::kernels::{Kernel, KernelCx};
-use super::plan::{CompiledPlan, DEFAULT_DEVICE};
-use super::scheduler::RunContext;
-use super::tensor::HostTensor;
-use super::variables::VariableStore;
+use crate::exec::{
+    Backend, CompiledPlan, DEFAULT_DEVICE, ExecError, Executor, HostTensor, Kernel, KernelCx,
+    KernelError, RunContext,
+};
 use crate::trace::{
     Builder, FlatParts, TraceError, TraceOptions, Trackable, VariableOps, count_tasks,
     trace_flat_with,
@@ -104,7 +100,8 @@ impl<'a> EagerBuilder<'a> {
                     values.push(value);
                 }
                 let cx = KernelCx {
-                    run: &self.run,
+                    variables: self.run.variables,
+                    io: self.run.io,
                     name,
                     device: &device,
                 };
@@ -202,45 +199,37 @@ pub enum EagerError {
     Create(#[source] TraceError),
 }
 
-/// `MultiDeviceSaver` in eager mode: saves and restores a fixed set of trackables on a
-/// [`VariableStore`], op by op for a single task and through a traced function (cached per
-/// [`RetracePolicy`]) for several tasks.
-pub struct EagerSaver<'a> {
+/// `MultiDeviceSaver` in eager mode: saves and restores a fixed set of trackables, op by op
+/// for a single task and through a traced function (cached per [`RetracePolicy`]) for several
+/// tasks. Each call acts on the variables and checkpoint backend of the [`RunContext`] it is
+/// given.
+pub struct EagerSaver {
     trackables: Vec<Trackable>,
     n_tasks: usize,
-    variables: &'a VariableStore,
-    io: &'a dyn CheckpointIo,
     backend: Backend,
     cache: FunctionCache,
 }
 
-impl<'a> EagerSaver<'a> {
-    /// A saver of `trackables` whose variables live in `variables` and whose checkpoints go
-    /// through `io`; traced functions run on the interpreter and follow TensorFlow's policy
-    /// (a new function, so a new trace, per call).
-    pub fn new(
-        trackables: Vec<Trackable>,
-        variables: &'a VariableStore,
-        io: &'a dyn CheckpointIo,
-    ) -> Result<EagerSaver<'a>, TraceError> {
+impl EagerSaver {
+    /// A saver of `trackables`; traced functions run on the interpreter and follow
+    /// TensorFlow's policy (a new function, so a new trace, per call).
+    pub fn new(trackables: Vec<Trackable>) -> Result<EagerSaver, TraceError> {
         let n_tasks = count_tasks(&trackables)?;
         Ok(EagerSaver {
             trackables,
             n_tasks,
-            variables,
-            io,
             backend: Backend::Interp,
             cache: FunctionCache::new(RetracePolicy::TensorFlow),
         })
     }
 
     /// The same saver running traced functions on `backend`.
-    pub fn with_backend(self, backend: Backend) -> EagerSaver<'a> {
+    pub fn with_backend(self, backend: Backend) -> EagerSaver {
         EagerSaver { backend, ..self }
     }
 
     /// The same saver with a function cache following `policy`.
-    pub fn with_policy(self, policy: RetracePolicy) -> EagerSaver<'a> {
+    pub fn with_policy(self, policy: RetracePolicy) -> EagerSaver {
         EagerSaver {
             cache: FunctionCache::new(policy),
             ..self
@@ -259,9 +248,9 @@ impl<'a> EagerSaver<'a> {
         self.n_tasks > 1
     }
 
-    /// Creates every variable eagerly with its initial value (`tf.Variable(...)`).
-    pub fn create_variables(&self) -> Result<(), EagerError> {
-        let builder = EagerBuilder::new(self.run(), BTreeMap::new());
+    /// Creates every variable of `run` eagerly with its initial value (`tf.Variable(...)`).
+    pub fn create_variables(&self, run: &RunContext<'_>) -> Result<(), EagerError> {
+        let builder = EagerBuilder::new(*run, BTreeMap::new());
         let parts = FlatParts {
             variables: VariableOps::Create,
             save: false,
@@ -272,34 +261,35 @@ impl<'a> EagerSaver<'a> {
         Ok(())
     }
 
-    /// `saver.save(prefix, options)`: writes the checkpoint at `prefix`.
-    pub fn save(&mut self, prefix: &str, options: &TraceOptions) -> Result<(), EagerError> {
-        self.call(Call::Save, prefix, options)
+    /// `saver.save(prefix, options)`: writes the checkpoint at `prefix` from `run`'s
+    /// variables through `run`'s checkpoint backend.
+    pub fn save(
+        &mut self,
+        run: &RunContext<'_>,
+        prefix: &str,
+        options: &TraceOptions,
+    ) -> Result<(), EagerError> {
+        self.call(run, Call::Save, prefix, options)
     }
 
-    /// `saver.restore(prefix, options)`: assigns every variable from the checkpoint.
-    pub fn restore(&mut self, prefix: &str, options: &TraceOptions) -> Result<(), EagerError> {
-        self.call(Call::Restore, prefix, options)
+    /// `saver.restore(prefix, options)`: assigns every variable of `run` from the checkpoint.
+    pub fn restore(
+        &mut self,
+        run: &RunContext<'_>,
+        prefix: &str,
+        options: &TraceOptions,
+    ) -> Result<(), EagerError> {
+        self.call(run, Call::Restore, prefix, options)
     }
 
-    /// What the function cache did on each call so far, oldest first.
-    pub fn trace_log(&self) -> &[CacheEvent] {
-        self.cache.events()
-    }
-
-    fn run(&self) -> RunContext<'a> {
-        RunContext::new(self.variables).with_io(self.io)
-    }
-
-    fn parts(call: Call) -> FlatParts {
-        FlatParts {
-            variables: VariableOps::Attach,
-            save: call == Call::Save,
-            restore: call == Call::Restore,
-        }
-    }
-
-    fn call(&mut self, call: Call, prefix: &str, options: &TraceOptions) -> Result<(), EagerError> {
+    /// `save` or `restore`, as `call` says.
+    pub fn call(
+        &mut self,
+        run: &RunContext<'_>,
+        call: Call,
+        prefix: &str,
+        options: &TraceOptions,
+    ) -> Result<(), EagerError> {
         let trace_error = |source| EagerError::Trace {
             call,
             prefix: prefix.to_owned(),
@@ -314,7 +304,7 @@ impl<'a> EagerSaver<'a> {
         if !self.uses_function() {
             self.cache.record(CacheEvent::Eager { call });
             let feeds = BTreeMap::from([(PREFIX_PLACEHOLDER.to_owned(), feed)]);
-            let builder = EagerBuilder::new(self.run(), feeds);
+            let builder = EagerBuilder::new(*run, feeds);
             trace_flat_with(builder, &self.trackables, options, Self::parts(call))
                 .map_err(trace_error)?;
             return Ok(());
@@ -332,10 +322,21 @@ impl<'a> EagerSaver<'a> {
                 self.cache.insert(key, executor)
             }
         };
-        executor
-            .run(&self.run(), vec![feed])
-            .map_err(function_error)?;
+        executor.run(run, vec![feed]).map_err(function_error)?;
         Ok(())
+    }
+
+    /// What the function cache did on each call so far, oldest first.
+    pub fn trace_log(&self) -> &[CacheEvent] {
+        self.cache.events()
+    }
+
+    fn parts(call: Call) -> FlatParts {
+        FlatParts {
+            variables: VariableOps::Attach,
+            save: call == Call::Save,
+            restore: call == Call::Restore,
+        }
     }
 
     /// Traces `call` into a graph (the body of TensorFlow's `tf_function_save` or

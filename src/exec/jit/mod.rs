@@ -41,49 +41,29 @@
 //!
 //! # Function calls
 //!
-//! A `Kernel::Call` step runs its body as a JIT plan too: the sub-plans of a plan (recursively)
+//! A `Work::Call` step runs its body as a JIT plan too: the sub-plans of a plan (recursively)
 //! are lowered into the same cranelift module, and the trampoline runs the nested [`JitPlan`].
 //!
 //! **Invariant:** this is the only module that imports cranelift.
 
+mod error;
 mod lower;
 mod runtime;
+
+pub use error::JitError;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::exec::{CompiledPlan, ExecError, HostTensor, Kernel, RunContext, StepId};
+use super::error::ExecError;
+use super::plan::{CompiledPlan, StepId, Work};
+use super::step::RunContext;
+use super::tensor::HostTensor;
 
 use lower::{ChunkFn, ChunkStep, NativeCode};
 
 /// The most steps one native function holds.
 pub const CHUNK_STEPS: usize = 512;
-
-/// Errors from lowering a plan to native code.
-#[derive(Debug, thiserror::Error)]
-pub enum JitError {
-    /// Cranelift does not support the host machine.
-    #[error("the host machine is not supported by cranelift: {reason}")]
-    UnsupportedHost {
-        /// What cranelift reported.
-        reason: String,
-    },
-    /// Cranelift rejected a setting, a declaration or a function.
-    #[error("cranelift failed while {what}")]
-    Codegen {
-        /// What was being done (`compiling chunk3`).
-        what: String,
-        /// Cranelift's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A plan too large for the native code's 32-bit immediates.
-    #[error("the plan is too large to compile ({what})")]
-    TooLarge {
-        /// What overflowed.
-        what: String,
-    },
-}
 
 /// A [`CompiledPlan`] with its native code: compile once, run many times.
 ///
@@ -92,7 +72,7 @@ pub struct JitPlan {
     plan: Arc<CompiledPlan>,
     /// The native chunk functions of each queue, in order.
     queues: Vec<Vec<ChunkFn>>,
-    /// The JIT plans of the bodies of `Kernel::Call` steps.
+    /// The JIT plans of the bodies of `Work::Call` steps.
     calls: BTreeMap<StepId, JitPlan>,
     /// The number of steps other queues wait for.
     n_signals: usize,
@@ -196,7 +176,7 @@ fn layout(plan: Arc<CompiledPlan>, chunks: &mut Vec<Vec<ChunkStep>>) -> Result<L
     }
     let mut calls = BTreeMap::new();
     for (index, step) in plan.steps().iter().enumerate() {
-        if let Kernel::Call { plan: body, .. } = &step.kernel {
+        if let Work::Call { plan: body, .. } = &step.work {
             calls.insert(StepId(index as u32), layout(Arc::clone(body), chunks)?);
         }
     }

@@ -9,10 +9,12 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use crate::exec::scheduler::{fetch, finish_step, prepare_slots, run_kernel};
-use crate::exec::{ExecError, HostTensor, Kernel, KernelError, RunContext, StepId};
+use crate::exec::error::ExecError;
+use crate::exec::plan::{StepId, Work};
+use crate::exec::step::{RunContext, fetch, finish_call, lock, prepare_slots, run_kernel};
+use crate::exec::tensor::HostTensor;
 
 use super::JitPlan;
 use super::lower::{DONE, HostFunctions, PARKED, STOPPED};
@@ -233,26 +235,17 @@ impl Run<'_> {
                     .expect("a step runs after the producers of its inputs")
             })
             .collect();
-        let results = match (&step.kernel, self.jit.calls.get(&id)) {
-            (Kernel::Call { function, .. }, Some(body)) => {
-                let result = body.run(self.cx, values).map_err(|err| KernelError::Call {
-                    function: function.clone(),
-                    source: Box::new(err),
-                });
-                finish_step(self.cx, step, device, result)?
+        let results = match (&step.work, self.jit.calls.get(&id)) {
+            (Work::Kernel(kernel), _) => run_kernel(self.cx, step, device, kernel, &values)?,
+            (Work::Call { function, .. }, Some(body)) => {
+                let result = body.run(self.cx, values);
+                finish_call(self.cx, step, device, function, result)?
             }
-            _ => run_kernel(self.cx, step, device, &values)?,
+            (Work::Call { .. }, None) => unreachable!("compile lowers the body of every call"),
         };
         for (&slot, value) in outputs.iter().zip(results) {
             let _ = self.slots[slot as usize].set(value);
         }
         Ok(())
     }
-}
-
-/// Locks a mutex; a poisoned one is still consistent, since no code panics while holding it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

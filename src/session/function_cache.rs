@@ -1,4 +1,4 @@
-//! The cache of traced save and restore functions of [`super::EagerSaver`], mirroring
+//! The cache of traced save and restore functions of [`super::eager::EagerSaver`], mirroring
 //! `tf.function`, and the events that say when and why it traced.
 //!
 //! # TensorFlow's rule
@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use saveplan_ir::DType;
 
-use super::executor::Executor;
+use crate::exec::Executor;
 use crate::trace::{TraceOptions, Trackable};
 
 /// Which saver call.
@@ -45,12 +45,19 @@ pub enum Call {
     Restore,
 }
 
-impl fmt::Display for Call {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Call {
+    /// `save` or `restore`.
+    pub fn name(self) -> &'static str {
+        match self {
             Call::Save => "save",
             Call::Restore => "restore",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -1,0 +1,193 @@
+//! What the subcommands share, so that none imports another: errors on one line, spec files
+//! traced into plans or sessions, the `--mode`/`--backend` options, progress bars on a
+//! terminal, and the session runs of `save`, `restore` and `run`.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use saveplan::compile::{CompiledPlan, Form, compile};
+use saveplan::exec::{Backend, StepEvent};
+use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOptions};
+use saveplan::trace::spec::SpecFile;
+
+use super::values::write_safetensors;
+
+/// Flattens an error and its sources into one line, `outer: inner: innermost`.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    anyhow::Error::msg(line.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// Reads, parses and compiles a spec file; errors name the file and fit on one line.
+pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<CompiledPlan> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| one_line(&err))
+        .with_context(|| format!("{}: cannot read spec file", path.display()))?;
+    let spec = SpecFile::parse(&text)
+        .map_err(|err| one_line(&err))
+        .with_context(|| path.display().to_string())?;
+    compile(&spec, form)
+        .map_err(|err| one_line(&err))
+        .with_context(|| path.display().to_string())
+}
+
+/// Traces the spec file at `path` into a session.
+pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result<Session> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let spec = SpecFile::parse(&text).with_context(|| format!("{}", path.display()))?;
+    Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
+}
+
+/// Runs the session's save plan, with a progress bar on a terminal; in eager mode each
+/// function trace is reported on stderr with its reason.
+pub fn save(session: &Session, prefix: &str) -> anyhow::Result<()> {
+    report_traces(session, |session| {
+        with_progress(session.saved_tensors(), "saving", |observer| {
+            session.save_observed(prefix, observer)
+        })
+    })
+}
+
+/// Runs the session's restore plan and writes the restored values to `out`.
+pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::Result<()> {
+    report_traces(session, |session| {
+        with_progress(session.restored_tensors(), "restoring", |observer| {
+            session.restore_observed(prefix, observer)
+        })
+    })?;
+    write_safetensors(out, &session.values()?)
+}
+
+/// Runs `call` on `session`, then prints (`saveplan: save: traced: <reason>`) every function
+/// trace it made, success or not.
+fn report_traces<E: Into<anyhow::Error>>(
+    session: &Session,
+    call: impl FnOnce(&Session) -> Result<(), E>,
+) -> anyhow::Result<()> {
+    let before = session.trace_log().len();
+    let result = call(session);
+    for event in session.trace_log().iter().skip(before) {
+        if matches!(event, CacheEvent::Traced { .. }) {
+            eprintln!("saveplan: {event}");
+        }
+    }
+    result.map_err(Into::into)
+}
+
+/// `--backend`: which executor runs the plan (`save`, `restore`, `run`).
+#[derive(Debug, clap::Args)]
+pub struct BackendArg {
+    /// The executor: `interp` (the reference interpreter) or `jit` (cranelift).
+    #[arg(long, default_value = "interp")]
+    backend: String,
+}
+
+impl BackendArg {
+    /// The session options for the chosen backend, in graph mode.
+    pub fn options(&self) -> anyhow::Result<SessionOptions> {
+        let backend: Backend = self.backend.parse()?;
+        if !backend.is_available() {
+            bail!("backend `{backend}` is not available in this build");
+        }
+        Ok(SessionOptions {
+            backend,
+            ..SessionOptions::default()
+        })
+    }
+}
+
+/// `--mode` and `--backend`: how `save` and `restore` run a spec.
+#[derive(Debug, clap::Args)]
+pub struct ModeArgs {
+    /// How the plan runs: `graph` compiles it once and runs it with the prefix fed; `eager`
+    /// runs ops as they are traced (one task) or traces a function and runs it (several
+    /// tasks, one `saveplan: <call>: traced: <reason>` line on stderr per trace).
+    #[arg(long, default_value = "graph", value_parser = ["graph", "eager"])]
+    mode: String,
+    #[command(flatten)]
+    backend: BackendArg,
+}
+
+impl ModeArgs {
+    /// The session options for the chosen mode and backend.
+    pub fn options(&self) -> anyhow::Result<SessionOptions> {
+        Ok(SessionOptions {
+            mode: self.mode.parse::<Mode>()?,
+            ..self.backend.options()?
+        })
+    }
+}
+
+/// The observer a session run takes, called after every step.
+pub type Observer<'a> = Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>;
+
+/// Runs `run` (a session's save or restore, given an observer) with a progress bar over the
+/// parts of `tensors` when stderr is a terminal, and without one otherwise.
+pub fn with_progress<E>(
+    tensors: &BTreeMap<String, CheckpointTensor>,
+    what: &'static str,
+    run: impl FnOnce(Observer<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let n_tensors = tensors
+        .values()
+        .map(|tensor| tensor.parts.len() as u64)
+        .sum();
+    match tensor_progress(n_tensors, what) {
+        Some((bar, observer)) => {
+            let result = run(Some(&observer));
+            bar.finish_and_clear();
+            result
+        }
+        None => run(None),
+    }
+}
+
+/// A progress bar over `n_tensors` tensors, advanced by the `SaveV2`/`RestoreV2` steps of a
+/// run; `None` unless stderr is a terminal.
+fn tensor_progress(
+    n_tensors: u64,
+    what: &'static str,
+) -> Option<(indicatif::ProgressBar, impl Fn(&StepEvent<'_>) + Sync)> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(n_tensors);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} tensors")
+            .map(|style| style.progress_chars("=> "))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(what);
+    let handle = bar.clone();
+    let observer = move |event: &StepEvent<'_>| match event.step.op_type.as_str() {
+        "SaveV2" => handle.inc(event.step.inputs.len().saturating_sub(3) as u64),
+        "RestoreV2" => handle.inc(event.outputs.len() as u64),
+        _ => {}
+    };
+    Some((bar, observer))
+}
+
+/// A byte-progress bar on stderr, only when stderr is a terminal.
+pub fn progress_bar(total_bytes: u64, what: &'static str) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total_bytes);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+    )
+    .map(|style| style.progress_chars("=> "))
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what);
+    Some(bar)
+}

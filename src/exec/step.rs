@@ -1,0 +1,174 @@
+//! The step machinery both backends share: [`RunContext`] (what a run acts on), the slot table
+//! a run starts from ([`prepare_slots`]) and reads its fetches from ([`fetch`]), and how one
+//! step runs ([`run_kernel`], [`finish_call`]): a kernel's error gets the op's name and device,
+//! its output count is checked and the observer is told. The interpreter
+//! ([`super::scheduler`]) and the JIT (`super::jit`) differ only in how they order steps, so
+//! their errors and observer events are the same.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use super::error::{ExecError, KernelError};
+use super::io::CheckpointIo;
+use super::kernels::{Kernel, KernelCx};
+use super::plan::{CompiledPlan, Step};
+use super::tensor::HostTensor;
+use super::variables::VariableStore;
+
+/// What a run of a plan acts on: variables, the checkpoint backend, an observer.
+#[derive(Clone, Copy)]
+pub struct RunContext<'a> {
+    /// The variables `VarHandleOp` and friends use.
+    pub variables: &'a VariableStore,
+    /// Where `SaveV2`, `RestoreV2` and `MergeV2Checkpoints` go; those ops fail without one.
+    pub io: Option<&'a dyn CheckpointIo>,
+    /// Called after each step (function body steps included) finishes successfully.
+    pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
+}
+
+/// A finished step, as an observer sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct StepEvent<'a> {
+    /// The step.
+    pub step: &'a Step,
+    /// The device it ran on.
+    pub device: &'a str,
+    /// Its outputs.
+    pub outputs: &'a [HostTensor],
+}
+
+impl<'a> RunContext<'a> {
+    /// A context with `variables`, no checkpoint backend and no observer.
+    pub fn new(variables: &'a VariableStore) -> RunContext<'a> {
+        RunContext {
+            variables,
+            io: None,
+            observer: None,
+        }
+    }
+
+    /// The same context with checkpoint backend `io`.
+    pub fn with_io(self, io: &'a dyn CheckpointIo) -> RunContext<'a> {
+        RunContext {
+            io: Some(io),
+            ..self
+        }
+    }
+
+    /// The same context with an observer called after every step.
+    pub fn with_observer(self, observer: &'a (dyn Fn(&StepEvent<'_>) + Sync)) -> RunContext<'a> {
+        RunContext {
+            observer: Some(observer),
+            ..self
+        }
+    }
+}
+
+/// Checks `feeds` against the plan and returns the slot table with the feeds stored.
+pub(crate) fn prepare_slots(
+    plan: &CompiledPlan,
+    feeds: Vec<HostTensor>,
+) -> Result<Vec<OnceLock<HostTensor>>, ExecError> {
+    if feeds.len() != plan.feeds().len() {
+        return Err(ExecError::FeedCount {
+            expected: plan.feeds().len(),
+            got: feeds.len(),
+        });
+    }
+    let slots: Vec<OnceLock<HostTensor>> = (0..plan.n_slots()).map(|_| OnceLock::new()).collect();
+    for (feed, value) in plan.feeds().iter().zip(feeds) {
+        if let Some(expected) = feed.dtype.filter(|&dtype| dtype != value.dtype()) {
+            return Err(ExecError::FeedDType {
+                name: feed.name.clone(),
+                expected,
+                got: value.dtype(),
+            });
+        }
+        let _ = slots[feed.slot.0 as usize].set(value);
+    }
+    Ok(slots)
+}
+
+/// The fetched tensors of a finished run, in target order.
+pub(crate) fn fetch(plan: &CompiledPlan, slots: &[OnceLock<HostTensor>]) -> Vec<HostTensor> {
+    plan.fetches()
+        .iter()
+        .map(|slot| {
+            slots[slot.0 as usize]
+                .get()
+                .cloned()
+                .expect("compile gives every fetched slot a producer or a feed")
+        })
+        .collect()
+}
+
+/// Runs `kernel`, the work of `step` (on `device`), on `inputs`: everything about a step
+/// except where its values live.
+pub(crate) fn run_kernel(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    kernel: &Kernel,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let cx = KernelCx {
+        variables: run.variables,
+        io: run.io,
+        name: &step.name,
+        device,
+    };
+    finish_step(run, step, device, kernel.run(&cx, inputs))
+}
+
+/// Turns what running the body of `function` (the work of call step `step`) returned into the
+/// step's result, as [`finish_step`] does for a kernel.
+pub(crate) fn finish_call(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    function: &str,
+    result: Result<Vec<HostTensor>, ExecError>,
+) -> Result<Vec<HostTensor>, ExecError> {
+    let result = result.map_err(|err| KernelError::Call {
+        function: function.to_owned(),
+        source: Box::new(err),
+    });
+    finish_step(run, step, device, result)
+}
+
+/// Turns what the kernel of `step` returned into the step's result: a kernel error gets the
+/// op's name and device, the number of outputs is checked, and the observer is told.
+fn finish_step(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    result: Result<Vec<HostTensor>, KernelError>,
+) -> Result<Vec<HostTensor>, ExecError> {
+    let op_error = |source: KernelError| ExecError::Op {
+        name: step.name.clone(),
+        device: device.to_owned(),
+        source: Box::new(source),
+    };
+    let outputs = result.map_err(op_error)?;
+    if outputs.len() != step.outputs.len() {
+        return Err(op_error(KernelError::invalid(format!(
+            "produced {} outputs instead of {}",
+            outputs.len(),
+            step.outputs.len()
+        ))));
+    }
+    if let Some(observer) = run.observer {
+        observer(&StepEvent {
+            step,
+            device,
+            outputs: &outputs,
+        });
+    }
+    Ok(outputs)
+}
+
+/// Locks a mutex; a poisoned one is still consistent, since no code panics while holding it.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

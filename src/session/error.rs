@@ -1,0 +1,258 @@
+//! [`SessionError`] and the typed reasons it carries: why no save plan was found, why a
+//! checkpoint op cannot be read, why a key cannot be bound to a variable, and how the parts of
+//! a key disagree.
+
+use saveplan_ir::DType;
+use saveplan_ir::slice::SliceError;
+
+use super::eager::EagerError;
+use crate::exec::{ExecError, TensorError, VariableError};
+use crate::trace::TraceError;
+
+/// Errors from building or running a session.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Tracing the spec failed.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// Eager mode asked of a session that was not made from a spec.
+    #[error("eager mode needs a spec (its trackables); a graph runs in graph mode only")]
+    EagerNeedsSpec,
+    /// Eager saving or restoring failed.
+    #[error(transparent)]
+    Eager(Box<EagerError>),
+    /// A `MetaGraphDef` without a `saver_def`.
+    #[error("the meta graph has no saver_def")]
+    NoSaverDef,
+    /// A graph without a save plan the session can find.
+    #[error("cannot find the save plan: {0}")]
+    NoSavePlan(MissingSavePlan),
+    /// A target names no op of the graph.
+    #[error("target `{name}` names no op of the graph")]
+    UnknownTarget {
+        /// The target.
+        name: String,
+    },
+    /// A `SaveV2` or `RestoreV2` whose key list cannot be read.
+    #[error("op `{op}`: {reason}")]
+    BadCheckpointOp {
+        /// The op.
+        op: String,
+        /// What is wrong.
+        reason: BadCheckpointOp,
+    },
+    /// A checkpoint tensor the session cannot tie to a variable.
+    #[error("checkpoint key `{key}` (op `{op}`): {reason}")]
+    Unbound {
+        /// The key.
+        key: String,
+        /// The `SaveV2` or `RestoreV2`.
+        op: String,
+        /// Why.
+        reason: Unbound,
+    },
+    /// The plan saves one key inconsistently (dtypes, shapes or a mix of whole and sliced).
+    #[error("checkpoint key `{key}`: {reason}")]
+    InconsistentKey {
+        /// The key.
+        key: String,
+        /// What disagrees.
+        reason: InconsistentKey,
+    },
+    /// Compiling the save or restore plan failed.
+    #[error("cannot compile the {what} plan")]
+    Compile {
+        /// `save` or `restore`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ExecError>,
+    },
+    /// Running the save or restore plan failed.
+    #[error("{what} of `{prefix}` failed")]
+    Run {
+        /// `save` or `restore`.
+        what: &'static str,
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: Box<ExecError>,
+    },
+    /// A value for a key the plan saves is missing.
+    #[error("no value for checkpoint key `{key}`")]
+    MissingValue {
+        /// The key.
+        key: String,
+    },
+    /// A value for a key the plan does not save.
+    #[error("value `{key}` is not a checkpoint key of the plan")]
+    UnknownKey {
+        /// The key.
+        key: String,
+    },
+    /// A value of the wrong dtype.
+    #[error("value `{key}` is {got}, the plan saves {expected}")]
+    DTypeMismatch {
+        /// The key.
+        key: String,
+        /// The plan's dtype.
+        expected: DType,
+        /// The value's dtype.
+        got: DType,
+    },
+    /// A value of the wrong shape.
+    #[error("value `{key}` has shape {got:?}, the plan saves shape {expected:?}")]
+    ShapeMismatch {
+        /// The key.
+        key: String,
+        /// The plan's shape.
+        expected: Vec<u64>,
+        /// The value's shape.
+        got: Vec<u64>,
+    },
+    /// A restored value that does not fit the plan's variable.
+    #[error("checkpoint key `{key}`: restored {got}, the plan expects {expected}")]
+    RestoredMismatch {
+        /// The key.
+        key: String,
+        /// The dtype and shape the plan declares.
+        expected: String,
+        /// The dtype and shape restored.
+        got: String,
+    },
+    /// Cutting or assembling a value failed.
+    #[error("value `{key}`")]
+    Tensor {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: TensorError,
+    },
+    /// A variable operation failed.
+    #[error("checkpoint key `{key}`")]
+    Variable {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: VariableError,
+    },
+}
+
+/// Why a graph has no save plan a session can find without a `SaverDef`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MissingSavePlan {
+    /// Neither a merge nor a save.
+    #[error("the graph has no MergeV2Checkpoints or SaveV2 op")]
+    NoSaveOp,
+    /// More than one candidate.
+    #[error("the graph has several save plans; give a SaverDef")]
+    SeveralSaves,
+    /// Not exactly one prefix placeholder.
+    #[error("the save plan depends on {count} string placeholders, expected one")]
+    Placeholders {
+        /// How many string placeholders the save depends on.
+        count: usize,
+    },
+}
+
+/// What is wrong with a `SaveV2` or `RestoreV2` whose keys a session reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadCheckpointOp {
+    /// `tensor_names` is not a string constant (one entry per dtype at most).
+    #[error("`tensor_names` is not a constant string vector")]
+    NamesNotConstant,
+    /// `shape_and_slices` is not a string constant (one entry per dtype at most).
+    #[error("`shape_and_slices` is not a constant string vector")]
+    SlicesNotConstant,
+    /// The two constants have different lengths.
+    #[error("`tensor_names` and `shape_and_slices` differ in length")]
+    LengthsDiffer,
+    /// No `dtypes` attribute.
+    #[error("no `dtypes` attribute")]
+    NoDTypes,
+    /// More keys than dtypes.
+    #[error("fewer dtypes than tensor names")]
+    FewerDTypes,
+}
+
+/// Why a checkpoint tensor cannot be tied to a variable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unbound {
+    /// A walk back through the plan found an op without the input it needs.
+    #[error("op `{op}` has no input {input}")]
+    NoInput {
+        /// The op.
+        op: String,
+        /// The input slot.
+        input: u32,
+    },
+    /// An edge naming an output its source does not have.
+    #[error("op `{op}` has no output {port:?}")]
+    NoOutput {
+        /// The source op.
+        op: String,
+        /// The port the edge names.
+        port: saveplan_ir::Port,
+    },
+    /// A function argument whose `index` is not a slot number.
+    #[error("argument `{arg}` has a bad index")]
+    BadArgIndex {
+        /// The argument op.
+        arg: String,
+    },
+    /// A function argument without an `index`.
+    #[error("argument `{arg}` has no index")]
+    NoArgIndex {
+        /// The argument op.
+        arg: String,
+    },
+    /// A saved tensor that is not a variable's value.
+    #[error("the saved tensor comes from `{op}` ({op_type}), not from a variable read")]
+    NotAVariableRead {
+        /// The op producing it.
+        op: String,
+        /// Its type.
+        op_type: String,
+    },
+    /// A handle that does not come from a `VarHandleOp`.
+    #[error("the variable handle comes from `{op}` ({op_type}), not from a VarHandleOp")]
+    NotAVarHandle {
+        /// The op producing it.
+        op: String,
+        /// Its type.
+        op_type: String,
+    },
+    /// A restored tensor that no `AssignVariableOp` stores.
+    #[error("the restored tensor is not assigned to a variable")]
+    NotAssigned,
+}
+
+/// How the parts of one checkpoint key disagree.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InconsistentKey {
+    /// A slice spec that does not parse.
+    #[error("bad slice spec `{spec}`: {reason}")]
+    BadSliceSpec {
+        /// The spec.
+        spec: String,
+        /// Why.
+        reason: SliceError,
+    },
+    /// Two dtypes for one key.
+    #[error("saved as {first} and as {second}")]
+    DTypes {
+        /// The dtype seen first.
+        first: DType,
+        /// The other.
+        second: DType,
+    },
+    /// Two full shapes for one key.
+    #[error("its parts disagree on the full shape")]
+    FullShapes,
+    /// Saved whole by one op and in slices by another.
+    #[error("saved both whole and in slices")]
+    WholeAndSliced,
+}
