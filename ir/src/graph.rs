@@ -457,24 +457,54 @@ impl Graph {
     /// A topological order of all ops (data and control edges), ties broken by creation order.
     /// Fails with the ops left on a cycle, in creation order.
     pub fn topo_order(&self) -> Result<Vec<OpId>, Vec<OpId>> {
+        self.topo_order_of(self.inner.node_indices().map(OpId), |_| false)
+    }
+
+    /// A topological order of the ops `ops` over the edges among them, ties broken by creation
+    /// order; edges from ops outside `ops`, and from ops `cut` says, order nothing (a plan
+    /// compiler cuts the ops whose outputs are fed). Fails with the ops of `ops` left on or
+    /// behind a cycle, in creation order.
+    pub fn topo_order_of(
+        &self,
+        ops: impl IntoIterator<Item = OpId>,
+        cut: impl Fn(OpId) -> bool,
+    ) -> Result<Vec<OpId>, Vec<OpId>> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
 
-        // Unprocessed incoming edges per node index (petgraph indices are dense enough).
-        let mut pending = vec![0usize; self.inner.node_bound()];
-        let mut ready = BinaryHeap::new();
-        for node in self.inner.node_indices() {
-            let n_in = self.inner.edges_directed(node, Direction::Incoming).count();
-            pending[node.index()] = n_in;
-            if n_in == 0 {
-                ready.push(Reverse((self.inner[node].seq, node)));
+        // Per node index: whether it is ordered, and its unprocessed incoming edges.
+        let mut member = vec![false; self.inner.node_bound()];
+        let mut ids = Vec::new();
+        for id in ops {
+            if !std::mem::replace(&mut member[id.0.index()], true) {
+                ids.push(id);
             }
         }
-        let mut order = Vec::with_capacity(self.len());
+        let counts = |node: NodeIndex<u32>| member[node.index()] && !cut(OpId(node));
+        let mut pending = vec![0usize; self.inner.node_bound()];
+        let mut ready = BinaryHeap::new();
+        for &id in &ids {
+            let n_in = self
+                .inner
+                .edges_directed(id.0, Direction::Incoming)
+                .filter(|edge| counts(edge.source()))
+                .count();
+            pending[id.0.index()] = n_in;
+            if n_in == 0 {
+                ready.push(Reverse((self.inner[id.0].seq, id.0)));
+            }
+        }
+        let mut order = Vec::with_capacity(ids.len());
         while let Some(Reverse((_, node))) = ready.pop() {
             order.push(OpId(node));
+            if !counts(node) {
+                continue;
+            }
             for edge in self.inner.edges_directed(node, Direction::Outgoing) {
                 let target = edge.target();
+                if !member[target.index()] {
+                    continue;
+                }
                 let count = &mut pending[target.index()];
                 *count -= 1;
                 if *count == 0 {
@@ -482,14 +512,12 @@ impl Graph {
                 }
             }
         }
-        if order.len() == self.len() {
+        if order.len() == ids.len() {
             Ok(order)
         } else {
-            let mut stuck: Vec<OpId> = self
-                .inner
-                .node_indices()
-                .filter(|node| pending[node.index()] > 0)
-                .map(OpId)
+            let mut stuck: Vec<OpId> = ids
+                .into_iter()
+                .filter(|id| pending[id.0.index()] > 0)
                 .collect();
             stuck.sort_by_key(|id| self.inner[id.0].seq);
             Err(stuck)

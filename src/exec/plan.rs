@@ -20,7 +20,7 @@
 //! Slots `0..feeds().len()` hold the feeds in order; every other slot is written by exactly one
 //! step before any step reading it runs.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -290,7 +290,14 @@ impl Compiler<'_> {
         }
         let fully_fed = self.fully_fed_ops(graph, &fed)?;
         let needed = self.needed_ops(graph, targets, &fed, &fully_fed)?;
-        let order = topo_order(graph, &needed, &fully_fed)?;
+        let order = graph
+            .topo_order_of(needed.iter().copied(), |id| fully_fed.contains(&id))
+            .map_err(|stuck| ExecError::Cycle {
+                names: stuck
+                    .into_iter()
+                    .map(|id| graph.op(id).name.clone())
+                    .collect(),
+            })?;
         let mut builder = PlanBuilder {
             plan: CompiledPlan {
                 steps: Vec::with_capacity(order.len()),
@@ -645,64 +652,6 @@ fn parse_ret(body: &Graph, ret: &str) -> Option<Target> {
     let node = body.op(id);
     let output = resolve_port(node, &name.port()).ok()?;
     (output < n_outputs(node).ok()? as u32).then_some(Target::Tensor(id, output))
-}
-
-/// A topological order of `needed`, ties broken by creation order.
-fn topo_order(
-    graph: &Graph,
-    needed: &BTreeSet<OpId>,
-    fully_fed: &BTreeSet<OpId>,
-) -> Result<Vec<OpId>, ExecError> {
-    use std::cmp::Reverse;
-    let mut pending: BTreeMap<OpId, usize> = BTreeMap::new();
-    let mut users: BTreeMap<OpId, Vec<OpId>> = BTreeMap::new();
-    for &id in needed {
-        let mut preds: BTreeSet<OpId> = graph
-            .inputs(id)
-            .into_iter()
-            .map(|(_, input)| input.src)
-            .chain(graph.control_inputs(id))
-            .filter(|src| needed.contains(src) && !fully_fed.contains(src))
-            .collect();
-        preds.remove(&id);
-        pending.insert(id, preds.len());
-        for pred in preds {
-            users.entry(pred).or_default().push(id);
-        }
-        if graph.inputs(id).iter().any(|(_, input)| input.src == id)
-            || graph.control_inputs(id).contains(&id)
-        {
-            pending.insert(id, usize::MAX);
-        }
-    }
-    let mut ready: BinaryHeap<Reverse<(u32, OpId)>> = pending
-        .iter()
-        .filter(|(_, count)| **count == 0)
-        .map(|(&id, _)| Reverse((graph.seq(id), id)))
-        .collect();
-    let mut order = Vec::with_capacity(needed.len());
-    while let Some(Reverse((_, id))) = ready.pop() {
-        order.push(id);
-        for user in users.get(&id).map(Vec::as_slice).unwrap_or_default() {
-            let count = pending.get_mut(user).expect("every user is needed");
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                ready.push(Reverse((graph.seq(*user), *user)));
-            }
-        }
-    }
-    if order.len() == needed.len() {
-        return Ok(order);
-    }
-    let done: BTreeSet<OpId> = order.into_iter().collect();
-    let mut stuck: Vec<OpId> = needed.difference(&done).copied().collect();
-    stuck.sort_by_key(|&id| graph.seq(id));
-    Err(ExecError::Cycle {
-        names: stuck
-            .into_iter()
-            .map(|id| graph.op(id).name.clone())
-            .collect(),
-    })
 }
 
 /// Parses `device` (of op `name`) as a spec.
