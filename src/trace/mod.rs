@@ -99,11 +99,9 @@ use saveplan_ir::DType;
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::{GraphError, Module};
 
-pub use builder::{
-    Builder, FlatOps, FlatParts, GraphBuilder, VariableOps, count_tasks, trace_flat_with,
-};
+pub use builder::{Builder, GraphBuilder};
 pub use consts::Scalar;
-pub use flat::trace_flat;
+pub use flat::{FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_with};
 pub use function::{
     EagerTrace, FunctionOptions, FunctionTrace, SaverDefNames, trace_eager_functions,
     trace_functions, trace_functions_with_savers, trace_save_function,
