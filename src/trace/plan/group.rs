@@ -6,7 +6,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use saveplan_ir::device::DeviceSpec;
 
-use crate::trace::{Init, SaveableTensor, SliceSpec, TraceError, TraceOptions, Trackable};
+use crate::trace::{
+    ConstError, Init, SaveableTensor, SliceSpec, TraceError, TraceOptions, Trackable,
+};
 
 /// The validated input: tensors flattened in trackable order, grouped by task.
 pub(in crate::trace) struct Inputs<'a> {
@@ -172,10 +174,10 @@ fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
         if values.len() != 1 && i64::try_from(values.len()).ok() != Some(n_elements) {
             return Err(TraceError::BadInit {
                 key: key.clone(),
-                reason: format!(
-                    "{} values for a tensor of {n_elements} elements",
-                    values.len()
-                ),
+                reason: ConstError::WrongCount {
+                    n_values: values.len(),
+                    n_elements,
+                },
             });
         }
     }

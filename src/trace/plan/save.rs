@@ -9,7 +9,9 @@ use super::group::Task;
 use super::{Inputs, Tracer, VarOp};
 use crate::trace::builder::{Builder, attrs, out};
 use crate::trace::registered::SaverCx;
-use crate::trace::{ReadKind, ShardableTensor, Sharding, TraceError, TraceOptions, consts};
+use crate::trace::{
+    ConstError, ReadKind, ShardableTensor, Sharding, TraceError, TraceOptions, consts,
+};
 
 /// The device of the temporary-prefix ops (`with ops.device("CPU")`).
 const ANY_CPU: &str = "/device:CPU:*";
@@ -275,7 +277,7 @@ impl<B: Builder> Tracer<B> {
             let index = global(piece.tensor)?;
             let tensor = inputs.tensors[index];
             let device = inputs.device(index);
-            let bad = |reason: String| TraceError::BadSliceSpec {
+            let bad = |reason: ConstError| TraceError::BadSliceBounds {
                 key: tensor.checkpoint_key.clone(),
                 spec: tensor.slice_spec.clone(),
                 reason,

@@ -5,7 +5,7 @@ use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape};
 
 use super::{Inputs, Tracer, Variable};
 use crate::trace::builder::{Builder, attrs, out};
-use crate::trace::{Init, SaveableTensor, TraceError, consts};
+use crate::trace::{ConstError, Init, SaveableTensor, TraceError, consts};
 
 /// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
 const ZEROS_FILL_THRESHOLD: i64 = 1000;
@@ -159,7 +159,7 @@ impl<B: Builder> Tracer<B> {
     fn zeros(&mut self, tensor: &SaveableTensor, device: &str) -> Result<OpId, TraceError> {
         let scope = self.names.unique("zeros");
         let zero = consts::zero(tensor.dtype);
-        let bad = |reason: String| TraceError::BadInit {
+        let bad = |reason: ConstError| TraceError::BadInit {
             key: tensor.checkpoint_key.clone(),
             reason,
         };
