@@ -21,6 +21,7 @@ mod file;
 mod function;
 mod graph_def;
 mod meta_graph;
+mod node;
 
 pub use attr::TensorError;
 pub use file::{
