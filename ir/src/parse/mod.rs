@@ -1,9 +1,10 @@
 //! The parser for the canonical text form that [`crate::write`] prints.
 //!
-//! [`parse_module`] and [`parse_graph`] read exactly what `Display` for [`Module`] and
-//! [`Graph`] writes, so `parse_module(&module.to_string())` prints the same text again. Ops
-//! are created in line order; inputs may name ops defined later (a cyclic graph parses, and
-//! the verifier reports the cycle). Errors carry the 1-based line and column and say what was
+//! [`parse_module`] and [`parse_graph`] read exactly what `Display` for
+//! [`Module`](crate::Module) and [`Graph`](crate::Graph) writes, so
+//! `parse_module(&module.to_string())` prints the same text again. Ops are created in line
+//! order; inputs may name ops defined later (a cyclic graph parses, and the verifier reports
+//! the cycle). Errors carry the 1-based line and column and say what was
 //! expected.
 //!
 //! The work is split in two: `lexer.rs` turns the text into tokens with positions, and
