@@ -2,20 +2,17 @@
 //! `tf.compat.v1.train.import_meta_graph` loads out (what `saveplan compile` writes).
 //!
 //! The steps are: trace ([`crate::trace`]), add the saver entry points the chosen [`Form`]
-//! needs, verify ([`saveplan_ir::verify::verify_module`]), then assemble the [`MetaGraph`]:
+//! needs, verify ([`saveplan_ir::verify::verify_module`]), then have the exporter assemble the
+//! [`MetaGraph`] ([`export::assemble_meta_graph`]: stripped op list, versions, collections)
+//! from IR-level parts:
 //!
-//! * `meta_info_def`: `stripped_op_list` holds TensorFlow 2.21's `OpDef` of every op type the
-//!   graph and its functions use (sorted by name, as TensorFlow writes it);
-//!   `tensorflow_version` is `2.21.0`, the TensorFlow release whose op set and graph producer
-//!   version (2474) the plan targets; `tensorflow_git_version` says who wrote the file,
-//!   `saveplan <version>`, since no TensorFlow build did.
-//! * `saver_def`: version `V2`, the names below, everything else left at its default as
-//!   `MultiDeviceSaver.to_proto()` leaves it.
-//! * `collection_def`: `variables` and `trainable_variables`, one serialized `VariableDef` per
-//!   traced variable (handle, `<name>/Assign`, `<name>/Read/ReadVariableOp`, initial value;
-//!   `save_slice_info_def` for a slice of a partitioned variable), as TensorFlow's own
-//!   `export_meta_graph` writes them. They make `tf.compat.v1.global_variables()` and
-//!   `global_variables_initializer()` work after the import.
+//! * the [`SaverDef`]: version `V2`, the names below, everything else left at its default as
+//!   `MultiDeviceSaver.to_proto()` leaves it;
+//! * one [`VariableEntry`] per traced variable (handle, `<name>/Assign`,
+//!   `<name>/Read/ReadVariableOp`, initial value; the slice of a partitioned variable), for the
+//!   `variables` and `trainable_variables` collections. They make
+//!   `tf.compat.v1.global_variables()` and `global_variables_initializer()` work after the
+//!   import.
 //!
 //! # Forms
 //!
@@ -29,14 +26,12 @@
 //!   ([`SAVE_FUNCTION`], [`RESTORE_FUNCTION`]) and a `config_proto` that only sets
 //!   `allow_soft_placement` ([`CONFIG_PROTO`]), so the calls run in any session.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use prost::Message as _;
 use saveplan_ir::verify::{VerifyErrors, verify_module};
-use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, Port};
-use saveplan_proto::tensorflow as pb;
+use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, Port, SaverDef};
 
-use crate::export::MetaGraph;
+use crate::export::{self, MetaGraph, SaveSlice, VariableEntry};
 use crate::trace::spec::SpecFile;
 use crate::trace::{
     FunctionOptions, SaveableTensor, SliceSpec, TraceError, trace_flat, trace_functions,
@@ -49,11 +44,7 @@ pub const RESTORE_FUNCTION: &str = "__inference__traced_restore_2";
 /// The serialized `ConfigProto` of the function form's calls: `allow_soft_placement: true`
 /// (field 7, varint 1) and nothing else.
 pub const CONFIG_PROTO: &[u8] = &[0x38, 0x01];
-/// The `tensorflow_version` written into `meta_info_def`.
-pub const TENSORFLOW_VERSION: &str = "2.21.0";
-
-/// TensorFlow 2.21's `OpDef`s of the op types a plan uses, as an `OpList` in text format.
-const OP_DEFS: &str = include_str!("../tests/fixtures/tf-2.21/meta/op_defs.pbtxt");
+pub use crate::export::{TENSORFLOW_VERSION, op_types};
 
 /// Which graph form to compile to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -112,42 +103,16 @@ pub fn compile(spec: &SpecFile, form: Form) -> Result<CompiledPlan, CompileError
     };
     verify_module(&module).map_err(CompileError::Verify)?;
     let tensors: Vec<&SaveableTensor> = trackables.iter().flat_map(|t| &t.tensors).collect();
-    let variables = variable_defs(&module.graph, &tensors)?;
-    let mut collection_def = BTreeMap::new();
-    for key in ["trainable_variables", "variables"] {
-        collection_def.insert(key.to_owned(), bytes_collection(&variables));
-    }
-    let meta_graph = MetaGraph {
-        meta_info_def: Some(meta_info_def(&module)),
-        saver_def: Some(saver_def),
-        collection_def,
-        module,
-        ..MetaGraph::default()
-    };
+    let variables = variable_entries(&module.graph, &tensors)?;
+    let meta_graph = export::assemble_meta_graph(module, saver_def, &variables);
     Ok(CompiledPlan { form, meta_graph })
-}
-
-/// The op types `module` uses (graph and function bodies, without `_Arg`), sorted.
-pub fn op_types(module: &Module) -> BTreeSet<String> {
-    let graphs =
-        std::iter::once(&module.graph).chain(module.library.functions.iter().map(|f| &f.body));
-    let mut types = BTreeSet::new();
-    for graph in graphs {
-        for id in graph.ops() {
-            let op = &graph.op(id).op;
-            if *op != Op::Arg {
-                types.insert(op.type_name().to_owned());
-            }
-        }
-    }
-    types
 }
 
 /// The flat plan with `save/Identity` and `save/restore_all`, and its `SaverDef`.
 fn flat_plan(
     spec: &SpecFile,
     trackables: &[crate::trace::Trackable],
-) -> Result<(Module, pb::SaverDef), CompileError> {
+) -> Result<(Module, SaverDef), CompileError> {
     let mut trace = trace_flat(trackables, &spec.options()?)?;
     let graph = &mut trace.module.graph;
     let missing = |name: &str| CompileError::MissingOp {
@@ -174,20 +139,14 @@ fn flat_plan(
     for assign in restore_assigns(graph) {
         graph.add_control(assign, restore);
     }
-    let saver_def = pb::SaverDef {
-        filename_tensor_name: filename.clone(),
-        save_tensor_name: format!("{save_name}:0"),
-        restore_op_name: restore_name,
-        version: pb::saver_def::CheckpointFormatVersion::V2 as i32,
-        ..pb::SaverDef::default()
-    };
+    let saver_def = SaverDef::v2(filename.clone(), format!("{save_name}:0"), restore_name);
     Ok((trace.module, saver_def))
 }
 
 /// The function-form plan and the `SaverDef` `to_proto()` returns for it.
 fn function_plan(
     trackables: &[crate::trace::Trackable],
-) -> Result<(Module, pb::SaverDef), CompileError> {
+) -> Result<(Module, SaverDef), CompileError> {
     let options = FunctionOptions {
         save_function: SAVE_FUNCTION.to_owned(),
         restore_function: RESTORE_FUNCTION.to_owned(),
@@ -195,13 +154,11 @@ fn function_plan(
     };
     let trace = trace_functions(trackables, &options)?;
     let names = trace.saver_def;
-    let saver_def = pb::SaverDef {
-        filename_tensor_name: names.filename_tensor_name,
-        save_tensor_name: names.save_tensor_name,
-        restore_op_name: names.restore_op_name,
-        version: pb::saver_def::CheckpointFormatVersion::V2 as i32,
-        ..pb::SaverDef::default()
-    };
+    let saver_def = SaverDef::v2(
+        names.filename_tensor_name,
+        names.save_tensor_name,
+        names.restore_op_name,
+    );
     Ok((trace.module, saver_def))
 }
 
@@ -242,12 +199,13 @@ fn restore_assigns(graph: &Graph) -> Vec<OpId> {
     found
 }
 
-/// One `VariableDef` per `VarHandleOp` of the top-level graph, in creation order; `tensors`
-/// are the traced tensors in the same order (the tracer creates one variable per tensor).
-fn variable_defs(
+/// One [`VariableEntry`] per `VarHandleOp` of the top-level graph, in creation order;
+/// `tensors` are the traced tensors in the same order (the tracer creates one variable per
+/// tensor).
+fn variable_entries(
     graph: &Graph,
     tensors: &[&SaveableTensor],
-) -> Result<Vec<pb::VariableDef>, CompileError> {
+) -> Result<Vec<VariableEntry>, CompileError> {
     let mut handles: Vec<OpId> = graph
         .ops()
         .into_iter()
@@ -273,29 +231,25 @@ fn variable_defs(
         graph
             .find(&read_name)
             .ok_or_else(|| missing("Read/ReadVariableOp"))?;
-        let save_slice_info_def = tensors
+        let save_slice = tensors
             .get(pos)
             .filter(|tensor| !tensor.slice_spec.is_empty())
-            .and_then(|tensor| save_slice_info(tensor));
-        defs.push(pb::VariableDef {
+            .and_then(|tensor| save_slice(tensor));
+        defs.push(VariableEntry {
             variable_name: format!("{name}:0"),
             initial_value_name: tensor_name(graph, initial_value.src, &initial_value.output),
             initializer_name: assign_name,
             snapshot_name: format!("{read_name}:0"),
-            save_slice_info_def,
-            is_resource: true,
-            trainable: true,
-            ..pb::VariableDef::default()
+            save_slice,
         });
     }
     Ok(defs)
 }
 
-/// `SaveSliceInfoDef` of a slice of a partitioned variable (the spec was validated by the
-/// tracer).
-fn save_slice_info(tensor: &SaveableTensor) -> Option<pb::SaveSliceInfoDef> {
+/// Where a slice of a partitioned variable sits (the spec was validated by the tracer).
+fn save_slice(tensor: &SaveableTensor) -> Option<SaveSlice> {
     let slice = SliceSpec::parse(&tensor.slice_spec).ok()?;
-    Some(pb::SaveSliceInfoDef {
+    Some(SaveSlice {
         full_name: tensor.checkpoint_key.clone(),
         full_shape: slice.full_shape,
         var_offset: slice.offsets,
@@ -310,33 +264,4 @@ fn tensor_name(graph: &Graph, op: OpId, port: &Port) -> String {
         Port::Named { index, .. } => *index,
     };
     format!("{}:{index}", graph.op(op).name)
-}
-
-fn bytes_collection(variables: &[pb::VariableDef]) -> pb::CollectionDef {
-    pb::CollectionDef {
-        kind: Some(pb::collection_def::Kind::BytesList(
-            pb::collection_def::BytesList {
-                value: variables.iter().map(|v| v.encode_to_vec()).collect(),
-            },
-        )),
-    }
-}
-
-/// `meta_info_def`: the stripped op list of `module`, and the versions.
-fn meta_info_def(module: &Module) -> pb::meta_graph_def::MetaInfoDef {
-    let all: pb::OpList = saveplan_proto::from_text(OP_DEFS)
-        .expect("the op definitions embedded at build time parse");
-    let used = op_types(module);
-    let mut op: Vec<pb::OpDef> = all
-        .op
-        .into_iter()
-        .filter(|def| used.contains(&def.name))
-        .collect();
-    op.sort_by(|a, b| a.name.cmp(&b.name));
-    pb::meta_graph_def::MetaInfoDef {
-        stripped_op_list: Some(pb::OpList { op }),
-        tensorflow_version: TENSORFLOW_VERSION.to_owned(),
-        tensorflow_git_version: format!("saveplan {}", env!("CARGO_PKG_VERSION")),
-        ..pb::meta_graph_def::MetaInfoDef::default()
-    }
 }

@@ -37,7 +37,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::signature::{self, ArgType, ElemType};
-use crate::{AttrValue, Attrs, DType, Function, Graph, Input, Library, Module, Op, OpId, Port};
+use crate::{
+    AttrValue, Attrs, DType, Function, Graph, Input, Library, Module, Op, OpId, OutputRef, Port,
+    TensorName,
+};
 
 /// Every violation found by one verifier run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -774,25 +777,16 @@ fn check_rets(function: &Function, errors: &mut Vec<VerifyError>) {
             ));
             continue;
         }
-        let mut parts = target.split(':');
-        let node_name = parts.next().unwrap_or_default();
-        let port = match (parts.next(), parts.next(), parts.next()) {
-            (None, _, _) => None,
-            (Some(arg), Some(index), None) => match index.parse() {
-                Ok(index) => Some(Port::Named {
-                    arg: arg.to_owned(),
-                    index,
-                }),
-                Err(_) => {
-                    errors.push(bad(None, "the value is not `node:arg:index`".to_owned()));
-                    continue;
-                }
-            },
+        // An input argument bare, any other op's output as `node:arg:index`.
+        let name = match TensorName::parse(target) {
+            Ok(name) if !matches!(name.output, Some(OutputRef::Index(_))) => name,
             _ => {
                 errors.push(bad(None, "the value is not `node:arg:index`".to_owned()));
                 continue;
             }
         };
+        let node_name = name.op;
+        let port = name.output.map(|_| name.port());
         let Some(op) = body.find(node_name) else {
             errors.push(bad(None, format!("the body has no op `{node_name}`")));
             continue;

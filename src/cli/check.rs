@@ -8,8 +8,7 @@ use clap::Args as ClapArgs;
 use saveplan::analysis::{check_module, check_saver_names};
 use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
-use saveplan_ir::{Library, Module};
-use saveplan_proto::tensorflow::SaverDef;
+use saveplan_ir::{Library, Module, SaverDef};
 
 use super::common::{compile_file, one_line};
 

@@ -95,7 +95,12 @@ fn write_outputs(dir: &Path, plan: &CompiledPlan, phases: &Phases) -> anyhow::Re
     };
     write_encoded("meta_graph.pb")?;
     write_encoded("meta_graph.pbtxt")?;
-    let saver_def = plan.meta_graph.saver_def.clone().unwrap_or_default();
+    let saver_def = plan
+        .meta_graph
+        .saver_def
+        .as_ref()
+        .map(export::saver_def)
+        .unwrap_or_default();
     export::write_proto_file(
         &dir.join("saver_def.pbtxt"),
         &ProtoMessage::SaverDef(saver_def),

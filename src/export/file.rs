@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
-use saveplan_ir::{Function, Library, Module};
+use saveplan_ir::{Function, Library, Module, SaverDef};
 use saveplan_proto::TextError;
 use saveplan_proto::tensorflow as pb;
 
 use super::function::{function_def, import_function_def};
 use super::graph_def::{graph_def, import_graph_def};
 use super::meta_graph::{MetaGraph, import_meta_graph_def, meta_graph_def};
+use super::saver_def::{import_saver_def, saver_def};
 use super::{ExportError, ImportError};
 
 /// How a file is encoded, from its extension.
@@ -59,8 +60,8 @@ pub enum Loaded {
     MetaGraph(MetaGraph),
     /// A `FunctionDef`.
     Function(Function),
-    /// A `SaverDef`, which has no graph and is kept as is.
-    Saver(pb::SaverDef),
+    /// A `SaverDef`, which has no graph, as plain data (every field kept).
+    Saver(SaverDef),
 }
 
 impl Loaded {
@@ -388,7 +389,7 @@ impl ProtoMessage {
                 Loaded::MetaGraph(import_meta_graph_def(message)?)
             }
             ProtoMessage::FunctionDef(message) => Loaded::Function(import_function_def(message)?),
-            ProtoMessage::SaverDef(message) => Loaded::Saver(message.clone()),
+            ProtoMessage::SaverDef(message) => Loaded::Saver(import_saver_def(message)),
         })
     }
 }
@@ -412,7 +413,7 @@ impl Loaded {
                 ProtoMessage::MetaGraphDef(Box::new(meta_graph_def(meta_graph)?))
             }
             Loaded::Function(function) => ProtoMessage::FunctionDef(function_def(function)?),
-            Loaded::Saver(saver_def) => ProtoMessage::SaverDef(saver_def.clone()),
+            Loaded::Saver(saver) => ProtoMessage::SaverDef(saver_def(saver)),
         })
     }
 }

@@ -13,7 +13,7 @@ use saveplan_proto::tensorflow as pb;
 use super::attr::{
     export_attr, export_attrs, export_shape, import_attr, import_attrs, import_shape,
 };
-use super::graph_def::{Syntax, encode_node, export_nodes, import_nodes};
+use super::node::{Syntax, encode_node, export_nodes, import_nodes};
 use super::{ExportError, ImportError};
 
 /// Converts a `FunctionDef` into a [`Function`].

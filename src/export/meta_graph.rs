@@ -1,13 +1,14 @@
-//! `MetaGraphDef` ↔ [`MetaGraph`]: the graph becomes a [`Module`]; the saver and everything
-//! else are kept as the protobuf messages they are.
+//! `MetaGraphDef` ↔ [`MetaGraph`]: the graph becomes a [`Module`], the saver a plain
+//! [`SaverDef`]; everything else is kept as the protobuf messages it is.
 
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use saveplan_ir::Module;
+use saveplan_ir::{Module, SaverDef};
 use saveplan_proto::tensorflow as pb;
 
 use super::graph_def::{graph_def, import_graph_def};
+use super::saver_def::{import_saver_def, saver_def};
 use super::{ExportError, ImportError};
 
 /// A `MetaGraphDef` with its graph in IR form.
@@ -15,8 +16,8 @@ use super::{ExportError, ImportError};
 pub struct MetaGraph {
     /// `graph_def`, imported.
     pub module: Module,
-    /// `saver_def`, verbatim.
-    pub saver_def: Option<pb::SaverDef>,
+    /// `saver_def`, every field kept.
+    pub saver_def: Option<SaverDef>,
     /// `meta_info_def` (stripped op list, tags, versions), verbatim.
     pub meta_info_def: Option<pb::meta_graph_def::MetaInfoDef>,
     /// `collection_def`, verbatim.
@@ -35,7 +36,7 @@ pub fn import_meta_graph_def(meta_graph_def: &pb::MetaGraphDef) -> Result<MetaGr
         .ok_or(ImportError::MissingGraphDef)?;
     Ok(MetaGraph {
         module: import_graph_def(graph_def)?,
-        saver_def: meta_graph_def.saver_def.clone(),
+        saver_def: meta_graph_def.saver_def.as_ref().map(import_saver_def),
         meta_info_def: meta_graph_def.meta_info_def.clone(),
         collection_def: meta_graph_def.collection_def.clone(),
         signature_def: meta_graph_def.signature_def.clone(),
@@ -57,7 +58,7 @@ pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportEr
         ..pb::MetaGraphDef::default()
     };
     let tail = pb::MetaGraphDef {
-        saver_def: meta_graph.saver_def.clone(),
+        saver_def: meta_graph.saver_def.as_ref().map(saver_def),
         collection_def: meta_graph.collection_def.clone(),
         signature_def: meta_graph.signature_def.clone(),
         asset_file_def: meta_graph.asset_file_def.clone(),
@@ -79,7 +80,7 @@ pub fn meta_graph_def(meta_graph: &MetaGraph) -> Result<pb::MetaGraphDef, Export
     Ok(pb::MetaGraphDef {
         meta_info_def: meta_graph.meta_info_def.clone(),
         graph_def: Some(graph_def(&meta_graph.module)?),
-        saver_def: meta_graph.saver_def.clone(),
+        saver_def: meta_graph.saver_def.as_ref().map(saver_def),
         collection_def: meta_graph.collection_def.clone(),
         signature_def: meta_graph.signature_def.clone(),
         asset_file_def: meta_graph.asset_file_def.clone(),

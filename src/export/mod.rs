@@ -1,6 +1,8 @@
 //! TensorFlow protobufs in and out: `GraphDef` ↔ [`Module`](saveplan_ir::Module),
 //! `FunctionDef` ↔ [`Function`](saveplan_ir::Function),
-//! `MetaGraphDef` ↔ [`MetaGraph`], and reading and writing them as `.pb` or `.pbtxt` files.
+//! `MetaGraphDef` ↔ [`MetaGraph`], `SaverDef` ↔ [`SaverDef`](saveplan_ir::SaverDef), the
+//! `MetaGraphDef` of a compiled plan ([`assemble_meta_graph`]), and reading and writing them as
+//! `.pb` or `.pbtxt` files.
 //!
 //! Import keeps everything TensorFlow wrote (node order, input order, devices verbatim,
 //! private `_` attributes, tensors in their original representation, library functions), so
@@ -16,12 +18,16 @@
 //!
 //! This module and `saveplan-proto` are the only code that touches prost types.
 
+mod assemble;
 mod attr;
 mod file;
 mod function;
 mod graph_def;
 mod meta_graph;
+mod node;
+mod saver_def;
 
+pub use assemble::{SaveSlice, TENSORFLOW_VERSION, VariableEntry, assemble_meta_graph, op_types};
 pub use attr::TensorError;
 pub use file::{
     Encoding, FileError, Loaded, MessageKind, ProtoMessage, read_graph_file, read_proto_file,
@@ -30,6 +36,7 @@ pub use file::{
 pub use function::{function_def, import_function_def};
 pub use graph_def::{encode_graph_def, graph_def, import_graph_def};
 pub use meta_graph::{MetaGraph, encode_meta_graph_def, import_meta_graph_def, meta_graph_def};
+pub use saver_def::{import_saver_def, saver_def};
 
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::signature::SignatureError;

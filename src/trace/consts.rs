@@ -21,6 +21,48 @@ pub enum Scalar {
     Bytes(Vec<u8>),
 }
 
+/// Why values cannot become a constant tensor (an initial value, a shape or slice bounds).
+#[derive(Clone, PartialEq, Debug, thiserror::Error)]
+pub enum ConstError {
+    /// An integer dtype got a value that is not a whole number.
+    #[error("{0:?} is not an integer")]
+    NotInteger(Scalar),
+    /// A floating-point dtype got a value that is not a number.
+    #[error("{0:?} is not a number")]
+    NotNumber(Scalar),
+    /// A bool tensor got a value that is not a bool.
+    #[error("{0:?} is not a bool")]
+    NotBool(Scalar),
+    /// A string tensor got a value that is not a string.
+    #[error("{0:?} is not a string")]
+    NotString(Scalar),
+    /// An integer is outside the range of the dtype.
+    #[error("{value} does not fit in {dtype}")]
+    OutOfRange {
+        /// The value.
+        value: i64,
+        /// The dtype it should fit.
+        dtype: DType,
+    },
+    /// Constants of this dtype cannot be written from spec values.
+    #[error("initial values of dtype {0} are not supported")]
+    UnsupportedDType(DType),
+    /// The number of values neither fills the shape nor is one value to fill it with.
+    #[error("{n_values} values for a tensor of {n_elements} elements")]
+    WrongCount {
+        /// The number of values given.
+        n_values: usize,
+        /// The number of elements of the shape.
+        n_elements: i64,
+    },
+    /// A JSON number of a spec file fits neither an `i64` nor an `f64`.
+    #[error("number {0} is out of range")]
+    NumberOutOfRange(String),
+    /// A JSON value of a spec file is not a number, bool, string or array of them.
+    #[error("unsupported value `{0}`")]
+    UnsupportedValue(String),
+}
+
 /// Dtypes whose full, multi-element constants are written to `tensor_content`.
 fn uses_tensor_content(dtype: DType) -> bool {
     use DType::*;
@@ -47,9 +89,9 @@ fn uses_tensor_content(dtype: DType) -> bool {
 }
 
 /// The constant `values` of `dtype` with `shape`; `values` holds every element in row-major
-/// order or a single value that fills the shape. Fails with a reason when a value does not
-/// fit the dtype or the dtype cannot be written from spec values.
-pub fn make_tensor(dtype: DType, shape: &[i64], values: &[Scalar]) -> Result<Tensor, String> {
+/// order or a single value that fills the shape. Fails when a value does not fit the dtype or
+/// the dtype cannot be written from spec values.
+pub fn make_tensor(dtype: DType, shape: &[i64], values: &[Scalar]) -> Result<Tensor, ConstError> {
     let n_elements: i64 = shape.iter().product();
     let full = i64::try_from(values.len()).is_ok_and(|n| n == n_elements);
     let tensor_values = if full && n_elements > 1 && uses_tensor_content(dtype) {
@@ -76,34 +118,34 @@ pub fn zero(dtype: DType) -> Scalar {
 }
 
 /// A rank-1 int32 constant (`Slice` begin and size).
-pub fn int32_vector(values: &[i64]) -> Result<Tensor, String> {
+pub fn int32_vector(values: &[i64]) -> Result<Tensor, ConstError> {
     let values: Vec<Scalar> = values.iter().map(|&v| Scalar::Int(v)).collect();
     make_tensor(DType::Int32, &[values.len() as i64], &values)
 }
 
-fn as_i64(value: &Scalar) -> Result<i64, String> {
+fn as_i64(value: &Scalar) -> Result<i64, ConstError> {
     match value {
         Scalar::Int(v) => Ok(*v),
         Scalar::Bool(b) => Ok(i64::from(*b)),
         Scalar::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(*f as i64),
-        other => Err(format!("{other:?} is not an integer")),
+        other => Err(ConstError::NotInteger(other.clone())),
     }
 }
 
-fn as_f64(value: &Scalar) -> Result<f64, String> {
+fn as_f64(value: &Scalar) -> Result<f64, ConstError> {
     match value {
         Scalar::Float(f) => Ok(*f),
         Scalar::Int(v) => Ok(*v as f64),
-        other => Err(format!("{other:?} is not a number")),
+        other => Err(ConstError::NotNumber(other.clone())),
     }
 }
 
-fn narrow<T: TryFrom<i64>>(value: &Scalar, dtype: DType) -> Result<T, String> {
+fn narrow<T: TryFrom<i64>>(value: &Scalar, dtype: DType) -> Result<T, ConstError> {
     let wide = as_i64(value)?;
-    T::try_from(wide).map_err(|_| format!("{wide} does not fit in {dtype}"))
+    T::try_from(wide).map_err(|_| ConstError::OutOfRange { value: wide, dtype })
 }
 
-fn content_bytes(dtype: DType, values: &[Scalar]) -> Result<Vec<u8>, String> {
+fn content_bytes(dtype: DType, values: &[Scalar]) -> Result<Vec<u8>, ConstError> {
     let mut bytes = Vec::new();
     for value in values {
         match dtype {
@@ -121,15 +163,15 @@ fn content_bytes(dtype: DType, values: &[Scalar]) -> Result<Vec<u8>, String> {
             DType::UInt8 | DType::QUInt8 => bytes.extend(narrow::<u8>(value, dtype)?.to_le_bytes()),
             DType::UInt32 => bytes.extend(narrow::<u32>(value, dtype)?.to_le_bytes()),
             DType::UInt64 => bytes.extend(narrow::<u64>(value, dtype)?.to_le_bytes()),
-            _ => return Err(format!("initial values of dtype {dtype} are not supported")),
+            _ => return Err(ConstError::UnsupportedDType(dtype)),
         }
     }
     Ok(bytes)
 }
 
-fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, String> {
+fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, ConstError> {
     // `int_val` holds the small integer types widened to int32; check each type's own range.
-    let int = |value: &Scalar| -> Result<i32, String> {
+    let int = |value: &Scalar| -> Result<i32, ConstError> {
         match dtype {
             DType::Int8 | DType::QInt8 => narrow::<i8>(value, dtype).map(i32::from),
             DType::UInt8 | DType::QUInt8 => narrow::<u8>(value, dtype).map(i32::from),
@@ -138,7 +180,8 @@ fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, String>
             _ => narrow::<i32>(value, dtype),
         }
     };
-    let ints = |values: &[Scalar]| -> Result<Vec<i32>, String> { values.iter().map(int).collect() };
+    let ints =
+        |values: &[Scalar]| -> Result<Vec<i32>, ConstError> { values.iter().map(int).collect() };
     Ok(match dtype {
         DType::Float => TensorValues::Float(
             values
@@ -175,7 +218,7 @@ fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, String>
                 .iter()
                 .map(|v| match v {
                     Scalar::Bool(b) => Ok(*b),
-                    other => Err(format!("{other:?} is not a bool")),
+                    other => Err(ConstError::NotBool(other.clone())),
                 })
                 .collect::<Result<_, _>>()?,
         ),
@@ -184,7 +227,7 @@ fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, String>
                 .iter()
                 .map(|v| match v {
                     Scalar::Bytes(b) => Ok(b.clone()),
-                    other => Err(format!("{other:?} is not a string")),
+                    other => Err(ConstError::NotString(other.clone())),
                 })
                 .collect::<Result<_, _>>()?,
         ),
@@ -192,7 +235,7 @@ fn typed_values(dtype: DType, values: &[Scalar]) -> Result<TensorValues, String>
         DType::Half | DType::BFloat16 if values.iter().all(|v| as_f64(v) == Ok(0.0)) => {
             TensorValues::Half(vec![0; values.len()])
         }
-        _ => return Err(format!("initial values of dtype {dtype} are not supported")),
+        _ => return Err(ConstError::UnsupportedDType(dtype)),
     })
 }
 
@@ -210,6 +253,14 @@ mod tests {
         assert_eq!(one.values, TensorValues::Int(vec![0]));
         let flags = make_tensor(DType::Bool, &[2], &vec![Scalar::Bool(true); 2]).unwrap();
         assert_eq!(flags.values, TensorValues::Bool(vec![true, true]));
-        assert!(make_tensor(DType::Int8, &[], &[Scalar::Int(300)]).is_err());
+        let err = make_tensor(DType::Int8, &[], &[Scalar::Int(300)]).unwrap_err();
+        assert_eq!(
+            err,
+            ConstError::OutOfRange {
+                value: 300,
+                dtype: DType::Int8
+            }
+        );
+        assert_eq!(err.to_string(), "300 does not fit in int8");
     }
 }

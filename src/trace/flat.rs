@@ -1,9 +1,11 @@
 //! The flat form: what `saver.save(prefix)` and `saver.restore(prefix)` add to a fresh
-//! `tf.Graph`, preceded by the creation of the variables (FORMATS.md §8.2).
+//! `tf.Graph`, preceded by the creation of the variables (FORMATS.md §8.2), and the entry
+//! point that traces parts of the flat plan through any builder ([`trace_flat_with`]).
 
-use saveplan_ir::{Module, Versions};
+use saveplan_ir::{Module, OpId, Versions};
 
-use super::plan::{Inputs, PRODUCER, Tracer, VarSource, out};
+use super::builder::{Builder, out};
+use super::plan::{Inputs, PRODUCER, Tracer, VarSource};
 use super::{FlatTrace, SaverNames, TraceError, TraceOptions, Trackable};
 
 /// Traces the flat save and restore plan of `trackables` into a fresh graph.
@@ -40,4 +42,80 @@ pub fn trace_flat(
         ..Module::default()
     };
     Ok(FlatTrace { module, saver })
+}
+
+/// How a partial flat trace gets at the variables.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VariableOps {
+    /// Create them as [`trace_flat`] does: initial value, handle, `IsInitialized`,
+    /// `Assign` and `Read` (eagerly: `tf.Variable(...)`, which assigns the initial value).
+    Create,
+    /// Only look them up: the handle (`VarHandleOp`, same shared name as [`Self::Create`]) and,
+    /// when the save is traced, a `Read/ReadVariableOp`, which eagerly reads the current value.
+    Attach,
+}
+
+/// Which parts of the flat plan [`trace_flat_with`] traces, in this order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlatParts {
+    /// How the variables are reached (always traced first).
+    pub variables: VariableOps,
+    /// Trace `saver.save(prefix)` (after the `saver_filename` placeholder).
+    pub save: bool,
+    /// Trace `saver.restore(prefix)`, registered savers' restores included.
+    pub restore: bool,
+}
+
+/// The handles of what [`trace_flat_with`] traced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlatOps {
+    /// The `saver_filename` placeholder, when save or restore was traced.
+    pub prefix: Option<OpId>,
+    /// The `MergeV2Checkpoints` of the save.
+    pub save: Option<OpId>,
+    /// Per checkpoint key, the last restore op of its trackable.
+    pub restore: Vec<(String, OpId)>,
+}
+
+/// Traces `parts` of the flat plan of `trackables` through `builder` and gives the builder
+/// back. With [`GraphBuilder`](super::GraphBuilder) and every part this emits what [`trace_flat`] emits.
+pub fn trace_flat_with<B: Builder>(
+    builder: B,
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    parts: FlatParts,
+) -> Result<(B, FlatOps), TraceError> {
+    let inputs = Inputs::collect(trackables, options)?;
+    let n_tensors = inputs.tensors.len();
+    let mut tracer = Tracer::with_builder(builder, VarSource::Local(Vec::new()), n_tensors);
+    let variables = (0..n_tensors)
+        .map(|index| match parts.variables {
+            VariableOps::Create => tracer.create_variable(&inputs, index),
+            VariableOps::Attach => tracer.attach_variable(&inputs, index, parts.save),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    tracer.vars = VarSource::Local(variables);
+    let mut ops = FlatOps {
+        prefix: None,
+        save: None,
+        restore: Vec::new(),
+    };
+    if parts.save || parts.restore {
+        let prefix = tracer.placeholder("saver_filename")?;
+        ops.prefix = Some(prefix);
+        if parts.save {
+            ops.save = Some(tracer.save(&inputs, out(prefix), options)?);
+        }
+        if parts.restore {
+            ops.restore = tracer.restore(&inputs, out(prefix))?;
+            tracer.restore_registered(options, out(prefix))?;
+        }
+    }
+    Ok((tracer.graph, ops))
+}
+
+/// The number of distinct tasks (devices with `CPU:0`) the tensors of `trackables` live on,
+/// as `MultiDeviceSaver` counts them (`_num_unique_tasks`).
+pub fn count_tasks(trackables: &[Trackable]) -> Result<usize, TraceError> {
+    Ok(Inputs::collect(trackables, &TraceOptions::default())?.n_tasks())
 }

@@ -16,8 +16,8 @@ use saveplan_ir::{
     OpId, Port, Shape, Signature, Versions,
 };
 
-use super::builder::Builder as _;
-use super::plan::{Captures, Inputs, PRODUCER, Tracer, VarSource, attrs, out};
+use super::builder::{Builder as _, attrs, out};
+use super::plan::{Captures, Inputs, PRODUCER, Tracer, VarSource};
 use super::{RegisteredSaver, TraceError, TraceOptions, Trackable};
 
 /// `GraphDef.versions.min_consumer` of a graph holding functions, as TensorFlow 2.21 writes.

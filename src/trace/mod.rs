@@ -99,11 +99,9 @@ use saveplan_ir::DType;
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::{GraphError, Module};
 
-pub use builder::{
-    Builder, FlatOps, FlatParts, GraphBuilder, VariableOps, count_tasks, trace_flat_with,
-};
-pub use consts::Scalar;
-pub use flat::trace_flat;
+pub use builder::{Builder, GraphBuilder};
+pub use consts::{ConstError, Scalar};
+pub use flat::{FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_with};
 pub use function::{
     EagerTrace, FunctionOptions, FunctionTrace, SaverDefNames, trace_eager_functions,
     trace_functions, trace_functions_with_savers, trace_save_function,
@@ -345,6 +343,16 @@ pub enum TraceError {
         /// What is wrong.
         reason: String,
     },
+    /// The bounds of a slice a sharding policy cut do not fit the `Slice` op's int32 inputs.
+    #[error("variable `{key}`: invalid slice spec `{spec}`: {reason}")]
+    BadSliceBounds {
+        /// The checkpoint key.
+        key: String,
+        /// The slice spec of the tensor being sliced.
+        spec: String,
+        /// What is wrong.
+        reason: ConstError,
+    },
     /// A dtype name is not a TensorFlow dtype.
     #[error("variable `{key}`: unknown dtype `{dtype}`")]
     UnknownDType {
@@ -367,7 +375,7 @@ pub enum TraceError {
         /// The checkpoint key.
         key: String,
         /// What is wrong.
-        reason: String,
+        reason: ConstError,
     },
     /// `MaxShardSizePolicy` cannot fit even the smallest slice of a tensor into an empty shard
     /// (TensorFlow loops forever on this input).

@@ -13,7 +13,6 @@ use saveplan_ir::{Attrs, Graph, Op, OpId, Port};
 use super::TraceError;
 use super::builder::Builder;
 use super::names::UniqueNames;
-use super::plan::Tracer;
 
 /// A registered saver: a name and two functions that add their ops to the traced graph.
 ///
@@ -42,12 +41,10 @@ pub struct SaverCx<'a> {
 }
 
 impl<'a> SaverCx<'a> {
-    /// The context of a registered saver called by `tracer`.
-    pub(super) fn new<B: Builder>(tracer: &'a mut Tracer<B>) -> SaverCx<'a> {
-        SaverCx {
-            names: &mut tracer.names,
-            builder: &mut tracer.graph,
-        }
+    /// The context of a registered saver adding ops through `builder`, named with `names`
+    /// (the tracer's own name table, so names stay unique across the whole graph).
+    pub(super) fn new(names: &'a mut UniqueNames, builder: &'a mut dyn Builder) -> SaverCx<'a> {
+        SaverCx { names, builder }
     }
 
     /// Adds an op named `name` (made unique the way a `tf.Graph` does) with data inputs in

@@ -35,8 +35,8 @@ use saveplan_ir::DType;
 use serde::Deserialize;
 
 use super::{
-    Init, MaxShardSize, ReadKind, SaveableTensor, Scalar, ShardByTask, TraceError, TraceOptions,
-    Trackable, VariableDef,
+    ConstError, Init, MaxShardSize, ReadKind, SaveableTensor, Scalar, ShardByTask, TraceError,
+    TraceOptions, Trackable, VariableDef,
 };
 
 /// A parsed spec file.
@@ -239,7 +239,7 @@ impl VariableSpec {
 }
 
 /// Appends the leaves of a (nested) JSON value in row-major order.
-fn flatten(value: &serde_json::Value, out: &mut Vec<Scalar>) -> Result<(), String> {
+fn flatten(value: &serde_json::Value, out: &mut Vec<Scalar>) -> Result<(), ConstError> {
     use serde_json::Value;
     match value {
         Value::Array(items) => {
@@ -252,9 +252,11 @@ fn flatten(value: &serde_json::Value, out: &mut Vec<Scalar>) -> Result<(), Strin
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => out.push(Scalar::Int(i)),
             (None, Some(f)) if n.is_f64() => out.push(Scalar::Float(f)),
-            _ => return Err(format!("number {n} is out of range")),
+            _ => return Err(ConstError::NumberOutOfRange(n.to_string())),
         },
-        Value::Null | Value::Object(_) => return Err(format!("unsupported value `{value}`")),
+        Value::Null | Value::Object(_) => {
+            return Err(ConstError::UnsupportedValue(value.to_string()));
+        }
     }
     Ok(())
 }

@@ -1,0 +1,185 @@
+//! The validated input of a plan: the tensors of every trackable flattened in order, each
+//! device string parsed once, and the tensors grouped by task (their device with `CPU:0`),
+//! tasks in order of first appearance.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use saveplan_ir::device::DeviceSpec;
+
+use crate::trace::{
+    ConstError, Init, SaveableTensor, SliceSpec, TraceError, TraceOptions, Trackable,
+};
+
+/// The validated input: tensors flattened in trackable order, grouped by task.
+pub(in crate::trace) struct Inputs<'a> {
+    pub(in crate::trace) tensors: Vec<&'a SaveableTensor>,
+    /// The distinct devices of the tensors, in order of first appearance.
+    device_table: Vec<Device>,
+    /// The device of each tensor, as an index into `device_table`.
+    pub(super) device_of: Vec<u32>,
+    /// The trackable of each tensor.
+    pub(super) trackable_of: Vec<usize>,
+    /// The tensors of each trackable.
+    pub(super) trackables: Vec<Vec<usize>>,
+    /// Tasks in order of first appearance.
+    pub(super) tasks: Vec<Task>,
+    pub(super) io_device: Option<DeviceSpec>,
+}
+
+/// One distinct device string of the input, parsed once.
+struct Device {
+    /// The canonical device string.
+    name: String,
+    /// The parsed device.
+    spec: DeviceSpec,
+    /// The device's task: its `CPU:0`.
+    host: String,
+}
+
+/// One task: its `CPU:0` and its tensors in input order.
+pub(super) struct Task {
+    pub(super) spec: DeviceSpec,
+    pub(super) name: String,
+    pub(super) tensors: Vec<usize>,
+}
+
+impl<'a> Inputs<'a> {
+    pub(in crate::trace) fn collect(
+        trackables: &'a [Trackable],
+        options: &TraceOptions,
+    ) -> Result<Inputs<'a>, TraceError> {
+        let io_device = options
+            .io_device
+            .as_deref()
+            .map(DeviceSpec::parse)
+            .transpose()
+            .map_err(|source| TraceError::BadIoDevice { source })?;
+        let n_tensors: usize = trackables.iter().map(|t| t.tensors.len()).sum();
+        let mut inputs = Inputs {
+            tensors: Vec::with_capacity(n_tensors),
+            device_table: Vec::new(),
+            device_of: Vec::with_capacity(n_tensors),
+            trackable_of: Vec::with_capacity(n_tensors),
+            trackables: Vec::with_capacity(trackables.len()),
+            tasks: Vec::new(),
+            io_device,
+        };
+        let mut seen: FxHashSet<(&str, &str)> =
+            FxHashSet::with_capacity_and_hasher(n_tensors, Default::default());
+        let mut task_index: FxHashMap<String, usize> = FxHashMap::default();
+        // Per distinct device string: its entry in `device_table` and its task.
+        let mut by_device: FxHashMap<&str, (u32, usize)> = FxHashMap::default();
+        for (trackable_idx, trackable) in trackables.iter().enumerate() {
+            let mut members = Vec::with_capacity(trackable.tensors.len());
+            for tensor in &trackable.tensors {
+                validate(tensor)?;
+                if !seen.insert((&tensor.checkpoint_key, &tensor.slice_spec)) {
+                    return Err(TraceError::DuplicateKey {
+                        key: tensor.checkpoint_key.clone(),
+                        slice_spec: tensor.slice_spec.clone(),
+                    });
+                }
+                let (device, task) = match by_device.get(tensor.device.as_str()) {
+                    Some(&known) => known,
+                    None => {
+                        let spec = DeviceSpec::parse(&tensor.device).map_err(|source| {
+                            TraceError::BadDevice {
+                                key: tensor.checkpoint_key.clone(),
+                                source,
+                            }
+                        })?;
+                        let task_spec = spec.set_cpu0();
+                        let task_name = task_spec.to_string();
+                        let task = *task_index.entry(task_name.clone()).or_insert_with(|| {
+                            inputs.tasks.push(Task {
+                                spec: task_spec,
+                                name: task_name.clone(),
+                                tensors: Vec::new(),
+                            });
+                            inputs.tasks.len() - 1
+                        });
+                        let device = inputs.device_table.len() as u32;
+                        inputs.device_table.push(Device {
+                            name: spec.to_string(),
+                            spec,
+                            host: task_name,
+                        });
+                        by_device.insert(&tensor.device, (device, task));
+                        (device, task)
+                    }
+                };
+                let index = inputs.tensors.len();
+                inputs.tasks[task].tensors.push(index);
+                inputs.device_of.push(device);
+                inputs.tensors.push(tensor);
+                inputs.trackable_of.push(trackable_idx);
+                members.push(index);
+            }
+            inputs.trackables.push(members);
+        }
+        if inputs.tensors.is_empty() {
+            return Err(TraceError::Empty);
+        }
+        Ok(inputs)
+    }
+}
+
+impl Inputs<'_> {
+    /// The number of distinct tasks.
+    pub(in crate::trace) fn n_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The canonical device string of tensor `index`.
+    pub(super) fn device(&self, index: usize) -> &str {
+        &self.device_table[self.device_of[index] as usize].name
+    }
+
+    /// The parsed device of tensor `index`.
+    pub(super) fn spec(&self, index: usize) -> &DeviceSpec {
+        &self.device_table[self.device_of[index] as usize].spec
+    }
+
+    /// The `CPU:0` of tensor `index`'s task.
+    pub(super) fn host(&self, index: usize) -> &str {
+        &self.device_table[self.device_of[index] as usize].host
+    }
+}
+
+/// Checks what can be checked on one tensor alone: shape, slice spec and initial value.
+fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
+    let key = &tensor.checkpoint_key;
+    if tensor.shape.iter().any(|&dim| dim < 0) {
+        return Err(TraceError::BadShape {
+            key: key.clone(),
+            shape: tensor.shape.clone(),
+        });
+    }
+    if !tensor.slice_spec.is_empty() {
+        let bad = |reason: String| TraceError::BadSliceSpec {
+            key: key.clone(),
+            spec: tensor.slice_spec.clone(),
+            reason,
+        };
+        let spec = SliceSpec::parse(&tensor.slice_spec).map_err(bad)?;
+        if spec.lengths != tensor.shape {
+            return Err(bad(format!(
+                "the slice has shape {:?} but the variable has shape {:?}",
+                spec.lengths, tensor.shape
+            )));
+        }
+    }
+    if let Init::Values(values) = &tensor.variable.init {
+        let n_elements: i64 = tensor.shape.iter().product();
+        if values.len() != 1 && i64::try_from(values.len()).ok() != Some(n_elements) {
+            return Err(TraceError::BadInit {
+                key: key.clone(),
+                reason: ConstError::WrongCount {
+                    n_values: values.len(),
+                    n_elements,
+                },
+            });
+        }
+    }
+    Ok(())
+}

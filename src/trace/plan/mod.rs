@@ -1,0 +1,268 @@
+//! The plan emitter shared by both forms: variable creation, `MultiDeviceSaver.save` and
+//! `MultiDeviceSaver.restore`, op by op with TensorFlow's names, devices and attributes
+//! (FORMATS.md §8.2).
+//!
+//! This file owns the [`Tracer`] (one builder, one name table, where the variables are) and the
+//! single-op helpers every part uses. One file per job:
+//!
+//! * `group.rs`: the validated input, tensors grouped by task ([`Inputs`]);
+//! * `variables.rs`: creating or attaching the variables;
+//! * `save.rs`: `MultiDeviceSaver.save` (temporary prefix, shards, `SaveV2`s, merge);
+//! * `restore.rs`: `MultiDeviceSaver.restore` (`RestoreV2` per task, assigns).
+//!
+//! In the flat form every op lands in one graph. In the function form the save and restore
+//! plans are bodies of library functions, and the variables (created in the outer graph)
+//! enter them as captured arguments: [`Tracer::var_input`] creates the `_Arg` at the first use,
+//! named after the scope of the consuming op as TensorFlow names capture placeholders.
+
+mod group;
+mod restore;
+mod save;
+mod variables;
+
+use std::collections::HashMap;
+
+use saveplan_ir::{AttrValue, Attrs, DType, Graph, Op, OpId, Port, Shape, Tensor};
+
+use super::TraceError;
+use super::builder::{Builder, attrs, out};
+use super::names::UniqueNames;
+
+pub(super) use group::Inputs;
+
+/// The `GraphDef.versions.producer` TensorFlow 2.21 writes.
+pub(super) const PRODUCER: i32 = 2474;
+
+/// Which op of a variable a plan uses.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+enum VarOp {
+    Handle,
+    Read,
+}
+
+/// A created variable: its handle and its graph-mode read.
+#[derive(Clone)]
+pub(super) struct Variable {
+    pub(super) handle: OpId,
+    pub(super) handle_name: String,
+    pub(super) read: OpId,
+    pub(super) read_name: String,
+}
+
+/// Emits ops through one builder (a graph, or an eager executor) with one name table.
+pub(super) struct Tracer<B = Graph> {
+    pub(super) graph: B,
+    pub(super) names: UniqueNames,
+    pub(super) vars: VarSource,
+    /// Stateful ops on resources traced so far (function bodies list them as control outputs).
+    pub(super) resource_ops: Vec<OpId>,
+}
+
+/// Where the plan finds the variables.
+pub(super) enum VarSource {
+    /// In the same graph (the flat form, and the outer graph of the function form).
+    Local(Vec<Variable>),
+    /// In an outer graph: captured as function arguments on first use.
+    Captured(Captures),
+}
+
+/// The captured arguments of a function body.
+pub(super) struct Captures {
+    pub(super) outer: Vec<Variable>,
+    by_var: HashMap<(usize, VarOp), OpId>,
+    /// The captures in argument order (argument 0, the prefix, is not among them).
+    pub(super) args: Vec<CapturedArg>,
+    /// Trace a `FuncGraph` as TensorFlow prints it: captures become `Placeholder`s named
+    /// after the capture path, on the variable's device, instead of `_Arg`s.
+    pub(super) placeholders: bool,
+}
+
+/// One captured outer tensor and the `_Arg` standing for it.
+pub(super) struct CapturedArg {
+    /// The argument name (lower-cased capture path with `/` → `_`).
+    pub(super) name: String,
+    /// Its dtype (`resource` for a handle).
+    pub(super) dtype: DType,
+    /// The outer op whose output 0 is passed in.
+    pub(super) outer: OpId,
+    /// The outer op's name (`_user_specified_name`).
+    pub(super) outer_name: String,
+    /// The value's shape (`_output_shapes`), absent for handles.
+    pub(super) shape: Option<Shape>,
+}
+
+impl Captures {
+    pub(super) fn new(outer: Vec<Variable>) -> Captures {
+        Captures {
+            outer,
+            by_var: HashMap::new(),
+            args: Vec::new(),
+            placeholders: false,
+        }
+    }
+}
+
+impl Tracer {
+    /// A tracer for an empty graph sized for about `n_tensors` saved tensors (a flat plan
+    /// makes seven ops, eight edges and nine names per variable, plus a few per task; an
+    /// eager save function eight ops, nine edges and ten names). Too small a guess costs a
+    /// copy of the whole op table at the end.
+    pub(super) fn with_capacity(vars: VarSource, n_tensors: usize) -> Tracer {
+        let graph = Graph::with_capacity(8 * n_tensors + 64, 10 * n_tensors + 64);
+        Tracer::with_builder(graph, vars, n_tensors)
+    }
+}
+
+impl<B: Builder> Tracer<B> {
+    /// A tracer emitting through `builder`, sized for about `n_tensors` saved tensors.
+    pub(super) fn with_builder(builder: B, vars: VarSource, n_tensors: usize) -> Tracer<B> {
+        Tracer {
+            graph: builder,
+            names: UniqueNames::with_capacity(10 * n_tensors + 64),
+            vars,
+            resource_ops: Vec::new(),
+        }
+    }
+
+    fn in_function(&self) -> bool {
+        matches!(self.vars, VarSource::Captured(_))
+    }
+
+    /// The handle or read of variable `index` as an input of the op named `scope`; in a
+    /// function body the first use captures it as an argument named after `scope`.
+    fn var_input(
+        &mut self,
+        inputs: &Inputs<'_>,
+        index: usize,
+        which: VarOp,
+        scope: &str,
+    ) -> Result<(OpId, Port), TraceError> {
+        let captures = match &mut self.vars {
+            VarSource::Local(variables) => {
+                let variable = &variables[index];
+                return Ok(out(match which {
+                    VarOp::Handle => variable.handle,
+                    VarOp::Read => variable.read,
+                }));
+            }
+            VarSource::Captured(captures) => captures,
+        };
+        if let Some(&arg) = captures.by_var.get(&(index, which)) {
+            return Ok(out(arg));
+        }
+        let variable = &captures.outer[index];
+        let tensor = inputs.tensors[index];
+        let (outer, outer_name, dtype, shape) = match which {
+            VarOp::Handle => (
+                variable.handle,
+                variable.handle_name.clone(),
+                DType::Resource,
+                None,
+            ),
+            VarOp::Read => (
+                variable.read,
+                variable.read_name.clone(),
+                tensor.dtype,
+                Some(Shape::from_dims(&tensor.shape)),
+            ),
+        };
+        let placeholder = self.names.unique_in(scope, &outer_name);
+        let name = placeholder.to_lowercase().replace('/', "_");
+        let index_attr = captures.args.len() as i64 + 1;
+        let arg_attrs = attrs([
+            ("T", AttrValue::Type(dtype)),
+            ("index", AttrValue::I(index_attr)),
+        ]);
+        let arg = if captures.placeholders {
+            let mut attrs = attrs([
+                ("_user_specified_name", AttrValue::s(outer_name.as_str())),
+                ("dtype", AttrValue::Type(dtype)),
+            ]);
+            let shape = shape.clone().unwrap_or_else(Shape::scalar);
+            attrs.insert("shape", AttrValue::Shape(shape));
+            let device = inputs.device(index);
+            self.graph.emit(
+                placeholder,
+                Op::Placeholder,
+                device,
+                attrs,
+                &mut None.into_iter(),
+                &[],
+            )?
+        } else {
+            self.graph.emit(
+                name.clone(),
+                Op::Arg,
+                "",
+                arg_attrs,
+                &mut None.into_iter(),
+                &[],
+            )?
+        };
+        captures.by_var.insert((index, which), arg);
+        captures.args.push(CapturedArg {
+            name,
+            dtype,
+            outer,
+            outer_name,
+            shape,
+        });
+        Ok(out(arg))
+    }
+
+    /// Adds an op with data inputs in order.
+    pub(super) fn op(
+        &mut self,
+        name: String,
+        op: Op,
+        device: &str,
+        attrs: Attrs,
+        inputs: impl IntoIterator<Item = (OpId, Port)>,
+    ) -> Result<OpId, TraceError> {
+        self.graph
+            .emit(name, op, device, attrs, &mut inputs.into_iter(), &[])
+    }
+
+    fn constant(&mut self, name: String, device: &str, value: Tensor) -> Result<OpId, TraceError> {
+        let attrs = attrs([
+            ("dtype", AttrValue::Type(value.dtype)),
+            ("value", AttrValue::Tensor(Box::new(value))),
+        ]);
+        self.op(name, Op::Const, device, attrs, [])
+    }
+
+    pub(super) fn placeholder(&mut self, name: &str) -> Result<OpId, TraceError> {
+        let name = self.names.unique(name);
+        let attrs = attrs([
+            ("dtype", AttrValue::Type(DType::String)),
+            ("shape", AttrValue::Shape(Shape::scalar())),
+        ]);
+        self.op(name, Op::Placeholder, "", attrs, [])
+    }
+
+    fn assign(
+        &mut self,
+        name: String,
+        device: &str,
+        dtype: DType,
+        handle: (OpId, Port),
+        value: (OpId, Port),
+    ) -> Result<OpId, TraceError> {
+        let attrs = attrs([
+            ("dtype", AttrValue::Type(dtype)),
+            ("validate_shape", AttrValue::B(false)),
+        ]);
+        self.op(name, Op::AssignVariableOp, device, attrs, [handle, value])
+    }
+
+    pub(super) fn identity(
+        &mut self,
+        device: &str,
+        dtype: DType,
+        input: (OpId, Port),
+    ) -> Result<OpId, TraceError> {
+        let name = self.names.unique("Identity");
+        let attrs = attrs([("T", AttrValue::Type(dtype))]);
+        self.op(name, Op::Identity, device, attrs, [input])
+    }
+}

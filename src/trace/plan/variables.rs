@@ -1,0 +1,183 @@
+//! The variables of a plan: created as a graph-mode `ResourceVariable` (initial value,
+//! handle, `IsInitialized`, `Assign`, `Read`) or only attached (handle and read).
+
+use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape};
+
+use super::{Inputs, Tracer, Variable};
+use crate::trace::builder::{Builder, attrs, out};
+use crate::trace::{ConstError, Init, SaveableTensor, TraceError, consts};
+
+/// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
+const ZEROS_FILL_THRESHOLD: i64 = 1000;
+
+/// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
+fn handle_base_name(tensor: &SaveableTensor) -> &str {
+    tensor
+        .variable
+        .name
+        .as_deref()
+        .unwrap_or(&tensor.checkpoint_key)
+}
+
+/// The `_class` attribute colocating an op with `name`.
+fn colocation(name: &str) -> AttrValue {
+    AttrValue::strings([format!("loc:@{name}")])
+}
+
+impl<B: Builder> Tracer<B> {
+    /// [`Tracer::create_variable`] for every tensor, in order.
+    pub(in crate::trace) fn create_variables(
+        &mut self,
+        inputs: &Inputs<'_>,
+    ) -> Result<Vec<Variable>, TraceError> {
+        (0..inputs.tensors.len())
+            .map(|index| self.create_variable(inputs, index))
+            .collect()
+    }
+
+    /// Creates a graph-mode `ResourceVariable`: initial value, handle, `IsInitialized`,
+    /// `Assign` and `Read`.
+    pub(in crate::trace) fn create_variable(
+        &mut self,
+        inputs: &Inputs<'_>,
+        index: usize,
+    ) -> Result<Variable, TraceError> {
+        let tensor = inputs.tensors[index];
+        let device = inputs.device(index);
+        let base = handle_base_name(tensor);
+        let (handle_name, initial) = match &tensor.variable.init {
+            Init::Zeros => {
+                let zeros = self.zeros(tensor, device)?;
+                (self.names.unique(base), zeros)
+            }
+            Init::Values(values) => {
+                let handle_name = self.names.unique(base);
+                let scope = self.names.unique_in(&handle_name, "Initializer");
+                let name = self.names.unique_in(&scope, "initial_value");
+                let value =
+                    consts::make_tensor(tensor.dtype, &tensor.shape, values).map_err(|reason| {
+                        TraceError::BadInit {
+                            key: tensor.checkpoint_key.clone(),
+                            reason,
+                        }
+                    })?;
+                let attrs = attrs([
+                    ("_class", colocation(&handle_name)),
+                    ("dtype", AttrValue::Type(tensor.dtype)),
+                    ("value", AttrValue::Tensor(Box::new(value))),
+                ]);
+                let initial = self.op(name, Op::Const, "", attrs, [])?;
+                (handle_name, initial)
+            }
+        };
+        let handle = self.var_handle(&handle_name, tensor, device)?;
+        let scope = self.names.unique_in(&handle_name, "IsInitialized");
+        let name = self.names.unique_in(&scope, "VarIsInitializedOp");
+        self.op(
+            name,
+            Op::VarIsInitializedOp,
+            device,
+            Attrs::new(),
+            [out(handle)],
+        )?;
+        let name = self.names.unique_in(&handle_name, "Assign");
+        self.assign(name, device, tensor.dtype, out(handle), out(initial))?;
+        self.variable_read(handle, handle_name, tensor, device)
+    }
+
+    /// Looks variable `index` up without creating it: its handle (the same shared name as
+    /// [`Tracer::create_variable`] gives it) and, with `read`, a `Read/ReadVariableOp`. Without
+    /// it the handle stands in for the read, which a restore never uses.
+    pub(in crate::trace) fn attach_variable(
+        &mut self,
+        inputs: &Inputs<'_>,
+        index: usize,
+        read: bool,
+    ) -> Result<Variable, TraceError> {
+        let tensor = inputs.tensors[index];
+        let device = inputs.device(index);
+        let handle_name = self.names.unique(handle_base_name(tensor));
+        let handle = self.var_handle(&handle_name, tensor, device)?;
+        if !read {
+            return Ok(Variable {
+                handle,
+                read: handle,
+                read_name: handle_name.clone(),
+                handle_name,
+            });
+        }
+        self.variable_read(handle, handle_name, tensor, device)
+    }
+
+    /// The `VarHandleOp` of a graph-mode `ResourceVariable` named `handle_name`.
+    fn var_handle(
+        &mut self,
+        handle_name: &str,
+        tensor: &SaveableTensor,
+        device: &str,
+    ) -> Result<OpId, TraceError> {
+        let handle_attrs = attrs([
+            ("_class", colocation(handle_name)),
+            ("allowed_devices", AttrValue::List(Box::default())),
+            ("container", AttrValue::s("")),
+            ("debug_name", AttrValue::s(format!("{handle_name}/"))),
+            ("dtype", AttrValue::Type(tensor.dtype)),
+            ("shape", AttrValue::Shape(Shape::from_dims(&tensor.shape))),
+            ("shared_name", AttrValue::s(handle_name)),
+        ]);
+        self.op(
+            handle_name.to_owned(),
+            Op::VarHandleOp,
+            device,
+            handle_attrs,
+            [],
+        )
+    }
+
+    /// The variable's `<name>/Read/ReadVariableOp`, completing its [`Variable`].
+    fn variable_read(
+        &mut self,
+        handle: OpId,
+        handle_name: String,
+        tensor: &SaveableTensor,
+        device: &str,
+    ) -> Result<Variable, TraceError> {
+        let scope = self.names.unique_in(&handle_name, "Read");
+        let name = self.names.unique_in(&scope, "ReadVariableOp");
+        let read_attrs = attrs([("dtype", AttrValue::Type(tensor.dtype))]);
+        let read = self.op(name, Op::ReadVariableOp, device, read_attrs, [out(handle)])?;
+        Ok(Variable {
+            handle,
+            read,
+            read_name: self.graph.graph().op(read).name.clone(),
+            handle_name,
+        })
+    }
+
+    /// `tf.zeros(shape, dtype)` under the variable's device: a filled constant, or for 1000
+    /// elements and more a `Fill` of a shape constant and a scalar zero.
+    fn zeros(&mut self, tensor: &SaveableTensor, device: &str) -> Result<OpId, TraceError> {
+        let scope = self.names.unique("zeros");
+        let zero = consts::zero(tensor.dtype);
+        let bad = |reason: ConstError| TraceError::BadInit {
+            key: tensor.checkpoint_key.clone(),
+            reason,
+        };
+        let n_elements: i64 = tensor.shape.iter().product();
+        if n_elements < ZEROS_FILL_THRESHOLD {
+            let value = consts::make_tensor(tensor.dtype, &tensor.shape, &[zero]).map_err(bad)?;
+            return self.constant(scope, device, value);
+        }
+        let shape_name = self.names.unique_in(&scope, "shape_as_tensor");
+        let shape = consts::int32_vector(&tensor.shape).map_err(bad)?;
+        let shape = self.constant(shape_name, device, shape)?;
+        let zero_name = self.names.unique_in(&scope, "Const");
+        let zero = consts::make_tensor(tensor.dtype, &[], &[zero]).map_err(bad)?;
+        let zero = self.constant(zero_name, device, zero)?;
+        let attrs = attrs([
+            ("T", AttrValue::Type(tensor.dtype)),
+            ("index_type", AttrValue::Type(DType::Int32)),
+        ]);
+        self.op(scope, Op::Fill, device, attrs, [out(shape), out(zero)])
+    }
+}
