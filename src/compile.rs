@@ -28,14 +28,13 @@
 
 use std::collections::BTreeSet;
 
+use saveplan_ir::slice::ShapeAndSlice;
 use saveplan_ir::verify::{VerifyErrors, verify_module};
 use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, Port, SaverDef};
 
 use crate::export::{self, MetaGraph, SaveSlice, VariableEntry};
 use crate::trace::spec::SpecFile;
-use crate::trace::{
-    FunctionOptions, SaveableTensor, SliceSpec, TraceError, trace_flat, trace_functions,
-};
+use crate::trace::{FunctionOptions, SaveableTensor, TraceError, trace_flat, trace_functions};
 
 /// The name of the save function of the function form.
 pub const SAVE_FUNCTION: &str = "__inference__traced_save_1";
@@ -248,12 +247,13 @@ fn variable_entries(
 
 /// Where a slice of a partitioned variable sits (the spec was validated by the tracer).
 fn save_slice(tensor: &SaveableTensor) -> Option<SaveSlice> {
-    let slice = SliceSpec::parse(&tensor.slice_spec).ok()?;
+    let spec = ShapeAndSlice::parse(&tensor.slice_spec).ok()?;
+    let (var_offset, var_shape) = spec.region().ok()?.into_iter().unzip();
     Some(SaveSlice {
         full_name: tensor.checkpoint_key.clone(),
-        full_shape: slice.full_shape,
-        var_offset: slice.offsets,
-        var_shape: slice.lengths,
+        full_shape: spec.full_shape,
+        var_offset,
+        var_shape,
     })
 }
 

@@ -61,7 +61,7 @@ use std::sync::{Mutex, MutexGuard};
 use saveplan_ir::{DType, Module, Op, SaverNames};
 
 pub use bind::Binding;
-pub use eager::{EagerBuilder, EagerError, EagerSaver};
+pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
 pub use error::{BadCheckpointOp, InconsistentKey, MissingSavePlan, SessionError, Unbound};
 pub use function_cache::{
     CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
@@ -164,11 +164,7 @@ pub fn flat_trace_targets(trace: &FlatTrace) -> Result<SaverNames, SessionError>
 /// The names a `SaverDef`-carrying meta graph runs.
 pub fn meta_graph_targets(meta: &MetaGraph) -> Result<SaverNames, SessionError> {
     let saver = meta.saver_def.as_ref().ok_or(SessionError::NoSaverDef)?;
-    Ok(SaverNames {
-        filename_tensor_name: saver.filename_tensor_name.clone(),
-        save_target: saver.save_tensor_name.clone(),
-        restore_targets: vec![saver.restore_op_name.clone()],
-    })
+    Ok(saver.names())
 }
 
 /// Finds the targets of a flat graph without a `SaverDef` (TensorFlow's `flat_graph`, or

@@ -196,11 +196,7 @@ fn run_executes_tf_graphs() {
                 saveplan::export::Loaded::Saver(saver) => saver,
                 _ => panic!("not a SaverDef"),
             };
-            let targets = saveplan_ir::SaverNames {
-                filename_tensor_name: saver.filename_tensor_name,
-                save_target: saver.save_tensor_name,
-                restore_targets: vec![saver.restore_op_name],
-            };
+            let targets = saver.names();
             let session =
                 saveplan::session::Session::new(&module, targets, Default::default()).unwrap();
             values = generated_values(&session, 6);

@@ -26,12 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (module, saver_def) = read_plan(&args.file)?;
     let mut findings = check_module(&module);
     if let Some(saver_def) = &saver_def {
-        let saver_def = saveplan_ir::SaverDef::v2(
-            saver_def.filename_tensor_name.clone(),
-            saver_def.save_tensor_name.clone(),
-            saver_def.restore_op_name.clone(),
-        );
-        findings.extend(check_saver_names(&module, &saver_def));
+        findings.extend(check_saver_names(&module, saver_def));
     }
     let file = args.file.display();
     if findings.is_empty() {

@@ -96,11 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 /// The targets of a SaverDef file.
 fn saver_def_targets(path: &std::path::Path) -> anyhow::Result<SaverNames> {
     match read_graph_file(path)? {
-        Loaded::Saver(saver) => Ok(SaverNames {
-            filename_tensor_name: saver.filename_tensor_name,
-            save_target: saver.save_tensor_name,
-            restore_targets: vec![saver.restore_op_name],
-        }),
+        Loaded::Saver(saver) => Ok(saver.names()),
         _ => bail!("{}: not a SaverDef", path.display()),
     }
 }

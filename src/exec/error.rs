@@ -164,7 +164,7 @@ pub enum ExecError {
     /// Generating native code for a plan failed.
     #[cfg(feature = "jit")]
     #[error("cannot compile the plan to native code")]
-    Jit(#[from] super::jit::JitError),
+    Jit(#[from] super::jit::error::JitError),
 }
 
 /// What one kernel found wrong with its inputs or its effect; the scheduler wraps it in

@@ -26,7 +26,7 @@ use crate::exec::{
     KernelError, RunContext,
 };
 use crate::trace::{
-    Builder, FlatParts, TraceError, TraceOptions, Trackable, VariableOps, count_tasks,
+    Builder, FlatOps, FlatParts, TraceError, TraceOptions, Trackable, VariableOps, count_tasks,
     trace_flat_with,
 };
 
@@ -37,6 +37,8 @@ pub struct EagerBuilder<'a> {
     feeds: BTreeMap<String, HostTensor>,
     outputs: FxHashMap<OpId, Vec<HostTensor>>,
     default_device: DeviceSpec,
+    /// Why the last op failed to run, until [`EagerBuilder::take_failure`] takes it.
+    failure: Option<ExecError>,
 }
 
 impl<'a> EagerBuilder<'a> {
@@ -50,6 +52,30 @@ impl<'a> EagerBuilder<'a> {
             outputs: FxHashMap::default(),
             default_device: DeviceSpec::parse(DEFAULT_DEVICE)
                 .expect("the default device is a valid device"),
+            failure: None,
+        }
+    }
+
+    /// Why the op the tracer stopped at ([`TraceError::Stopped`]) failed to run.
+    pub fn take_failure(&mut self) -> Option<ExecError> {
+        self.failure.take()
+    }
+
+    /// Traces `parts` of the flat plan of `trackables` through this builder, running each op
+    /// as it is added; a failing op is reported with its own error (naming it and its device).
+    pub fn trace(
+        &mut self,
+        trackables: &[Trackable],
+        options: &TraceOptions,
+        parts: FlatParts,
+    ) -> Result<FlatOps, EagerFailure> {
+        match trace_flat_with(&mut *self, trackables, options, parts) {
+            Ok((_, ops)) => Ok(ops),
+            Err(TraceError::Stopped { op }) => Err(match self.take_failure() {
+                Some(failure) => EagerFailure::Op(failure),
+                None => EagerFailure::Trace(TraceError::Stopped { op }),
+            }),
+            Err(err) => Err(EagerFailure::Trace(err)),
         }
     }
 
@@ -148,8 +174,11 @@ impl Builder for EagerBuilder<'_> {
             &mut inputs.iter().cloned(),
             controls,
         )?;
-        self.execute(id, &inputs)
-            .map_err(|err| TraceError::Builder(Box::new(err)))?;
+        if let Err(failure) = self.execute(id, &inputs) {
+            let op = self.graph.op(id).name.clone();
+            self.failure = Some(failure);
+            return Err(TraceError::Stopped { op });
+        }
         Ok(id)
     }
 
@@ -168,6 +197,18 @@ impl Builder for EagerBuilder<'_> {
     }
 }
 
+/// Why an eager trace stopped: the tracer's own error, or the op that failed to run (its
+/// error names the op and its device). Both render as the error they hold.
+#[derive(Debug, thiserror::Error)]
+pub enum EagerFailure {
+    /// Tracing failed.
+    #[error(transparent)]
+    Trace(TraceError),
+    /// An op failed while it ran.
+    #[error(transparent)]
+    Op(ExecError),
+}
+
 /// Errors of eager saving and restoring.
 #[derive(Debug, thiserror::Error)]
 pub enum EagerError {
@@ -181,7 +222,7 @@ pub enum EagerError {
         prefix: String,
         /// Why.
         #[source]
-        source: TraceError,
+        source: EagerFailure,
     },
     /// Compiling or running the traced function failed.
     #[error("{call} function for `{prefix}` failed")]
@@ -196,7 +237,7 @@ pub enum EagerError {
     },
     /// Creating the variables failed.
     #[error("creating the variables failed")]
-    Create(#[source] TraceError),
+    Create(#[source] EagerFailure),
 }
 
 /// `MultiDeviceSaver` in eager mode: saves and restores a fixed set of trackables, op by op
@@ -250,13 +291,14 @@ impl EagerSaver {
 
     /// Creates every variable of `run` eagerly with its initial value (`tf.Variable(...)`).
     pub fn create_variables(&self, run: &RunContext<'_>) -> Result<(), EagerError> {
-        let builder = EagerBuilder::new(*run, BTreeMap::new());
+        let mut builder = EagerBuilder::new(*run, BTreeMap::new());
         let parts = FlatParts {
             variables: VariableOps::Create,
             save: false,
             restore: false,
         };
-        trace_flat_with(builder, &self.trackables, &TraceOptions::default(), parts)
+        builder
+            .trace(&self.trackables, &TraceOptions::default(), parts)
             .map_err(EagerError::Create)?;
         Ok(())
     }
@@ -304,8 +346,8 @@ impl EagerSaver {
         if !self.uses_function() {
             self.cache.record(CacheEvent::Eager { call });
             let feeds = BTreeMap::from([(PREFIX_PLACEHOLDER.to_owned(), feed)]);
-            let builder = EagerBuilder::new(*run, feeds);
-            trace_flat_with(builder, &self.trackables, options, Self::parts(call))
+            EagerBuilder::new(*run, feeds)
+                .trace(&self.trackables, options, Self::parts(call))
                 .map_err(trace_error)?;
             return Ok(());
         }
@@ -316,7 +358,9 @@ impl EagerSaver {
                 let executor = self
                     .trace_function(call, options)
                     .map_err(|err| match err {
-                        FunctionTraceError::Trace(source) => trace_error(source),
+                        FunctionTraceError::Trace(source) => {
+                            trace_error(EagerFailure::Trace(source))
+                        }
                         FunctionTraceError::Exec(source) => function_error(source),
                     })?;
                 self.cache.insert(key, executor)

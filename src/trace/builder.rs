@@ -6,7 +6,7 @@
 //! The tracer names every op, picks its device and attributes and hands it to a builder
 //! together with its data inputs and control inputs; the builder returns a handle ([`OpId`])
 //! that later ops use as an input. The graph builder only records the op. An eager builder
-//! (`crate::exec::EagerBuilder`) records it too and runs it at once, so the same tracing code
+//! (`crate::session::EagerBuilder`) records it too and runs it at once, so the same tracing code
 //! either builds a plan to run many times (graph mode) or runs it as it goes (eager mode).
 //!
 //! Ops are emitted in an order where every input and every control input already exists; an
@@ -24,8 +24,8 @@ pub(crate) const MANUAL_CONTROL: &str = "_has_manual_control_dependencies";
 /// Where the tracer puts the ops it emits.
 pub trait Builder {
     /// Adds op `name` (already unique) with data `inputs` in slot order and `controls` that
-    /// must run first; returns its handle. An eager builder also runs it, and reports a failure
-    /// as [`TraceError::Builder`] naming the op and its device.
+    /// must run first; returns its handle. An eager builder also runs it; when that fails it
+    /// keeps the failure and returns [`TraceError::Stopped`].
     fn emit(
         &mut self,
         name: String,
@@ -45,6 +45,34 @@ pub trait Builder {
 
     /// The ops emitted so far.
     fn graph(&self) -> &Graph;
+}
+
+/// A builder lent out: the tracer emits through it and the caller keeps the builder, with
+/// whatever it recorded, even when tracing fails.
+impl<B: Builder + ?Sized> Builder for &mut B {
+    fn emit(
+        &mut self,
+        name: String,
+        op: Op,
+        device: &str,
+        attrs: Attrs,
+        inputs: &mut dyn Iterator<Item = (OpId, Port)>,
+        controls: &[OpId],
+    ) -> Result<OpId, TraceError> {
+        (**self).emit(name, op, device, attrs, inputs, controls)
+    }
+
+    fn control(&mut self, src: OpId, dst: OpId) {
+        (**self).control(src, dst);
+    }
+
+    fn mark_manual_control(&mut self, op: OpId) {
+        (**self).mark_manual_control(op);
+    }
+
+    fn graph(&self) -> &Graph {
+        (**self).graph()
+    }
 }
 
 /// The graph builder: a [`Graph`] itself, which records each op and runs nothing.

@@ -90,13 +90,13 @@ mod names;
 mod plan;
 mod registered;
 mod sharding;
-mod slice;
 pub mod spec;
 
 use std::collections::BTreeMap;
 
 use saveplan_ir::DType;
 use saveplan_ir::device::DeviceError;
+use saveplan_ir::slice::SliceError;
 use saveplan_ir::{GraphError, Module};
 
 pub use builder::{Builder, GraphBuilder};
@@ -112,7 +112,6 @@ pub use sharding::{
     MaxShardSize, Shard, ShardByTask, ShardEntry, ShardableTensor, Sharding, ShardingPolicy,
     TensorSlice,
 };
-pub use slice::SliceSpec;
 
 /// An object whose tensors are saved and restored together, like a TensorFlow `Trackable`:
 /// its restore ops are traced once all of its tensors have been read.
@@ -303,6 +302,22 @@ pub struct SaverNames {
     pub restore_ops: BTreeMap<String, String>,
 }
 
+/// What is wrong with a variable's slice spec.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadSlice {
+    /// It does not parse, or does not fit its full shape.
+    #[error(transparent)]
+    Parse(#[from] SliceError),
+    /// The slice's shape is not the variable's.
+    #[error("the slice has shape {slice:?} but the variable has shape {variable:?}")]
+    ShapeMismatch {
+        /// The slice's shape.
+        slice: Vec<i64>,
+        /// The variable's shape.
+        variable: Vec<i64>,
+    },
+}
+
 /// Errors from tracing (and from reading spec files).
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -341,7 +356,7 @@ pub enum TraceError {
         /// The slice spec.
         spec: String,
         /// What is wrong.
-        reason: String,
+        reason: BadSlice,
     },
     /// The bounds of a slice a sharding policy cut do not fit the `Slice` op's int32 inputs.
     #[error("variable `{key}`: invalid slice spec `{spec}`: {reason}")]
@@ -431,8 +446,11 @@ pub enum TraceError {
     /// Building the graph failed (a tracer bug: names are uniqued before use).
     #[error("graph construction failed")]
     Graph(#[from] GraphError),
-    /// A builder failed to take an op; an eager builder reports here the op that failed to
-    /// run, with its name and device.
-    #[error(transparent)]
-    Builder(Box<dyn std::error::Error + Send + Sync>),
+    /// A builder stopped at an op it could not take: an eager builder could not run it. The
+    /// builder keeps why (`crate::session::EagerBuilder::take_failure`).
+    #[error("the builder stopped at op `{op}`")]
+    Stopped {
+        /// The op's name.
+        op: String,
+    },
 }

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 
 use saveplan_ir::DType;
 
-use super::{SliceSpec, TraceError};
+use saveplan_ir::slice::{self, Extent, ShapeAndSlice, SliceError};
+
+use super::TraceError;
 
 /// A tensor of one task as a policy sees it.
 #[derive(Clone, Debug)]
@@ -218,13 +220,15 @@ impl Partitioner {
             let shape = tensor.shape.to_vec();
             (shape.clone(), shape, vec![0; tensor.shape.len()])
         } else {
-            let spec =
-                SliceSpec::parse(tensor.slice_spec).map_err(|reason| TraceError::BadSliceSpec {
-                    key: key.to_owned(),
-                    spec: tensor.slice_spec.to_owned(),
-                    reason,
-                })?;
-            (spec.full_shape, spec.lengths, spec.offsets)
+            let bad = |reason: SliceError| TraceError::BadSliceSpec {
+                key: key.to_owned(),
+                spec: tensor.slice_spec.to_owned(),
+                reason: reason.into(),
+            };
+            let spec = ShapeAndSlice::parse(tensor.slice_spec).map_err(bad)?;
+            let region = spec.region().map_err(bad)?;
+            let (offsets, lengths) = region.into_iter().unzip();
+            (spec.full_shape, lengths, offsets)
         };
         // Graph-mode TensorFlow cannot size strings (no session) and never sizes variants.
         let dtype_size = match tensor.dtype {
@@ -373,10 +377,14 @@ fn div_ceil(a: i64, b: i64) -> i64 {
 }
 
 fn spec_string(full_shape: &[i64], offsets: &[i64], lengths: &[i64]) -> String {
-    SliceSpec {
+    let extents = offsets
+        .iter()
+        .zip(lengths)
+        .map(|(&offset, &length)| Extent::new(offset, length))
+        .collect();
+    ShapeAndSlice {
         full_shape: full_shape.to_vec(),
-        offsets: offsets.to_vec(),
-        lengths: lengths.to_vec(),
+        slice: slice::TensorSlice::new(extents),
     }
     .to_string()
 }

@@ -17,7 +17,7 @@ pub enum JitError {
         what: String,
         /// Cranelift's error.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: Box<CraneliftError>,
     },
     /// A plan too large for the native code's 32-bit immediates.
     #[error("the plan is too large to compile ({what})")]
@@ -25,4 +25,18 @@ pub enum JitError {
         /// What overflowed.
         what: String,
     },
+}
+
+/// The errors cranelift reports, by the crate that reports them.
+#[derive(Debug, thiserror::Error)]
+pub enum CraneliftError {
+    /// Declaring, defining or linking functions (`cranelift-module`).
+    #[error(transparent)]
+    Module(#[from] cranelift_module::ModuleError),
+    /// Compiling a function or building the target ISA (`cranelift-codegen`).
+    #[error(transparent)]
+    Codegen(#[from] cranelift_codegen::CodegenError),
+    /// A code generator setting (`cranelift-codegen`).
+    #[error(transparent)]
+    Setting(#[from] cranelift_codegen::settings::SetError),
 }

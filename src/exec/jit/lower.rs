@@ -21,7 +21,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc, default_libcall_names};
 use rayon::prelude::*;
 
-use super::JitError;
+use super::{CraneliftError, JitError};
 
 /// A lowered chunk: `(invocation, resume) -> status`.
 pub(super) type ChunkFn = unsafe extern "C" fn(*const u8, u32) -> u32;
@@ -389,9 +389,9 @@ fn emit_chunk(
 }
 
 /// A [`JitError::Codegen`] for `what`.
-fn codegen(what: String, source: impl std::error::Error + Send + Sync + 'static) -> JitError {
+fn codegen(what: String, source: impl Into<CraneliftError>) -> JitError {
     JitError::Codegen {
         what,
-        source: Box::new(source),
+        source: Box::new(source.into()),
     }
 }

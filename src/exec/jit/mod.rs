@@ -46,11 +46,11 @@
 //!
 //! **Invariant:** this is the only module that imports cranelift.
 
-mod error;
+pub mod error;
 mod lower;
 mod runtime;
 
-pub use error::JitError;
+pub use error::{CraneliftError, JitError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -5,9 +5,10 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use saveplan_ir::device::DeviceSpec;
+use saveplan_ir::slice::ShapeAndSlice;
 
 use crate::trace::{
-    ConstError, Init, SaveableTensor, SliceSpec, TraceError, TraceOptions, Trackable,
+    BadSlice, ConstError, Init, SaveableTensor, TraceError, TraceOptions, Trackable,
 };
 
 /// The validated input: tensors flattened in trackable order, grouped by task.
@@ -156,17 +157,20 @@ fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
         });
     }
     if !tensor.slice_spec.is_empty() {
-        let bad = |reason: String| TraceError::BadSliceSpec {
+        let bad = |reason: BadSlice| TraceError::BadSliceSpec {
             key: key.clone(),
             spec: tensor.slice_spec.clone(),
             reason,
         };
-        let spec = SliceSpec::parse(&tensor.slice_spec).map_err(bad)?;
-        if spec.lengths != tensor.shape {
-            return Err(bad(format!(
-                "the slice has shape {:?} but the variable has shape {:?}",
-                spec.lengths, tensor.shape
-            )));
+        let region = ShapeAndSlice::parse(&tensor.slice_spec)
+            .and_then(|spec| spec.region())
+            .map_err(|err| bad(err.into()))?;
+        let lengths: Vec<i64> = region.iter().map(|&(_, length)| length).collect();
+        if lengths != tensor.shape {
+            return Err(bad(BadSlice::ShapeMismatch {
+                slice: lengths,
+                variable: tensor.shape.clone(),
+            }));
         }
     }
     if let Init::Values(values) = &tensor.variable.init {
