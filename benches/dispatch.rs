@@ -70,7 +70,8 @@ fn main() {
 fn report(shape: Shape, n_ops: usize, n_queues: usize) {
     let (module, targets) = build(shape, n_ops, n_queues);
     let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
-    let plan = CompiledPlan::compile(&module, &targets, &["x"]).expect("the plan compiles");
+    let module = saveplan_ir::verify_module(&module).expect("the plan is valid");
+    let plan = CompiledPlan::compile(module, &targets, &["x"]).expect("the plan compiles");
     assert_eq!(plan.steps().len(), n_ops);
     assert_eq!(plan.queues().len(), n_queues);
     let interp = Executor::new(plan.clone(), Backend::Interp).expect("the interpreter");

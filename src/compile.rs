@@ -57,7 +57,7 @@ pub enum Form {
 
 /// A compiled plan: the verified module with its saver, ready to export.
 #[derive(Clone, Debug)]
-pub struct CompiledPlan {
+pub struct Compilation {
     /// The form compiled to.
     pub form: Form,
     /// The `MetaGraphDef` contents; `meta_graph.module` is the verified plan.
@@ -94,7 +94,7 @@ pub enum CompileError {
 
 /// Traces `spec` in `form`, adds the saver entry points, verifies, and assembles the
 /// `MetaGraphDef` contents.
-pub fn compile(spec: &SpecFile, form: Form) -> Result<CompiledPlan, CompileError> {
+pub fn compile(spec: &SpecFile, form: Form) -> Result<Compilation, CompileError> {
     let trackables = spec.trackables()?;
     let (module, saver_def) = match form {
         Form::Flat => flat_plan(spec, &trackables)?,
@@ -104,7 +104,7 @@ pub fn compile(spec: &SpecFile, form: Form) -> Result<CompiledPlan, CompileError
     let tensors: Vec<&SaveableTensor> = trackables.iter().flat_map(|t| &t.tensors).collect();
     let variables = variable_entries(&module.graph, &tensors)?;
     let meta_graph = export::assemble_meta_graph(module, saver_def, &variables);
-    Ok(CompiledPlan { form, meta_graph })
+    Ok(Compilation { form, meta_graph })
 }
 
 /// The flat plan with `save/Identity` and `save/restore_all`, and its `SaverDef`.

@@ -1,4 +1,74 @@
 //! saveplan: a compiler for TensorFlow checkpoint save/restore plans.
+//!
+//! A framework knows *what* to save: variables, each with a checkpoint key, dtype, shape,
+//! device and slice. TensorFlow turns that into a *plan*, a graph of `SaveV2`,
+//! `ShardedFilename`, `MergeV2Checkpoints`, `RestoreV2`, … ops placed on devices, by tracing
+//! Python. saveplan builds the same plan in Rust, as data, and then exports it, checks it or
+//! runs it. The IR lives in the crate [`saveplan_ir`] (graphs of TensorFlow ops, their
+//! canonical text, the verifier and the vocabulary every layer shares: tensor names, slice
+//! specs, saver names); the TensorFlow protobufs in [`saveplan_proto`].
+//!
+//! # The layers, bottom up
+//!
+//! Each layer imports only the layers below it.
+//!
+//! * [`trace`] turns saveables ([`trace::Trackable`]s, or a [`trace::spec::SpecFile`]) into a
+//!   plan with TensorFlow's `MultiDeviceSaver` semantics: the flat graph `saver.save` builds
+//!   ([`trace::trace_flat`]) or `to_proto()`'s functions ([`trace::trace_functions`]). It emits
+//!   every op through a [`trace::Builder`], so the same tracing code builds graphs or runs ops
+//!   as it goes (eager mode). No IO.
+//! * [`export`] maps modules to and from `GraphDef`, `FunctionDef`, `MetaGraphDef` and
+//!   `SaverDef`, binary and text; it is the only layer besides `saveplan_proto` that touches
+//!   protobuf types.
+//! * [`bundle`] reads, writes and merges TensorFlow V2 checkpoints (`prefix.index` +
+//!   `prefix.data-*`), byte for byte as TensorFlow does; the only code that writes checkpoint
+//!   files.
+//! * [`analysis`] checks plans without running them (keys written twice, slice gaps and
+//!   overlaps, merge order, foreign devices) for `saveplan check`.
+//! * [`compile`] is the driver behind `saveplan compile`: trace, add the `SaverDef` entry
+//!   points, verify, assemble the `MetaGraph`.
+//! * [`exec`] is the runtime: a plan verified at entry is compiled once
+//!   ([`exec::CompiledPlan`]) and run many times on per-device queues, on the reference
+//!   interpreter or the cranelift JIT ([`exec::Executor`], [`exec::Backend`]); both write the
+//!   same bytes. Checkpoint ops go through [`exec::CheckpointIo`]. It knows nothing of the
+//!   tracer.
+//! * [`session`] drives the tracer and the runtime for a user: a [`session::Session`] binds
+//!   checkpoint keys to the plan's variables, takes values in and gives them back by key, in
+//!   graph mode or eager mode ([`session::Mode`], [`session::EagerSaver`]).
+//!
+//! The `saveplan` binary (`src/main.rs`, `src/cli/`) sits on top and is the only code that
+//! prints.
+//!
+//! # Example
+//!
+//! Trace a one-variable spec, save a value and read it back:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use saveplan::exec::HostTensor;
+//! use saveplan::session::{Session, SessionOptions};
+//! use saveplan::trace::spec::SpecFile;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let spec = SpecFile::parse(
+//!     r#"{"variables": [{"checkpoint_key": "w", "dtype": "float32", "shape": [2]}]}"#,
+//! )?;
+//! let session = Session::from_spec(&spec, SessionOptions::default())?;
+//! let dir = tempfile::tempdir()?;
+//! let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+//!
+//! let w = HostTensor::from_f32s(vec![2], &[1.5, -2.0])?;
+//! session.assign(BTreeMap::from([("w".to_owned(), w.clone())]))?;
+//! session.save(&prefix)?; // ckpt.index + ckpt.data-00000-of-00001, as TensorFlow writes them
+//!
+//! session.restore(&prefix)?;
+//! assert_eq!(session.values()?["w"], w);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same plan as TensorFlow files: [`compile::compile`] then
+//! [`export::encode_meta_graph_def`]; the checkpoint alone: [`bundle::BundleReader`].
 
 pub mod analysis;
 pub mod bundle;

@@ -58,7 +58,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use saveplan_ir::{DType, Module, Op, SaverNames};
+use saveplan_ir::{DType, Module, Op, SaverNames, verify_module};
 
 pub use bind::Binding;
 pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
@@ -261,8 +261,10 @@ impl Session {
         if options.mode == Mode::Eager {
             return Err(SessionError::EagerNeedsSpec);
         }
+        // The one place a graph to run enters: verified here, trusted by the plan compiler.
+        let verified = verify_module(module).map_err(SessionError::Invalid)?;
         let feeds = [targets.filename_tensor_name.as_str()];
-        let save = CompiledPlan::compile(module, &[&targets.save_target], &feeds)
+        let save = CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
             .and_then(|plan| Executor::new(plan, options.backend))
             .map_err(|source| SessionError::Compile {
                 what: "save",
@@ -270,7 +272,7 @@ impl Session {
             })?;
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        let restore = CompiledPlan::compile(module, &restore_targets, &feeds)
+        let restore = CompiledPlan::compile(verified, &restore_targets, &feeds)
             .and_then(|plan| Executor::new(plan, options.backend))
             .map_err(|source| SessionError::Compile {
                 what: "restore",

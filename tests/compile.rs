@@ -14,7 +14,7 @@ use harness::{manifest_path, relative, saveplan, settings};
 use std::path::{Path, PathBuf};
 
 use saveplan::analysis::check_module;
-use saveplan::compile::{CompiledPlan, Form, compile};
+use saveplan::compile::{Compilation, Form, compile};
 use saveplan::export::{self, Loaded, ProtoMessage};
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::trace_flat;
@@ -35,7 +35,7 @@ fn read_spec(path: &Path) -> SpecFile {
     SpecFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn compiled(path: &Path, form: Form) -> CompiledPlan {
+fn compiled(path: &Path, form: Form) -> Compilation {
     compile(&read_spec(path), form).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

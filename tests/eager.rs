@@ -13,7 +13,7 @@ mod harness;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root};
+use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root, verified};
 use harness::TRACE_CASES;
 use saveplan::exec::{Backend, BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
 use saveplan::session::{CacheEvent, Call, EagerBuilder, EagerSaver, RetracePolicy, RetraceReason};
@@ -82,9 +82,9 @@ fn graph_save_spec(
         .map(|node| node.name.clone())
         .collect();
     let inits: Vec<&str> = inits.iter().map(String::as_str).collect();
-    let init = CompiledPlan::compile(&flat.module, &inits, &[]).unwrap();
+    let init = CompiledPlan::compile(verified(&flat.module), &inits, &[]).unwrap();
     let save = CompiledPlan::compile(
-        &flat.module,
+        verified(&flat.module),
         &[flat.saver.save_op_name.as_str()],
         &[flat.saver.filename_tensor_name.as_str()],
     )

@@ -7,7 +7,7 @@ mod exec_support;
 
 use exec_support::{
     assert_same_files, backends, files_under, fixture, fixture_json, fixture_module, in_pool,
-    input_module, prepare, strings,
+    input_module, prepare, strings, verified,
 };
 use saveplan::bundle::BundleReader;
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VarKey, VariableStore};
@@ -84,8 +84,8 @@ fn flat_graph_round_trip(case: &str) {
     for op in flat["restore_ops"].as_object().unwrap().values() {
         assert!(restore_ops.contains(&op.as_str().unwrap()), "{case}: {op}");
     }
-    let save = CompiledPlan::compile(&module, &[save_op], &[filename]).unwrap();
-    let restore = CompiledPlan::compile(&module, &restore_ops, &[filename]).unwrap();
+    let save = CompiledPlan::compile(verified(&module), &[save_op], &[filename]).unwrap();
+    let restore = CompiledPlan::compile(verified(&module), &restore_ops, &[filename]).unwrap();
     save_then_restore(case, &module, &save, &restore, |_, files, _| {
         assert!(
             files.contains(&"ckpt.index".to_owned()),
@@ -131,8 +131,9 @@ fn g6_max_shard_size_flat_graph_round_trips() {
 /// The save and restore plans of a `to_proto()` graph's SaverDef (`saver_filename:0` fed, the
 /// two `StatefulPartitionedCall`s as targets).
 fn saver_def_plans(module: &Module) -> (CompiledPlan, CompiledPlan) {
-    let compile =
-        |target: &str| CompiledPlan::compile(module, &[target], &["saver_filename:0"]).unwrap();
+    let compile = |target: &str| {
+        CompiledPlan::compile(verified(module), &[target], &["saver_filename:0"]).unwrap()
+    };
     (
         compile("StatefulPartitionedCall:0"),
         compile("StatefulPartitionedCall_1"),
@@ -204,8 +205,12 @@ fn g5_sliced_saver_def_round_trips() {
 #[test]
 fn g1_flat_graph_saves_its_initial_value() {
     let module = fixture_module("graph/g1_single_cpu/flat_graph.pbtxt");
-    let init = CompiledPlan::compile(&module, &["v/Assign"], &[]).unwrap();
-    let save = CompiledPlan::compile(&module, &["MergeV2Checkpoints"], &["saver_filename:0"]);
+    let init = CompiledPlan::compile(verified(&module), &["v/Assign"], &[]).unwrap();
+    let save = CompiledPlan::compile(
+        verified(&module),
+        &["MergeV2Checkpoints"],
+        &["saver_filename:0"],
+    );
     let save = save.unwrap();
     let mut runs = Vec::new();
     for backend in backends() {
@@ -253,7 +258,7 @@ fn check_g1_initial_value(prefix: &str) {
 #[test]
 fn g1_saver_def_functions_save_and_restore() {
     let module = fixture_module("graph/g1_single_cpu/graph.pbtxt");
-    let init = CompiledPlan::compile(&module, &["v/Assign"], &[]).unwrap();
+    let init = CompiledPlan::compile(verified(&module), &["v/Assign"], &[]).unwrap();
     let (save, restore) = saver_def_plans(&module);
     let mut runs = Vec::new();
     for backend in backends() {
@@ -298,9 +303,14 @@ fn g1_saver_def_functions_save_and_restore() {
 #[test]
 fn two_cpus_one_task_matches_tf_checkpoint_bytes() {
     let module = input_module("two_cpus_one_task.ir");
-    let save =
-        CompiledPlan::compile(&module, &["MergeV2Checkpoints"], &["saver_filename"]).unwrap();
-    let restore = CompiledPlan::compile(&module, &["restore_all"], &["saver_filename"]).unwrap();
+    let save = CompiledPlan::compile(
+        verified(&module),
+        &["MergeV2Checkpoints"],
+        &["saver_filename"],
+    )
+    .unwrap();
+    let restore =
+        CompiledPlan::compile(verified(&module), &["restore_all"], &["saver_filename"]).unwrap();
     let a = HostTensor::from_f32s(vec![2], &[1.0, 2.0]).unwrap();
     let b = HostTensor::from_i32s(vec![2], &[3, 4]).unwrap();
     let mut runs = Vec::new();
@@ -349,8 +359,12 @@ fn two_cpus_one_task_matches_tf_checkpoint_bytes() {
 #[test]
 fn failed_save_reports_the_op_and_writes_nothing() {
     let module = input_module("two_cpus_one_task.ir");
-    let save =
-        CompiledPlan::compile(&module, &["MergeV2Checkpoints"], &["saver_filename"]).unwrap();
+    let save = CompiledPlan::compile(
+        verified(&module),
+        &["MergeV2Checkpoints"],
+        &["saver_filename"],
+    )
+    .unwrap();
     for (backend, threads) in backends_and_threads() {
         let store = VariableStore::new();
         store
@@ -394,7 +408,7 @@ fn handle(name: &str, dtype: saveplan_ir::DType) -> HostTensor {
 fn g7_eager_traced_save_and_restore() {
     let module = fixture_module("graph/g7_eager_traced/traced_save.graph.pbtxt");
     let save = CompiledPlan::compile(
-        &module,
+        verified(&module),
         &["MergeV2Checkpoints"],
         &[
             "file_prefix",
@@ -412,7 +426,7 @@ fn g7_eager_traced_save_and_restore() {
     let name = restore_fn.signature.name.clone();
     let mut library_module = Module::default();
     library_module.library.functions.push(restore_fn);
-    let restore = CompiledPlan::compile_function(&library_module, &name).unwrap();
+    let restore = CompiledPlan::compile_function(verified(&library_module), &name).unwrap();
     assert_eq!(restore.feeds().len(), 3);
     let mut runs = Vec::new();
     for backend in backends() {
@@ -479,9 +493,12 @@ fn g9_v1_saver_round_trips() {
             other => panic!("not a SaverDef: {:?}", other.err()),
         };
         let filename = saver.filename_tensor_name.as_str();
-        let save = CompiledPlan::compile(&module, &[&saver.save_tensor_name], &[filename]).unwrap();
+        let save =
+            CompiledPlan::compile(verified(&module), &[&saver.save_tensor_name], &[filename])
+                .unwrap();
         let restore =
-            CompiledPlan::compile(&module, &[&saver.restore_op_name], &[filename]).unwrap();
+            CompiledPlan::compile(verified(&module), &[&saver.restore_op_name], &[filename])
+                .unwrap();
         let mut runs = Vec::new();
         for backend in backends() {
             let (save, restore) = (prepare(&save, backend), prepare(&restore, backend));
@@ -534,8 +551,10 @@ fn g8_meta_graph_saver_def_round_trips() {
     let saver = meta.saver_def.expect("a saver_def");
     let module = &meta.module;
     let filename = saver.filename_tensor_name.as_str();
-    let save = CompiledPlan::compile(module, &[&saver.save_tensor_name], &[filename]).unwrap();
-    let restore = CompiledPlan::compile(module, &[&saver.restore_op_name], &[filename]).unwrap();
+    let save =
+        CompiledPlan::compile(verified(module), &[&saver.save_tensor_name], &[filename]).unwrap();
+    let restore =
+        CompiledPlan::compile(verified(module), &[&saver.restore_op_name], &[filename]).unwrap();
     let mut runs = Vec::new();
     for backend in backends() {
         let (save, restore) = (prepare(&save, backend), prepare(&restore, backend));
@@ -564,7 +583,8 @@ fn g8_meta_graph_saver_def_round_trips() {
 #[test]
 fn restore_from_missing_checkpoint_names_the_op() {
     let module = input_module("two_cpus_one_task.ir");
-    let restore = CompiledPlan::compile(&module, &["restore_all"], &["saver_filename"]).unwrap();
+    let restore =
+        CompiledPlan::compile(verified(&module), &["restore_all"], &["saver_filename"]).unwrap();
     for backend in backends() {
         restore_from_missing_checkpoint_on(&prepare(&restore, backend));
     }

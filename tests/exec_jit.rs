@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
-use exec_support::{backends, error_chain, in_pool, prepare, run_logged};
+use exec_support::{backends, error_chain, in_pool, prepare, run_logged, verified};
 use saveplan::exec::jit::{CHUNK_STEPS, JitPlan};
 use saveplan::exec::{Backend, CompiledPlan, HostTensor, RunContext, StepEvent, VariableStore};
 use saveplan_ir::{AttrValue, Attrs, Module, Op, Port, Tensor};
@@ -33,6 +33,10 @@ fn long_chain() -> Module {
         "value".to_owned(),
         AttrValue::Tensor(Box::new(Tensor::string_scalar("."))),
     );
+    attrs.insert(
+        "dtype".to_owned(),
+        AttrValue::Type(saveplan_ir::DType::String),
+    );
     let dot = graph.add_op("dot", Op::Const, device(0), attrs).unwrap();
     let mut ops = Vec::with_capacity(N_OPS);
     let mut previous = x;
@@ -42,7 +46,9 @@ fn long_chain() -> Module {
             attrs.insert("N".to_owned(), AttrValue::I(2));
             (Op::StringJoin, attrs)
         } else {
-            (Op::Identity, Attrs::new())
+            let mut attrs = Attrs::new();
+            attrs.insert("T".to_owned(), AttrValue::Type(saveplan_ir::DType::String));
+            (Op::Identity, attrs)
         };
         let id = graph
             .add_op(format!("op{i}"), op, device(i), attrs)
@@ -65,7 +71,7 @@ const TARGETS: [&str; 2] = ["op1999:0", "op1777:0"];
 
 #[test]
 fn long_chain_spans_chunks_and_queues() {
-    let plan = CompiledPlan::compile(&long_chain(), &TARGETS, &["x"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&long_chain()), &TARGETS, &["x"]).unwrap();
     assert_eq!(plan.queues().len(), N_QUEUES);
     let jit = JitPlan::compile(&plan).unwrap();
     let min_chunks: usize = plan
@@ -132,7 +138,7 @@ fn assert_runs_in_dependency_order(plan: &CompiledPlan, log: &[String], what: &s
 #[test]
 fn single_queue_runs_in_the_same_order_on_both_backends() {
     let module = exec_support::fixture_module("graph/g1_single_cpu/flat_graph.pbtxt");
-    let plan = CompiledPlan::compile(&module, &["v/Assign"], &[]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["v/Assign"], &[]).unwrap();
     assert_eq!(plan.queues().len(), 1);
     let logs: Vec<Vec<String>> = backends()
         .into_iter()
@@ -154,7 +160,7 @@ fn single_queue_runs_in_the_same_order_on_both_backends() {
 #[test]
 fn error_inside_a_called_function_names_the_call_and_the_op() {
     let module = exec_support::input_module("plans/function_call.ir");
-    let plan = CompiledPlan::compile(&module, &["call:0"], &["prefix"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["call:0"], &["prefix"]).unwrap();
     let body_queues: usize = plan
         .steps()
         .iter()
@@ -199,7 +205,8 @@ fn error_inside_a_called_function_names_the_call_and_the_op() {
 #[test]
 fn a_panicking_observer_panics_the_caller_not_the_process() {
     let module = exec_support::input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["both:0", "joined:0"], &["prefix"]).unwrap();
+    let plan =
+        CompiledPlan::compile(verified(&module), &["both:0", "joined:0"], &["prefix"]).unwrap();
     let variables = VariableStore::new();
     for backend in backends() {
         let exec = prepare(&plan, backend);
@@ -262,7 +269,7 @@ fn backends_parse_and_print_their_names() {
 #[test]
 fn an_executor_reports_its_backend_and_plan() {
     let module = exec_support::input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["side:0"], &["prefix"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["side:0"], &["prefix"]).unwrap();
     for backend in backends() {
         let exec = prepare(&plan, backend);
         assert_eq!(exec.backend(), backend);
@@ -282,7 +289,7 @@ fn executors_and_jit_plans_are_shared_across_threads() {
 #[test]
 fn a_plan_without_steps_returns_its_feeds() {
     let module = exec_support::input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["prefix:0"], &["prefix"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["prefix:0"], &["prefix"]).unwrap();
     assert!(plan.steps().is_empty());
     let variables = VariableStore::new();
     for backend in backends() {

@@ -3,7 +3,7 @@
 
 mod exec_support;
 
-use exec_support::{backends, error_chain, fixture_json, input_module, prepare, strings};
+use exec_support::{backends, error_chain, fixture_json, input_module, prepare, strings, verified};
 use saveplan::exec::{
     CheckpointIo, CompiledPlan, HostTensor, IoError, Kernel, KernelCx, KernelError, MergeFlags,
     RestoreRequest, RunContext, SaveRequest, VariableStore,
@@ -90,7 +90,8 @@ fn sharded_filename_rejects_bad_inputs() {
 #[test]
 fn temp_prefix_matches_tf_probes() {
     let module = input_module("temp_prefix.ir");
-    let plan = CompiledPlan::compile(&module, &["StringJoin:0"], &["saver_filename"]).unwrap();
+    let plan =
+        CompiledPlan::compile(verified(&module), &["StringJoin:0"], &["saver_filename"]).unwrap();
     let variables = VariableStore::new();
     let probes = fixture_json("meta/op_behaviour.json");
     let cases = probes["tmp_prefix"].as_array().expect("cases");

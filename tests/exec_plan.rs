@@ -5,7 +5,9 @@ mod exec_support;
 
 use std::collections::BTreeMap;
 
-use exec_support::{backends, error_chain, in_pool, input_module, prepare, run_logged, strings};
+use exec_support::{
+    backends, error_chain, in_pool, input_module, prepare, run_logged, strings, verified,
+};
 use saveplan::exec::{
     Backend, CompiledPlan, ExecError, Executor, HostTensor, KernelError, RunContext, VarKey,
     VariableError, VariableStore,
@@ -17,7 +19,8 @@ const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU";
 #[test]
 fn compile_prunes_and_builds_one_queue_per_device() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["both:0", "joined"], &["prefix"]).unwrap();
+    let plan =
+        CompiledPlan::compile(verified(&module), &["both:0", "joined"], &["prefix"]).unwrap();
     let names: Vec<&str> = plan.steps().iter().map(|s| s.name.as_str()).collect();
     assert!(!names.contains(&"unused"), "{names:?}");
     assert!(!names.contains(&"prefix"), "fed placeholders do not run");
@@ -41,7 +44,8 @@ fn compile_prunes_and_builds_one_queue_per_device() {
 #[test]
 fn results_do_not_depend_on_thread_count_or_backend() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["both:0", "joined:0"], &["prefix"]).unwrap();
+    let plan =
+        CompiledPlan::compile(verified(&module), &["both:0", "joined:0"], &["prefix"]).unwrap();
     let variables = VariableStore::new();
     let interp = prepare(&plan, Backend::Interp);
     let reference = in_pool(1, || {
@@ -74,7 +78,8 @@ fn results_do_not_depend_on_thread_count_or_backend() {
 #[test]
 fn ops_run_after_their_data_and_control_inputs() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["both:0", "joined:0"], &["prefix"]).unwrap();
+    let plan =
+        CompiledPlan::compile(verified(&module), &["both:0", "joined:0"], &["prefix"]).unwrap();
     let variables = VariableStore::new();
     for (backend, threads) in backends_and_threads(&[1, 4]) {
         let exec = prepare(&plan, backend);
@@ -114,7 +119,7 @@ fn ops_run_after_their_data_and_control_inputs() {
 #[test]
 fn first_error_names_op_and_device_and_cancels_dependents() {
     let module = input_module("fails_on_cpu1.ir");
-    let plan = CompiledPlan::compile(&module, &["done"], &[]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["done"], &[]).unwrap();
     let variables = VariableStore::new();
     for (backend, threads) in backends_and_threads(&[1, 4]) {
         let exec = prepare(&plan, backend);
@@ -141,7 +146,7 @@ fn first_error_names_op_and_device_and_cancels_dependents() {
 fn variable_ops_share_values_with_the_store() {
     let module = input_module("variables.ir");
     let plan = CompiledPlan::compile(
-        &module,
+        verified(&module),
         &["before:0", "after:0", "read:0", "assign_anonymous"],
         &[],
     )
@@ -172,7 +177,7 @@ fn variable_ops_share_values_on(module: &saveplan_ir::Module, exec: &Executor) {
         [VarKey::new("", "anonymous"), VarKey::new("c", "v")]
     );
 
-    let wrong = CompiledPlan::compile(module, &["wrong_dtype:0"], &[]).unwrap();
+    let wrong = CompiledPlan::compile(verified(module), &["wrong_dtype:0"], &[]).unwrap();
     let err = prepare(&wrong, backend)
         .run(&RunContext::new(&variables), Vec::new())
         .unwrap_err();
@@ -232,7 +237,7 @@ fn compile_errors_name_what_is_wrong() {
         ),
     ];
     for (targets, feeds, message) in cases {
-        let err = CompiledPlan::compile(&module, targets, feeds).unwrap_err();
+        let err = CompiledPlan::compile(verified(&module), targets, feeds).unwrap_err();
         assert_eq!(error_chain(&err), message);
     }
 }
@@ -240,7 +245,7 @@ fn compile_errors_name_what_is_wrong() {
 #[test]
 fn feeds_are_checked_at_run_time() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["side:0"], &["prefix"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["side:0"], &["prefix"]).unwrap();
     let variables = VariableStore::new();
     let cx = RunContext::new(&variables);
     for backend in backends() {
@@ -257,7 +262,7 @@ fn feeds_are_checked_at_run_time() {
 #[test]
 fn feeding_an_intermediate_tensor_skips_its_producer() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["left_2:0"], &["left:0"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["left_2:0"], &["left:0"]).unwrap();
     let names: Vec<&str> = plan.steps().iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["left_2"]);
     let variables = VariableStore::new();
@@ -283,7 +288,7 @@ fn backends_and_threads(threads: &[usize]) -> Vec<(Backend, usize)> {
 #[test]
 fn jit_backend_is_there_exactly_when_its_feature_is() {
     let module = input_module("diamond.ir");
-    let plan = CompiledPlan::compile(&module, &["side:0"], &["prefix"]).unwrap();
+    let plan = CompiledPlan::compile(verified(&module), &["side:0"], &["prefix"]).unwrap();
     let result = Executor::new(plan, Backend::Jit);
     assert_eq!(Backend::Jit.is_available(), cfg!(feature = "jit"));
     if cfg!(feature = "jit") {

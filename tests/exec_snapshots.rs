@@ -23,8 +23,9 @@ fn names(list: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Compiles the input at `path` as its header says.
-fn compile(path: &Path) -> Result<CompiledPlan, saveplan::exec::ExecError> {
+/// Compiles the input at `path` as its header says, after verifying it as every graph is
+/// where it enters; the error is the rendered chain of whichever step failed.
+fn compile(path: &Path) -> Result<CompiledPlan, String> {
     let text = std::fs::read_to_string(path).expect("input is readable");
     let header = text.lines().next().unwrap_or_default();
     let spec = header
@@ -34,15 +35,15 @@ fn compile(path: &Path) -> Result<CompiledPlan, saveplan::exec::ExecError> {
         .split_once("| feeds:")
         .unwrap_or_else(|| panic!("{path:?}: header has no `| feeds:`"));
     let module = saveplan_ir::parse_module(&text).unwrap_or_else(|err| panic!("{path:?}: {err}"));
-    CompiledPlan::compile(&module, &names(targets), &names(feeds))
+    let module = saveplan_ir::verify_module(&module).map_err(|err| error_chain(&err))?;
+    CompiledPlan::compile(module, &names(targets), &names(feeds)).map_err(|err| error_chain(&err))
 }
 
 #[test]
 fn exec_plans() {
     settings().bind(|| {
         insta::glob!("inputs/exec/plans/*.ir", |path| {
-            let plan =
-                compile(path).unwrap_or_else(|err| panic!("{path:?}: {}", error_chain(&err)));
+            let plan = compile(path).unwrap_or_else(|err| panic!("{path:?}: {err}"));
             for backend in backends() {
                 prepare(&plan, backend);
             }
@@ -56,7 +57,7 @@ fn exec_plan_errors() {
     settings().bind(|| {
         insta::glob!("inputs/exec/plans/err/*.ir", |path| {
             let err = compile(path).expect_err("inputs under err/ must fail");
-            insta::assert_snapshot!(format!("## error\n{}", error_chain(&err)));
+            insta::assert_snapshot!(format!("## error\n{err}"));
         });
     });
 }

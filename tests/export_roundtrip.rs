@@ -17,7 +17,7 @@ fn render(path: &Path) -> String {
     match loaded.into_module() {
         Some(module) => {
             let verify = match saveplan_ir::verify::verify_module(&module) {
-                Ok(()) => "ok".to_owned(),
+                Ok(_) => "ok".to_owned(),
                 Err(errors) => errors.to_string(),
             };
             format!("## text\n{module}\n## verify\n{verify}\n")

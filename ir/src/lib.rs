@@ -60,4 +60,4 @@ pub use module::{ArgDef, AttrDef, Function, Library, Module, Signature, Versions
 pub use names::{OutputRef, SaverDef, SaverNames, TensorName, TensorNameError};
 pub use op::Op;
 pub use parse::{ParseError, ParseErrorKind, parse_graph, parse_module};
-pub use verify::{VerifyError, VerifyErrors, verify_graph, verify_module};
+pub use verify::{Verified, VerifyError, VerifyErrors, verify_graph, verify_module};

@@ -263,8 +263,31 @@ pub enum VerifyError {
     },
 }
 
+/// A module the verifier accepted: the proof that every invariant above holds. Consumers that
+/// rely on the invariants (the plan compiler) take a `Verified` instead of checking again, so a
+/// module is verified once, where it enters.
+#[derive(Clone, Copy, Debug)]
+pub struct Verified<'m> {
+    module: &'m Module,
+}
+
+impl<'m> Verified<'m> {
+    /// The verified module.
+    pub fn module(self) -> &'m Module {
+        self.module
+    }
+}
+
+impl std::ops::Deref for Verified<'_> {
+    type Target = Module;
+
+    fn deref(&self) -> &Module {
+        self.module
+    }
+}
+
 /// Verifies the top-level graph, every function body and the library.
-pub fn verify_module(module: &Module) -> Result<(), VerifyErrors> {
+pub fn verify_module(module: &Module) -> Result<Verified<'_>, VerifyErrors> {
     let mut errors = Vec::new();
     check_graph(&module.graph, &module.library, &mut errors);
     for function in &module.library.functions {
@@ -281,7 +304,7 @@ pub fn verify_module(module: &Module) -> Result<(), VerifyErrors> {
         );
     }
     check_function_names(&module.library, &mut errors);
-    finish(errors)
+    finish(errors).map(|()| Verified { module })
 }
 
 /// Verifies one graph; call ops are checked against `library`.

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use saveplan::compile::{CompiledPlan, Form, compile};
+use saveplan::compile::{Compilation, Form, compile};
 use saveplan::exec::{Backend, StepEvent};
 use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
@@ -27,7 +27,7 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
 }
 
 /// Reads, parses and compiles a spec file; errors name the file and fit on one line.
-pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<CompiledPlan> {
+pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
     let text = std::fs::read_to_string(path)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot read spec file", path.display()))?;

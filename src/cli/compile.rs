@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args as ClapArgs, ValueEnum};
-use saveplan::compile::{CompiledPlan, Form};
+use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, ProtoMessage};
 use std::io::Write as _;
 
@@ -78,7 +78,7 @@ impl Drop for Phases {
     }
 }
 
-fn write_outputs(dir: &Path, plan: &CompiledPlan, phases: &Phases) -> anyhow::Result<()> {
+fn write_outputs(dir: &Path, plan: &Compilation, phases: &Phases) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;

@@ -38,12 +38,6 @@ pub enum ExecError {
         /// The tensor name.
         name: String,
     },
-    /// The ops needed for the targets form a cycle.
-    #[error("the plan has a cycle through {}", names.join(", "))]
-    Cycle {
-        /// The ops on or behind the cycle, in creation order.
-        names: Vec<String>,
-    },
     /// An op type the executor has no kernel for.
     #[error("op `{name}`: no kernel for op type `{op_type}`")]
     UnsupportedOp {
@@ -68,7 +62,8 @@ pub enum ExecError {
         /// What is wrong with it.
         reason: String,
     },
-    /// An op whose data input slots have a gap or are fewer than its signature needs.
+    /// A called function with fewer arguments than its call has inputs (the first slot
+    /// without an argument).
     #[error("op `{name}`: input {input} is not connected")]
     MissingInput {
         /// The op name.
@@ -84,14 +79,6 @@ pub enum ExecError {
         /// Why the device does not parse.
         #[source]
         source: DeviceError,
-    },
-    /// A call names a function the library does not hold.
-    #[error("op `{name}` calls function `{function}`, which is not in the library")]
-    UnknownFunction {
-        /// The call op's name.
-        name: String,
-        /// The function name.
-        function: String,
     },
     /// [`super::CompiledPlan::compile_function`] names a function the library does not hold.
     #[error("no function named `{function}` in the library")]

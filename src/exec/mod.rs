@@ -1,5 +1,7 @@
-//! Executors: the reference interpreter of compiled plans and the entry point over it and the
-//! JIT, their kernels, variables and device queues.
+//! The runtime: plans compiled once and run many times, on the reference interpreter or the
+//! cranelift JIT, with their kernels, variables and device queues. It runs graphs and knows
+//! nothing of how they were made (the tracer and eager mode sit above, in
+//! [`crate::session`]).
 //!
 //! # Layers
 //!
@@ -11,14 +13,14 @@
 //! * [`plan`]: [`CompiledPlan`], a graph pruned to some targets and compiled into plain data:
 //!   steps in topological order with kernels, value slots and one queue per device. Function
 //!   calls compile into nested plans.
-//! * [`scheduler`]: runs a plan on rayon, queue by queue, with cancellation on the first error.
-//! * [`executor`]: [`Executor`], a plan prepared for a [`Backend`]: this interpreter or the
-//!   cranelift JIT (`crate::exec::jit`, cargo feature `jit`), which run the same kernels in the same
-//!   per-device order and write the same bytes.
-//! * [`eager`]: eager mode. [`EagerBuilder`] runs each op as the tracer emits it (the same
-//!   tracing code as graph mode, through [`crate::trace::Builder`]); [`EagerSaver`] saves and
-//!   restores op by op for one task and through traced functions for several, cached in a
-//!   [`function_cache::FunctionCache`] that logs when and why it traced.
+//! * [`step`]: what both backends share to run a step: [`RunContext`] (variables, checkpoint
+//!   backend, observer), the slot table, running a kernel or a call and reporting its result.
+//! * [`scheduler`]: the interpreter: runs a plan on rayon, queue by queue, with cancellation on
+//!   the first error.
+//! * `jit` (cargo feature `jit`): the cranelift backend, one native function per device queue,
+//!   driving the same steps through [`step`].
+//! * [`executor`]: [`Executor`], a plan prepared for a [`Backend`]: the interpreter or the JIT,
+//!   which run the same kernels in the same per-device order and write the same bytes.
 //!
 //! # Semantics worth knowing
 //!
@@ -38,7 +40,8 @@
 //!
 //! ```no_run
 //! use saveplan::exec::{CompiledPlan, HostTensor, RunContext, VariableStore};
-//! # fn demo(module: &saveplan_ir::Module) -> Result<(), saveplan::exec::ExecError> {
+//! # fn demo(module: &saveplan_ir::Module) -> Result<(), Box<dyn std::error::Error>> {
+//! let module = saveplan_ir::verify_module(module)?; // verified once, where it enters
 //! let plan = CompiledPlan::compile(module, &["StringJoin:0"], &["saver_filename:0"])?;
 //! let variables = VariableStore::new();
 //! let outputs = plan.run(&RunContext::new(&variables), vec![HostTensor::string_scalar("/d/ckpt")])?;

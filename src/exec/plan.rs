@@ -28,6 +28,7 @@ use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::signature::{self, PortError, signature};
 use saveplan_ir::{
     AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, TensorName,
+    Verified,
 };
 
 use super::error::ExecError;
@@ -135,12 +136,16 @@ struct Compiler<'m> {
 
 impl CompiledPlan {
     /// Compiles the top-level graph of `module` for `targets` (`op:N` fetches a tensor, `op`
-    /// only runs the op), with `feeds` (`op:N` or `op`) given at each run.
+    /// only runs the op), with `feeds` (`op:N` or `op`) given at each run. The module was
+    /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
+    /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
+    /// functions in the library) instead of checking them again.
     pub fn compile(
-        module: &Module,
+        module: Verified<'_>,
         targets: &[&str],
         feeds: &[&str],
     ) -> Result<CompiledPlan, ExecError> {
+        let module = module.module();
         let compiler = Compiler {
             module,
             default_device: parse_device("", DEFAULT_DEVICE)?,
@@ -161,7 +166,11 @@ impl CompiledPlan {
     /// Compiles the library function `function` of `module` on its own, as a concrete function
     /// is called eagerly: the feeds are its arguments in order, the fetches its outputs in
     /// order, and its control outputs and stateful ops always run.
-    pub fn compile_function(module: &Module, function: &str) -> Result<CompiledPlan, ExecError> {
+    pub fn compile_function(
+        module: Verified<'_>,
+        function: &str,
+    ) -> Result<CompiledPlan, ExecError> {
+        let module = module.module();
         let found = module
             .library
             .find(function)
@@ -292,12 +301,7 @@ impl Compiler<'_> {
         let needed = self.needed_ops(graph, targets, &fed, &fully_fed)?;
         let order = graph
             .topo_order_of(needed.iter().copied(), |id| fully_fed.contains(&id))
-            .map_err(|stuck| ExecError::Cycle {
-                names: stuck
-                    .into_iter()
-                    .map(|id| graph.op(id).name.clone())
-                    .collect(),
-            })?;
+            .expect("verified: the graph has no cycle");
         let mut builder = PlanBuilder {
             plan: CompiledPlan {
                 steps: Vec::with_capacity(order.len()),
@@ -391,38 +395,23 @@ impl Compiler<'_> {
         let n_inputs = n_inputs(node)?;
         let mut inputs = Vec::with_capacity(n_inputs);
         let mut deps = BTreeSet::new();
-        for (position, (slot, input)) in graph.inputs(id).into_iter().enumerate() {
-            if slot as usize != position || position >= n_inputs {
-                return Err(ExecError::MissingInput {
-                    name: node.name.clone(),
-                    input: position as u32,
-                });
-            }
+        // Verified: the slots are dense and as many as the signature gives.
+        for (_, input) in graph.inputs(id) {
             let src = graph.op(input.src);
             let output = resolve_port(src, &input.output)?;
             if let Some(&slot) = fed.get(&(input.src, output)) {
                 inputs.push(slot);
                 continue;
             }
-            let outputs = &builder.outputs_of[&input.src];
-            let slot =
-                outputs
-                    .get(output as usize)
-                    .copied()
-                    .ok_or_else(|| ExecError::NoSuchOutput {
-                        name: src.name.clone(),
-                        output,
-                        n_outputs: outputs.len(),
-                    })?;
+            let slot = builder.outputs_of[&input.src][output as usize];
             inputs.push(slot);
             deps.insert(builder.step_of[&input.src]);
         }
-        if inputs.len() != n_inputs {
-            return Err(ExecError::MissingInput {
-                name: node.name.clone(),
-                input: inputs.len() as u32,
-            });
-        }
+        debug_assert_eq!(
+            inputs.len(),
+            n_inputs,
+            "verified: every input slot is connected"
+        );
         for src in graph.control_inputs(id) {
             if !fully_fed.contains(&src) {
                 deps.insert(builder.step_of[&src]);
@@ -469,14 +458,11 @@ impl Compiler<'_> {
                 });
             }
         };
-        let function =
-            self.module
-                .library
-                .find(&name)
-                .ok_or_else(|| ExecError::UnknownFunction {
-                    name: node.name.clone(),
-                    function: name.clone(),
-                })?;
+        let function = self
+            .module
+            .library
+            .find(&name)
+            .expect("verified: a call names a library function");
         if self.stack.contains(&name) {
             return Err(ExecError::RecursiveFunction { function: name });
         }

@@ -1,6 +1,6 @@
 //! The step machinery both backends share: [`RunContext`] (what a run acts on), the slot table
-//! a run starts from ([`prepare_slots`]) and reads its fetches from ([`fetch`]), and how one
-//! step runs ([`run_kernel`], [`finish_call`]): a kernel's error gets the op's name and device,
+//! a run starts from (`prepare_slots`) and reads its fetches from (`fetch`), and how one
+//! step runs (`run_kernel`, `finish_call`): a kernel's error gets the op's name and device,
 //! its output count is checked and the observer is told. The interpreter
 //! ([`super::scheduler`]) and the JIT (`super::jit`) differ only in how they order steps, so
 //! their errors and observer events are the same.

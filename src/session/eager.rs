@@ -2,7 +2,7 @@
 //! and [`EagerSaver`], `MultiDeviceSaver.save`/`restore` as eager TensorFlow runs them.
 //!
 //! The eager builder records each op in a graph (for names and error messages) and runs its
-//! kernel at once on a [`VariableStore`] and a [`CheckpointIo`], keeping the op's outputs so
+//! kernel at once on a [`VariableStore`](crate::exec::VariableStore) and a [`CheckpointIo`](crate::exec::CheckpointIo), keeping the op's outputs so
 //! later ops take them as inputs. `Placeholder`s take their value from the builder's feeds
 //! (the eager tensors a call passes, such as the prefix). Devices resolve as in graph mode
 //! (against [`DEFAULT_DEVICE`], index `*` → 0) and only name the op in errors. A failing op
@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
-use saveplan_ir::{Attrs, Graph, Module, Op, OpId, Port, Versions};
+use saveplan_ir::{Attrs, Graph, Module, Op, OpId, Port, VerifyErrors, Versions, verify_module};
 
 use super::function_cache::{CacheEvent, Call, FunctionCache, FunctionKey, RetracePolicy};
 use crate::exec::{
@@ -207,6 +207,10 @@ pub enum EagerFailure {
     /// An op failed while it ran.
     #[error(transparent)]
     Op(ExecError),
+    /// The traced function breaks an invariant of the IR (a tracer bug; every violation is
+    /// listed).
+    #[error("the traced function is not valid: {0}")]
+    Invalid(VerifyErrors),
 }
 
 /// Errors of eager saving and restoring.
@@ -358,9 +362,7 @@ impl EagerSaver {
                 let executor = self
                     .trace_function(call, options)
                     .map_err(|err| match err {
-                        FunctionTraceError::Trace(source) => {
-                            trace_error(EagerFailure::Trace(source))
-                        }
+                        FunctionTraceError::Trace(source) => trace_error(source),
                         FunctionTraceError::Exec(source) => function_error(source),
                     })?;
                 self.cache.insert(key, executor)
@@ -393,7 +395,7 @@ impl EagerSaver {
     ) -> Result<Executor, FunctionTraceError> {
         let (graph, _) =
             trace_flat_with(Graph::new(), &self.trackables, options, Self::parts(call))
-                .map_err(FunctionTraceError::Trace)?;
+                .map_err(|err| FunctionTraceError::Trace(EagerFailure::Trace(err)))?;
         let targets: Vec<String> = graph
             .ops()
             .into_iter()
@@ -406,7 +408,9 @@ impl EagerSaver {
             ..Module::default()
         };
         let feed = format!("{PREFIX_PLACEHOLDER}:0");
-        let plan = CompiledPlan::compile(&module, &targets, &[feed.as_str()])
+        let verified = verify_module(&module)
+            .map_err(|errors| FunctionTraceError::Trace(EagerFailure::Invalid(errors)))?;
+        let plan = CompiledPlan::compile(verified, &targets, &[feed.as_str()])
             .map_err(FunctionTraceError::Exec)?;
         Executor::new(plan, self.backend).map_err(FunctionTraceError::Exec)
     }
@@ -416,6 +420,6 @@ impl EagerSaver {
 const PREFIX_PLACEHOLDER: &str = "saver_filename";
 
 enum FunctionTraceError {
-    Trace(TraceError),
+    Trace(EagerFailure),
     Exec(ExecError),
 }

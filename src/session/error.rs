@@ -2,8 +2,8 @@
 //! checkpoint op cannot be read, why a key cannot be bound to a variable, and how the parts of
 //! a key disagree.
 
-use saveplan_ir::DType;
 use saveplan_ir::slice::SliceError;
+use saveplan_ir::{DType, VerifyErrors};
 
 use super::eager::EagerError;
 use crate::exec::{ExecError, TensorError, VariableError};
@@ -21,6 +21,9 @@ pub enum SessionError {
     /// Eager saving or restoring failed.
     #[error(transparent)]
     Eager(Box<EagerError>),
+    /// The graph breaks an invariant of the IR (every violation is listed).
+    #[error("the plan is not valid: {0}")]
+    Invalid(#[source] VerifyErrors),
     /// A `MetaGraphDef` without a `saver_def`.
     #[error("the meta graph has no saver_def")]
     NoSaverDef,

@@ -115,6 +115,11 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// `module`, verified as every graph is where it enters; panics with every violation.
+pub fn verified(module: &Module) -> saveplan_ir::Verified<'_> {
+    saveplan_ir::verify_module(module).unwrap_or_else(|errors| panic!("invalid plan: {errors}"))
+}
+
 /// The strings of a string tensor as UTF-8.
 pub fn strings(tensor: &HostTensor) -> Vec<String> {
     tensor
