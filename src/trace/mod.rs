@@ -20,7 +20,7 @@
 //!   function's `FuncGraph` (g7: both `FunctionDef`s and `traced_save.graph.pbtxt`).
 //!
 //! Every op goes through a [`Builder`]: the graph builder ([`GraphBuilder`], a `Graph`)
-//! records it; an eager builder (`crate::exec::EagerBuilder`) also runs it at once.
+//! records it; an eager builder (`crate::session::EagerBuilder`) also runs it at once.
 //! [`trace_flat_with`] traces parts of the flat plan (variables created or only attached, the
 //! save, the restore) through any builder, so the same code serves graph and eager mode.
 //!
