@@ -1,9 +1,9 @@
 //! Kernel tests: each kernel on hand-made inputs, against the TF probes in
 //! `meta/op_behaviour.json` where they exist, and their input validation.
 
-mod exec_support;
+use crate::support::exec::{backends, input_module, prepare, strings};
+use crate::support::{error_chain, fixture_json};
 
-use exec_support::{backends, error_chain, fixture_json, input_module, prepare, strings};
 use saveplan::exec::{
     CheckpointIo, CompiledPlan, HostTensor, IoError, Kernel, KernelCx, KernelError, MergeFlags,
     RestoreRequest, RunContext, SaveRequest, VariableStore,

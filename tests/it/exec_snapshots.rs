@@ -4,15 +4,11 @@
 //! compile: `# targets: a:0, b | feeds: c`. Every plan that compiles also compiles on every
 //! backend (the JIT lowers it to native code).
 
-mod harness;
-
-use harness::settings;
-
-mod exec_support;
+use crate::support::exec::{backends, prepare};
+use crate::support::{error_chain, settings};
 
 use std::path::Path;
 
-use exec_support::{backends, error_chain, prepare};
 use saveplan::exec::CompiledPlan;
 
 /// Splits a comma-separated header list, dropping empty entries.
@@ -40,7 +36,7 @@ fn compile(path: &Path) -> Result<CompiledPlan, saveplan::exec::ExecError> {
 #[test]
 fn exec_plans() {
     settings().bind(|| {
-        insta::glob!("inputs/exec/plans/*.ir", |path| {
+        insta::glob!("..", "inputs/exec/plans/*.ir", |path| {
             let plan =
                 compile(path).unwrap_or_else(|err| panic!("{path:?}: {}", error_chain(&err)));
             for backend in backends() {
@@ -54,7 +50,7 @@ fn exec_plans() {
 #[test]
 fn exec_plan_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/exec/plans/err/*.ir", |path| {
+        insta::glob!("..", "inputs/exec/plans/err/*.ir", |path| {
             let err = compile(path).expect_err("inputs under err/ must fail");
             insta::assert_snapshot!(format!("## error\n{}", error_chain(&err)));
         });

@@ -10,13 +10,8 @@
 //! and unique temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally
 //! and by snapshot.
 
-mod stack_saver;
-
-use stack_saver::StackSaver;
-
-mod harness;
-
-use harness::{TRACE_CASES, manifest_path, settings};
+use crate::support::stack_saver::StackSaver;
+use crate::support::{TRACE_CASES, manifest_path, settings};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -295,7 +290,7 @@ fn render_input(path: &Path) -> String {
 #[test]
 fn trace_snapshots() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/*.json", |path| {
+        insta::glob!("..", "inputs/trace/*.json", |path| {
             insta::assert_snapshot!(render_input(path));
         });
     });
@@ -305,7 +300,7 @@ fn trace_snapshots() {
 #[test]
 fn trace_extra_snapshots() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/extra/*.json", |path| {
+        insta::glob!("..", "inputs/trace/extra/*.json", |path| {
             insta::assert_snapshot!(render_input(path));
         });
     });
@@ -314,7 +309,7 @@ fn trace_extra_snapshots() {
 #[test]
 fn trace_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/err/*.json", |path| {
+        insta::glob!("..", "inputs/trace/err/*.json", |path| {
             let err = trace_file(path).expect_err("inputs in err/ must fail");
             insta::assert_snapshot!(render_error(&err));
         });

@@ -1,11 +1,11 @@
 //! Plan compilation and scheduling: pruning, feeds, device queues, dependency order, results
 //! that do not depend on the number of threads, variables, and errors that cancel the run.
 
-mod exec_support;
+use crate::support::error_chain;
+use crate::support::exec::{backends, in_pool, input_module, prepare, run_logged, strings};
 
 use std::collections::BTreeMap;
 
-use exec_support::{backends, error_chain, in_pool, input_module, prepare, run_logged, strings};
 use saveplan::exec::{
     Backend, CompiledPlan, ExecError, Executor, HostTensor, KernelError, RunContext, VarKey,
     VariableError, VariableStore,

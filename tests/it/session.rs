@@ -3,10 +3,11 @@
 //! TensorFlow's `ckpt/c3_two_tasks`, `c4_two_cpus_one_task` and `c6_max_shard_size`; TF's own
 //! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety.
 
-mod harness;
-mod session_support;
-
-use harness::TRACE_CASES;
+use crate::support::session::{
+    assert_same_files, fixture_values, generated_values, read_checkpoint, spec_session,
+    spec_session_on,
+};
+use crate::support::{TRACE_CASES, error_chain, fixture, fixture_json};
 
 use std::collections::BTreeMap;
 
@@ -14,10 +15,6 @@ use saveplan::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
 };
 use saveplan::session::{SaverTargets, Session, SessionError, SessionOptions};
-use session_support::{
-    assert_same_files, error_chain, fixture, fixture_values, generated_values, read_checkpoint,
-    spec_session, spec_session_on,
-};
 
 /// Saves generated values, reads them back with the bundle reader, then restores into a fresh
 /// session (and into the same one after overwriting its variables) and compares; on every
@@ -159,7 +156,7 @@ fn tf_flat_graphs_round_trip() {
             other => panic!("{case}: not a GraphDef: {:?}", other.err()),
         };
         let targets = SaverTargets::infer(&module).unwrap();
-        let flat = session_support::fixture_json(&format!("graph/{case}/flat.json"));
+        let flat = fixture_json(&format!("graph/{case}/flat.json"));
         assert_eq!(
             targets.filename_tensor_name, flat["filename_tensor_name"],
             "{case}"

@@ -3,18 +3,14 @@
 //! on every backend; restores give the values back; the function cache logs when and why it
 //! traced; an eager failure names the op and device and leaves no checkpoint.
 
-mod stack_saver;
-
-use stack_saver::StackSaver;
-
-mod exec_support;
-mod harness;
+use crate::support::exec::{backends, prepare};
+use crate::support::files::{file_bytes_under, files_under};
+use crate::support::stack_saver::StackSaver;
+use crate::support::{TRACE_CASES, error_chain, root};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root};
-use harness::TRACE_CASES;
 use saveplan::exec::{
     Backend, BundleIo, CacheEvent, Call, CompiledPlan, EagerBuilder, EagerSaver, HostTensor,
     RetracePolicy, RetraceReason, RunContext, VariableStore,

@@ -1,0 +1,87 @@
+//! Shared support of the root package's suites: insta settings, workspace paths, running the
+//! `saveplan` binary and rendering error chains. The submodules hold
+//! what a group of suites shares: `bundle` (bundle fixtures and values), `exec` (IR inputs,
+//! rayon pools, backends), `session` (specs, generated values, fixture checkpoints), `files`
+//! (what a test wrote) and `stack_saver` (a registered saver).
+
+pub mod bundle;
+pub mod exec;
+pub mod files;
+pub mod session;
+pub mod stack_saver;
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The graph fixtures g1–g6, whose inputs are the traced specs `tests/inputs/trace/<case>.json`.
+pub const TRACE_CASES: [&str; 6] = [
+    "g1_single_cpu",
+    "g2_two_cpus",
+    "g3_two_tasks",
+    "g4_io_device",
+    "g5_sliced",
+    "g6_max_shard_size",
+];
+
+/// insta settings: snapshots in the workspace `snapshots/` folder (STYLE.md §6), named after the
+/// suite and the input file only, without the asserted expression. The path is relative to the
+/// suite file that asserts (`tests/it/<suite>.rs`).
+pub fn settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings
+}
+
+/// The root of the package (the workspace root).
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `relative` resolved against the workspace root.
+pub fn manifest_path(relative: &str) -> PathBuf {
+    root().join(relative)
+}
+
+/// `path` relative to the workspace root, as a string.
+pub fn relative(path: &Path) -> String {
+    path.strip_prefix(root())
+        .expect("inputs live in the workspace")
+        .to_str()
+        .expect("input paths are UTF-8")
+        .to_owned()
+}
+
+/// A file under `tests/fixtures/tf-2.21/`.
+pub fn fixture(relative: &str) -> PathBuf {
+    root().join("tests/fixtures/tf-2.21").join(relative)
+}
+
+/// Reads a JSON fixture under `tests/fixtures/tf-2.21/`.
+pub fn fixture_json(relative: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture(relative)).expect("fixture exists");
+    serde_json::from_str(&text).expect("fixture is JSON")
+}
+
+/// Runs the CLI from the workspace root, so paths in its messages are relative and stable.
+pub fn saveplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_saveplan"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the saveplan binary runs")
+}
+
+/// An error and its sources, joined with `: `.
+pub fn error_chain(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
