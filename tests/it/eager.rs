@@ -6,7 +6,7 @@
 use crate::support::exec::{backends, prepare};
 use crate::support::files::{file_bytes_under, files_under};
 use crate::support::stack_saver::StackSaver;
-use crate::support::{TRACE_CASES, error_chain, root};
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, root};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -92,7 +92,12 @@ fn graph_save_spec(
     prepare(&init, backend).run(&cx, Vec::new()).unwrap();
     prepare(&save, backend)
         .run(&cx, vec![HostTensor::string_scalar(prefix)])
-        .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| {
+            panic!(
+                "{name}: {backend}: {}",
+                error_chain(&err, ErrorForm::OneLine)
+            )
+        });
 }
 
 /// Eager save of `name` matches graph mode byte for byte, and an eager restore into an empty
@@ -113,7 +118,12 @@ fn eager_matches_graph(name: &str) {
         saver.create_variables().unwrap();
         saver
             .save(&eager_prefix, &options(&spec))
-            .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| {
+                panic!(
+                    "{name}: {backend}: {}",
+                    error_chain(&err, ErrorForm::OneLine)
+                )
+            });
         let written = file_bytes_under(eager_dir.path());
         assert!(
             written.iter().any(|(file, _)| file == "ckpt.index"),
@@ -131,7 +141,12 @@ fn eager_matches_graph(name: &str) {
             .with_backend(backend);
         restorer
             .restore(&eager_prefix, &options(&spec))
-            .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| {
+                panic!(
+                    "{name}: {backend}: {}",
+                    error_chain(&err, ErrorForm::OneLine)
+                )
+            });
         assert_eq!(restored.keys(), store.keys(), "{name}: {backend}");
         for key in store.keys() {
             assert_eq!(
@@ -326,7 +341,7 @@ fn eager_errors_name_the_op_and_device() {
         std::fs::write(&blocker, b"not a directory").unwrap();
         let prefix = blocker.join("ckpt").to_string_lossy().into_owned();
         let err = saver.save(&prefix, &options(&spec)).unwrap_err();
-        let text = error_chain(&err);
+        let text = error_chain(&err, ErrorForm::OneLine);
         assert!(text.contains("op `SaveV2"), "{name}: {text}");
         assert!(text.contains("/device:CPU:0"), "{name}: {text}");
         assert_eq!(files_under(dir.path()), ["file"], "{name}");
@@ -342,7 +357,7 @@ fn eager_read_of_a_missing_variable_names_the_read() {
     let mut saver = EagerSaver::new(trackables(&spec), &store, &io).unwrap();
     let (dir, prefix) = checkpoint_dir();
     let err = saver.save(&prefix, &options(&spec)).unwrap_err();
-    let text = error_chain(&err);
+    let text = error_chain(&err, ErrorForm::OneLine);
     assert!(
         text.contains("/Read/ReadVariableOp` on /job:localhost/replica:0/task:0/device:CPU:0"),
         "{text}"
@@ -381,7 +396,7 @@ fn both_builders_trace_the_flat_graph() {
         )]);
         let builder = EagerBuilder::new(RunContext::new(&store).with_io(&io), feeds);
         let (builder, ops) = trace_flat_with(builder, &trackables, &options, parts)
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
         let merge = builder.outputs(ops.save.unwrap()).unwrap();
         assert!(
             merge.is_empty(),
@@ -417,7 +432,7 @@ fn registered_savers_run_eagerly() {
         saver.create_variables().unwrap();
         saver
             .save(&eager_prefix, &with_saver())
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
         let written = file_bytes_under(eager_dir.path());
         assert!(
             written == file_bytes_under(graph_dir.path()),
@@ -430,7 +445,7 @@ fn registered_savers_run_eagerly() {
         );
         saver
             .restore(&eager_prefix, &with_saver())
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
     }
 }
 

@@ -7,7 +7,7 @@ use crate::support::exec::{
     assert_same_files, backends, fixture_module, in_pool, input_module, prepare, strings,
 };
 use crate::support::files::files_under;
-use crate::support::{error_chain, fixture, fixture_json};
+use crate::support::{ErrorForm, error_chain, fixture, fixture_json};
 
 use saveplan::bundle::BundleReader;
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VarKey, VariableStore};
@@ -170,13 +170,13 @@ fn save_then_restore(
         let out = in_pool(threads, || {
             save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         check_save(&out, &files_under(dir.path()), &prefix);
         fill_variables(module, &store, 2);
         in_pool(threads, || {
             restore.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{case}: {backend}: {key}");
         }
@@ -368,7 +368,7 @@ fn failed_save_reports_the_op_and_writes_nothing() {
         })
         .unwrap_err();
         assert_eq!(
-            error_chain(&err),
+            error_chain(&err, ErrorForm::OneLine),
             "op `b/Read/ReadVariableOp` on /job:localhost/replica:0/task:0/device:CPU:1: \
              variable `b` does not exist or is not initialized",
             "{backend}, {threads} threads"
@@ -509,13 +509,13 @@ fn g9_round_trip(
         in_pool(4, || {
             save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err, ErrorForm::OneLine)));
         assert_eq!(BundleReader::open(&prefix).unwrap().num_shards(), n_shards);
         fill_variables(module, &store, 4);
         in_pool(4, || {
             restore.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{variant}: {key}");
         }
@@ -546,11 +546,11 @@ fn g8_meta_graph_saver_def_round_trips() {
         let cx = RunContext::new(&store).with_io(&io);
         let (dir, prefix) = checkpoint_dir();
         save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
-            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)));
         fill_variables(module, &store, 6);
         restore
             .run(&cx, vec![HostTensor::string_scalar(prefix)])
-            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{backend}: {key}");
         }
@@ -586,7 +586,7 @@ fn restore_from_missing_checkpoint_on(restore: &saveplan::exec::Executor) {
         .unwrap_err();
     let index = format!("{}.index", prefix.display());
     assert_eq!(
-        error_chain(&err),
+        error_chain(&err, ErrorForm::OneLine),
         format!(
             "op `RestoreV2` on /job:localhost/replica:0/task:0/device:CPU:0: \
              checkpoint i/o failed: {index}: index file not found"

@@ -2,10 +2,10 @@
 //! native chunks per queue with many cross-queue waits, errors inside called functions,
 //! panics in host callbacks, and backend selection.
 
-use crate::support::error_chain;
 use crate::support::exec::{
     backends, fixture_module, in_pool, input_module, prepare, run_logged, strings,
 };
+use crate::support::{ErrorForm, error_chain};
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -184,7 +184,7 @@ fn error_inside_a_called_function_names_the_call_and_the_op() {
             })
             .unwrap_err();
             assert_eq!(
-                error_chain(&err),
+                error_chain(&err, ErrorForm::OneLine),
                 format!(
                     "op `call` on {cpu}:1: in function `save_fn`: op `read` on {cpu}:1: \
                      variable `v` does not exist or is not initialized"

@@ -2,7 +2,7 @@
 //! `meta/op_behaviour.json` where they exist, and their input validation.
 
 use crate::support::exec::{backends, input_module, prepare, strings};
-use crate::support::{error_chain, fixture_json};
+use crate::support::{ErrorForm, error_chain, fixture_json};
 
 use saveplan::exec::{
     CheckpointIo, CompiledPlan, HostTensor, IoError, Kernel, KernelCx, KernelError, MergeFlags,
@@ -156,7 +156,7 @@ fn regex_full_match_is_anchored() {
     assert_eq!(out[0].to_bools().unwrap(), [true, false, false]);
     assert_eq!(out[0].shape(), [3]);
     let err = run(&Kernel::RegexFullMatch, &[s("x"), s("(")]).unwrap_err();
-    assert!(error_chain(&err).starts_with("bad regex `(`: regex parse error"));
+    assert!(error_chain(&err, ErrorForm::OneLine).starts_with("bad regex `(`: regex parse error"));
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! backend (the JIT lowers it to native code).
 
 use crate::support::exec::{backends, prepare};
-use crate::support::{error_chain, settings};
+use crate::support::{ErrorForm, error_chain, settings};
 
 use std::path::Path;
 
@@ -37,8 +37,9 @@ fn compile(path: &Path) -> Result<CompiledPlan, saveplan::exec::ExecError> {
 fn exec_plans() {
     settings().bind(|| {
         insta::glob!("..", "inputs/exec/plans/*.ir", |path| {
-            let plan =
-                compile(path).unwrap_or_else(|err| panic!("{path:?}: {}", error_chain(&err)));
+            let plan = compile(path).unwrap_or_else(|err| {
+                panic!("{path:?}: {}", error_chain(&err, ErrorForm::OneLine))
+            });
             for backend in backends() {
                 prepare(&plan, backend);
             }
@@ -52,7 +53,10 @@ fn exec_plan_errors() {
     settings().bind(|| {
         insta::glob!("..", "inputs/exec/plans/err/*.ir", |path| {
             let err = compile(path).expect_err("inputs under err/ must fail");
-            insta::assert_snapshot!(format!("## error\n{}", error_chain(&err)));
+            insta::assert_snapshot!(format!(
+                "## error\n{}",
+                error_chain(&err, ErrorForm::OneLine)
+            ));
         });
     });
 }

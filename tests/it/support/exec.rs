@@ -10,7 +10,7 @@ use saveplan::exec::{
 use saveplan_ir::Module;
 
 use super::files::files_under;
-use super::{error_chain, fixture, root};
+use super::{ErrorForm, error_chain, fixture, root};
 
 /// Parses `tests/inputs/exec/<name>` as IR text.
 pub fn input_module(name: &str) -> Module {
@@ -46,7 +46,7 @@ pub fn backends() -> Vec<Backend> {
 /// Prepares `plan` for `backend`.
 pub fn prepare(plan: &CompiledPlan, backend: Backend) -> Executor {
     Executor::new(plan.clone(), backend)
-        .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err)))
+        .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)))
 }
 
 /// Asserts that `dirs` (one per labelled run, e.g. per backend) hold the same files with the

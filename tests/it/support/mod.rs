@@ -11,6 +11,7 @@ pub mod session;
 pub mod stack_saver;
 
 use std::error::Error;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -74,13 +75,30 @@ pub fn saveplan(args: &[&str]) -> Output {
         .expect("the saveplan binary runs")
 }
 
-/// An error and its sources, joined with `: `.
-pub fn error_chain(err: &dyn Error) -> String {
-    let mut text = err.to_string();
+/// How [`error_chain`] lays out an error and its sources.
+#[derive(Clone, Copy, Debug)]
+pub enum ErrorForm {
+    /// `<error>: <source>: …` on one line: panic messages and the `exec_plan_errors` snapshots.
+    OneLine,
+    /// `error: <error>` and then one `caused by: <source>` line per source, each line ending in
+    /// a newline: the `trace_errors` snapshots.
+    CausedBy,
+}
+
+/// The one rendering of an error chain in the suites: `err` and every `source()` below it,
+/// laid out as `form` says.
+pub fn error_chain(err: &dyn Error, form: ErrorForm) -> String {
+    let mut text = match form {
+        ErrorForm::OneLine => err.to_string(),
+        ErrorForm::CausedBy => format!("error: {err}\n"),
+    };
     let mut source = err.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        match form {
+            ErrorForm::OneLine => write!(text, ": {cause}"),
+            ErrorForm::CausedBy => writeln!(text, "caused by: {cause}"),
+        }
+        .expect("writing to a String cannot fail");
         source = cause.source();
     }
     text

@@ -11,7 +11,7 @@ use saveplan::trace::spec::SpecFile;
 use saveplan_ir::DType;
 
 use super::files::files_under;
-use super::{error_chain, fixture, root};
+use super::{ErrorForm, error_chain, fixture, root};
 
 /// A file under `tests/inputs/`.
 pub fn input(relative: &str) -> PathBuf {
@@ -35,8 +35,12 @@ pub fn spec_session_on(relative: &str, backend: Backend) -> Session {
         backend,
         ..SessionOptions::default()
     };
-    Session::from_spec(&spec(relative), options)
-        .unwrap_or_else(|err| panic!("{relative} on {backend}: {}", error_chain(&err)))
+    Session::from_spec(&spec(relative), options).unwrap_or_else(|err| {
+        panic!(
+            "{relative} on {backend}: {}",
+            error_chain(&err, ErrorForm::OneLine)
+        )
+    })
 }
 
 /// A distinct value for every key the session saves, varied by `salt`.
