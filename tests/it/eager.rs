@@ -6,7 +6,7 @@
 use crate::support::exec::{backends, prepare};
 use crate::support::files::{file_bytes_under, files_under};
 use crate::support::stack_saver::StackSaver;
-use crate::support::{ErrorForm, TRACE_CASES, error_chain, root};
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, for_each_case, root};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -100,6 +100,12 @@ fn graph_save_spec(
         });
 }
 
+/// For every g1–g6 spec, [`eager_matches_graph`]; a failure names the spec.
+#[test]
+fn eager_save_matches_graph_mode() {
+    for_each_case(TRACE_CASES, eager_matches_graph);
+}
+
 /// Eager save of `name` matches graph mode byte for byte, and an eager restore into an empty
 /// store gives every variable back.
 fn eager_matches_graph(name: &str) {
@@ -167,36 +173,6 @@ fn eager_matches_graph(name: &str) {
         };
         assert_eq!(restorer.trace_log(), expected, "{name}: {backend}");
     }
-}
-
-#[test]
-fn g1_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[0]);
-}
-
-#[test]
-fn g2_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[1]);
-}
-
-#[test]
-fn g3_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[2]);
-}
-
-#[test]
-fn g4_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[3]);
-}
-
-#[test]
-fn g5_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[4]);
-}
-
-#[test]
-fn g6_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[5]);
 }
 
 #[test]

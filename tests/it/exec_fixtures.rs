@@ -7,7 +7,7 @@ use crate::support::exec::{
     assert_same_files, backends, fixture_module, in_pool, input_module, prepare, strings,
 };
 use crate::support::files::files_under;
-use crate::support::{ErrorForm, error_chain, fixture, fixture_json};
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json, for_each_case};
 
 use saveplan::bundle::BundleReader;
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VarKey, VariableStore};
@@ -64,6 +64,12 @@ fn fill_variables(module: &Module, store: &VariableStore, salt: u8) -> Vec<(VarK
     filled
 }
 
+/// Every g1–g6 flat graph round-trips ([`flat_graph_round_trip`]); a failure names the case.
+#[test]
+fn flat_graphs_round_trip() {
+    for_each_case(TRACE_CASES, flat_graph_round_trip);
+}
+
 /// Saves with TF's flat save graph, overwrites the variables, restores with TF's restore ops,
 /// and checks every variable came back; on 1 and 4 threads.
 fn flat_graph_round_trip(case: &str) {
@@ -98,34 +104,14 @@ fn flat_graph_round_trip(case: &str) {
     });
 }
 
+/// The `to_proto()` graphs of g2, g3 and g5 round-trip through their SaverDef
+/// ([`saver_def_round_trip`]); a failure names the case.
 #[test]
-fn g1_single_cpu_flat_graph_round_trips() {
-    flat_graph_round_trip("g1_single_cpu");
-}
-
-#[test]
-fn g2_two_cpus_flat_graph_round_trips() {
-    flat_graph_round_trip("g2_two_cpus");
-}
-
-#[test]
-fn g3_two_tasks_flat_graph_round_trips() {
-    flat_graph_round_trip("g3_two_tasks");
-}
-
-#[test]
-fn g4_io_device_flat_graph_round_trips() {
-    flat_graph_round_trip("g4_io_device");
-}
-
-#[test]
-fn g5_sliced_flat_graph_round_trips() {
-    flat_graph_round_trip("g5_sliced");
-}
-
-#[test]
-fn g6_max_shard_size_flat_graph_round_trips() {
-    flat_graph_round_trip("g6_max_shard_size");
+fn saver_defs_round_trip() {
+    for_each_case(
+        ["g2_two_cpus", "g3_two_tasks", "g5_sliced"],
+        saver_def_round_trip,
+    );
 }
 
 /// The save and restore plans of a `to_proto()` graph's SaverDef (`saver_filename:0` fed, the
@@ -183,21 +169,6 @@ fn save_then_restore(
         runs.push((format!("{backend}, {threads} threads"), dir));
     }
     assert_runs_wrote_the_same(&runs);
-}
-
-#[test]
-fn g2_two_cpus_saver_def_round_trips() {
-    saver_def_round_trip("g2_two_cpus");
-}
-
-#[test]
-fn g3_two_tasks_saver_def_round_trips() {
-    saver_def_round_trip("g3_two_tasks");
-}
-
-#[test]
-fn g5_sliced_saver_def_round_trips() {
-    saver_def_round_trip("g5_sliced");
 }
 
 /// g1's own initializer, save op and restore op: the checkpoint holds `v = [1, 2, 3]`.

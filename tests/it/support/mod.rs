@@ -1,5 +1,5 @@
 //! Shared support of the root package's suites: insta settings, workspace paths, running the
-//! `saveplan` binary and rendering error chains. The submodules hold
+//! `saveplan` binary, rendering error chains and running a check per case. The submodules hold
 //! what a group of suites shares: `bundle` (bundle fixtures and values), `exec` (IR inputs,
 //! rayon pools, backends), `session` (specs, generated values, fixture checkpoints), `files`
 //! (what a test wrote) and `stack_saver` (a registered saver).
@@ -12,6 +12,7 @@ pub mod stack_saver;
 
 use std::error::Error;
 use std::fmt::Write as _;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -102,4 +103,14 @@ pub fn error_chain(err: &dyn Error, form: ErrorForm) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Runs `check` for every case, and then fails naming every case whose check panicked (each
+/// panic's own message is printed as it happens), so one bad case does not hide the others.
+pub fn for_each_case<'a>(cases: impl IntoIterator<Item = &'a str>, check: impl Fn(&str)) {
+    let failed: Vec<&str> = cases
+        .into_iter()
+        .filter(|case| catch_unwind(AssertUnwindSafe(|| check(case))).is_err())
+        .collect();
+    assert!(failed.is_empty(), "failed cases: {}", failed.join(", "));
 }
