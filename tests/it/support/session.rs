@@ -1,5 +1,6 @@
 //! Shared helpers of the `session*` and `run*` suites: loading specs and fixtures, generating
-//! values for a session's keys, decoding a fixture's `values.json`, listing written files.
+//! values for a session's keys, decoding a fixture's `values.json`, comparing and reading back
+//! written checkpoints.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
