@@ -2,12 +2,12 @@
 //! sources are rebuilt (same file names and sizes as TF's), merged, and the resulting files,
 //! directories and keys compared with what TensorFlow left behind.
 
-mod bundle_support;
+use crate::support::bundle::{ckpt_root, input, load_json};
+use crate::support::files::{dirs_under, file_bytes_under};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bundle_support::{dirs_under, input, load_json};
 use saveplan::bundle::{
     BundleError, BundleReader, BundleWriter, DType, MergeFlags, MergeOptions, merge_bundles,
 };
@@ -49,7 +49,7 @@ fn write_source(root: &Path, prefix: &str, parts: &Value) {
 
 /// Every regular file under `dir` with its size.
 fn file_sizes(dir: &Path) -> BTreeMap<String, u64> {
-    bundle_support::file_bytes_under(dir)
+    file_bytes_under(dir)
         .into_iter()
         .map(|(name, bytes)| (name, bytes.len() as u64))
         .collect()
@@ -66,7 +66,7 @@ fn json_sizes(value: &Value) -> BTreeMap<String, u64> {
 
 #[test]
 fn merge_cases_from_op_behaviour() {
-    let behaviour = load_json(&bundle_support::ckpt_root().join("../meta/op_behaviour.json"));
+    let behaviour = load_json(&ckpt_root().join("../meta/op_behaviour.json"));
     let setups = load_json(&input("merge_cases.json"));
     let cases = behaviour["MergeV2Checkpoints"].as_array().unwrap();
     assert_eq!(cases.len(), 11);
@@ -183,9 +183,9 @@ fn merge_cases_from_op_behaviour() {
 #[test]
 fn c10_merge_reproduces_after_from_before() {
     let root = tempfile::tempdir().unwrap();
-    let case = bundle_support::ckpt_root().join("c10_merge_parts");
+    let case = ckpt_root().join("c10_merge_parts");
     std::fs::create_dir_all(root.path().join("ckpt_temp")).unwrap();
-    for (name, bytes) in bundle_support::file_bytes_under(&case.join("before/ckpt_temp")) {
+    for (name, bytes) in file_bytes_under(&case.join("before/ckpt_temp")) {
         std::fs::write(root.path().join("ckpt_temp").join(name), bytes).unwrap();
     }
     let sources = [
@@ -194,14 +194,14 @@ fn c10_merge_reproduces_after_from_before() {
     ];
     merge_bundles(&sources, root.path().join("ckpt"), MergeOptions::default()).unwrap();
     assert_eq!(
-        bundle_support::file_bytes_under(root.path()),
-        bundle_support::file_bytes_under(&case.join("after"))
+        file_bytes_under(root.path()),
+        file_bytes_under(&case.join("after"))
     );
 }
 
 #[test]
 fn sharded_filenames_and_temp_prefixes_match_tf() {
-    let behaviour = load_json(&bundle_support::ckpt_root().join("../meta/op_behaviour.json"));
+    let behaviour = load_json(&ckpt_root().join("../meta/op_behaviour.json"));
     for case in behaviour["ShardedFilename"].as_array().unwrap() {
         let name = saveplan::bundle::sharded_filename(
             case["basename"].as_str().unwrap(),

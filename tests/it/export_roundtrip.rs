@@ -1,9 +1,7 @@
 //! Every graph file TensorFlow 2.21 wrote (`tests/fixtures/tf-2.21/graph/*/*.pbtxt`) imports
 //! into IR and exports back to an equal message, byte-equal in binary and in text format.
 
-mod harness;
-
-use harness::settings;
+use crate::support::settings;
 
 use std::path::{Path, PathBuf};
 
@@ -122,7 +120,7 @@ fn binary_written_by_tensorflow_reads_as_the_fixture() {
 #[test]
 fn graph() {
     settings().bind(|| {
-        insta::glob!("fixtures/tf-2.21/graph/*/*.pbtxt", |path| {
+        insta::glob!("..", "fixtures/tf-2.21/graph/*/*.pbtxt", |path| {
             insta::assert_snapshot!(render(path));
         });
     });

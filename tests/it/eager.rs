@@ -3,18 +3,14 @@
 //! on every backend; restores give the values back; the function cache logs when and why it
 //! traced; an eager failure names the op and device and leaves no checkpoint.
 
-mod stack_saver;
-
-use stack_saver::StackSaver;
-
-mod exec_support;
-mod harness;
+use crate::support::exec::{backends, prepare, verified};
+use crate::support::files::{file_bytes_under, files_under};
+use crate::support::stack_saver::StackSaver;
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, for_each_case, root};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use exec_support::{backends, error_chain, file_bytes_under, files_under, prepare, root, verified};
-use harness::TRACE_CASES;
 use saveplan::exec::{Backend, BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
 use saveplan::session::{CacheEvent, Call, EagerBuilder, EagerSaver, RetracePolicy, RetraceReason};
 use saveplan::trace::spec::SpecFile;
@@ -94,7 +90,18 @@ fn graph_save_spec(
     prepare(&init, backend).run(&cx, Vec::new()).unwrap();
     prepare(&save, backend)
         .run(&cx, vec![HostTensor::string_scalar(prefix)])
-        .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+        .unwrap_or_else(|err| {
+            panic!(
+                "{name}: {backend}: {}",
+                error_chain(&err, ErrorForm::OneLine)
+            )
+        });
+}
+
+/// For every g1–g6 spec, [`eager_matches_graph`]; a failure names the spec.
+#[test]
+fn eager_save_matches_graph_mode() {
+    for_each_case(TRACE_CASES, eager_matches_graph);
 }
 
 /// Eager save of `name` matches graph mode byte for byte, and an eager restore into an empty
@@ -116,7 +123,12 @@ fn eager_matches_graph(name: &str) {
         saver.create_variables(&cx).unwrap();
         saver
             .save(&cx, &eager_prefix, &options(&spec))
-            .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| {
+                panic!(
+                    "{name}: {backend}: {}",
+                    error_chain(&err, ErrorForm::OneLine)
+                )
+            });
         let written = file_bytes_under(eager_dir.path());
         assert!(
             written.iter().any(|(file, _)| file == "ckpt.index"),
@@ -135,7 +147,12 @@ fn eager_matches_graph(name: &str) {
             .with_backend(backend);
         restorer
             .restore(&restore_cx, &eager_prefix, &options(&spec))
-            .unwrap_or_else(|err| panic!("{name}: {backend}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| {
+                panic!(
+                    "{name}: {backend}: {}",
+                    error_chain(&err, ErrorForm::OneLine)
+                )
+            });
         assert_eq!(restored.keys(), store.keys(), "{name}: {backend}");
         for key in store.keys() {
             assert_eq!(
@@ -156,36 +173,6 @@ fn eager_matches_graph(name: &str) {
         };
         assert_eq!(restorer.trace_log(), expected, "{name}: {backend}");
     }
-}
-
-#[test]
-fn g1_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[0]);
-}
-
-#[test]
-fn g2_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[1]);
-}
-
-#[test]
-fn g3_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[2]);
-}
-
-#[test]
-fn g4_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[3]);
-}
-
-#[test]
-fn g5_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[4]);
-}
-
-#[test]
-fn g6_eager_save_matches_graph_mode() {
-    eager_matches_graph(TRACE_CASES[5]);
 }
 
 #[test]
@@ -331,7 +318,7 @@ fn eager_errors_name_the_op_and_device() {
         std::fs::write(&blocker, b"not a directory").unwrap();
         let prefix = blocker.join("ckpt").to_string_lossy().into_owned();
         let err = saver.save(&cx, &prefix, &options(&spec)).unwrap_err();
-        let text = error_chain(&err);
+        let text = error_chain(&err, ErrorForm::OneLine);
         assert!(text.contains("op `SaveV2"), "{name}: {text}");
         assert!(text.contains("/device:CPU:0"), "{name}: {text}");
         assert_eq!(files_under(dir.path()), ["file"], "{name}");
@@ -348,7 +335,7 @@ fn eager_read_of_a_missing_variable_names_the_read() {
     let mut saver = EagerSaver::new(trackables(&spec)).unwrap();
     let (dir, prefix) = checkpoint_dir();
     let err = saver.save(&cx, &prefix, &options(&spec)).unwrap_err();
-    let text = error_chain(&err);
+    let text = error_chain(&err, ErrorForm::OneLine);
     assert!(
         text.contains("/Read/ReadVariableOp` on /job:localhost/replica:0/task:0/device:CPU:0"),
         "{text}"
@@ -387,7 +374,7 @@ fn both_builders_trace_the_flat_graph() {
         )]);
         let builder = EagerBuilder::new(RunContext::new(&store).with_io(&io), feeds);
         let (builder, ops) = trace_flat_with(builder, &trackables, &options, parts)
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
         let merge = builder.outputs(ops.save.unwrap()).unwrap();
         assert!(
             merge.is_empty(),
@@ -424,7 +411,7 @@ fn registered_savers_run_eagerly() {
         saver.create_variables(&cx).unwrap();
         saver
             .save(&cx, &eager_prefix, &with_saver())
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
         let written = file_bytes_under(eager_dir.path());
         assert!(
             written == file_bytes_under(graph_dir.path()),
@@ -437,7 +424,7 @@ fn registered_savers_run_eagerly() {
         );
         saver
             .restore(&cx, &eager_prefix, &with_saver())
-            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{name}: {}", error_chain(&err, ErrorForm::OneLine)));
     }
 }
 

@@ -4,9 +4,8 @@
 //! GraphDef encoder give the same output on any number of threads. Speed is measured by
 //! `cargo bench --bench trace` (see `benches/trace.rs`), not here.
 
-mod exec_support;
+use crate::support::exec::in_pool;
 
-use exec_support::in_pool;
 use saveplan::trace::{
     Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef, trace_flat,
 };

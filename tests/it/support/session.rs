@@ -1,11 +1,6 @@
 //! Shared helpers of the `session*` and `run*` suites: loading specs and fixtures, generating
-//! values for a session's keys, decoding a fixture's `values.json`, listing written files.
-#![allow(dead_code, reason = "each suite uses a different subset")]
-
-#[path = "../harness/files.rs"]
-mod files;
-#[allow(unused_imports, reason = "each suite uses a different subset")]
-pub use files::files_under;
+//! values for a session's keys, decoding a fixture's `values.json`, comparing and reading back
+//! written checkpoints.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,15 +11,8 @@ use saveplan::session::{Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 use saveplan_ir::DType;
 
-/// The root of the package.
-pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A file under `tests/fixtures/tf-2.21/`.
-pub fn fixture(relative: &str) -> PathBuf {
-    root().join("tests/fixtures/tf-2.21").join(relative)
-}
+use super::files::files_under;
+use super::{ErrorForm, error_chain, fixture, root};
 
 /// A file under `tests/inputs/`.
 pub fn input(relative: &str) -> PathBuf {
@@ -48,8 +36,12 @@ pub fn spec_session_on(relative: &str, backend: Backend) -> Session {
         backend,
         ..SessionOptions::default()
     };
-    Session::from_spec(&spec(relative), options)
-        .unwrap_or_else(|err| panic!("{relative} on {backend}: {}", error_chain(&err)))
+    Session::from_spec(&spec(relative), options).unwrap_or_else(|err| {
+        panic!(
+            "{relative} on {backend}: {}",
+            error_chain(&err, ErrorForm::OneLine)
+        )
+    })
 }
 
 /// A distinct value for every key the session saves, varied by `salt`.
@@ -122,18 +114,6 @@ pub fn assert_same_files(case: &str, dir: &Path) {
     }
 }
 
-/// An error and its sources, joined with `: `.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// The checkpoint at `prefix` read back by key with the bundle reader (every checksum
 /// checked), as host tensors.
 pub fn read_checkpoint(prefix: &Path) -> BTreeMap<String, HostTensor> {
@@ -159,10 +139,4 @@ pub fn read_checkpoint(prefix: &Path) -> BTreeMap<String, HostTensor> {
         out.insert(entry.key.clone(), value);
     }
     out
-}
-
-/// Reads a JSON fixture.
-pub fn fixture_json(relative: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(fixture(relative)).expect("fixture exists");
-    serde_json::from_str(&text).expect("fixture is JSON")
 }

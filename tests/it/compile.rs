@@ -7,9 +7,7 @@
 //! `saver_def.pbtxt` of both forms and the stripped op names; inputs in
 //! `tests/inputs/compile/err/` (and a missing file) fail with one snapshotted error line.
 
-mod harness;
-
-use harness::{manifest_path, relative, saveplan, settings};
+use crate::support::{manifest_path, relative, saveplan, settings};
 
 use std::path::{Path, PathBuf};
 
@@ -235,7 +233,7 @@ fn render_saver_defs(spec: &Path) -> String {
 #[test]
 fn compile_snapshots() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/*.json", |path| {
+        insta::glob!("..", "inputs/trace/*.json", |path| {
             insta::assert_snapshot!(render_saver_defs(path));
         });
     });
@@ -264,7 +262,7 @@ fn error_line(spec: &str) -> String {
 #[test]
 fn compile_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/compile/err/*.json", |path| {
+        insta::glob!("..", "inputs/compile/err/*.json", |path| {
             insta::assert_snapshot!(error_line(&relative(path)));
         });
     });

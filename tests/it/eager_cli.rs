@@ -3,11 +3,8 @@
 //! traced into a function and reported on stderr), on every backend; eager restores give the
 //! same values as graph-mode restores.
 
-mod harness;
-mod session_support;
-
-use harness::saveplan;
-use session_support::assert_same_files;
+use crate::support::saveplan;
+use crate::support::session::assert_same_files;
 
 /// Runs the CLI, asserts success and returns stderr.
 fn ok(args: &[&str]) -> String {

@@ -1,12 +1,9 @@
 //! Tensor bundles against the TF 2.21 fixtures: byte-identical rebuilds of c1–c12 from their
 //! `values.json`, and read-back (whole, slice assembly, sub-slices) equal to `values.json`.
 
-mod bundle_support;
+use crate::support::bundle::{Expected, ckpt_root, cut, expected, input, load_json, write_planned};
+use crate::support::files::{dirs_under, file_bytes_under};
 
-use bundle_support::{
-    Expected, ckpt_root, cut, dirs_under, expected, file_bytes_under, input, load_json,
-    write_planned,
-};
 use saveplan::bundle::{BundleReader, Extent, TensorSlice, Values};
 
 /// Fixture files of one bundle prefix (index + data files), relative to the case folder.

@@ -4,9 +4,7 @@
 //! input checks clean; every file in `tests/inputs/check/err/` (copies of TensorFlow's graphs
 //! with one fault, or several) fails with exit code 1 and one snapshotted line per problem.
 
-mod harness;
-
-use harness::{manifest_path, relative, saveplan, settings};
+use crate::support::{manifest_path, relative, saveplan, settings};
 
 use std::path::{Path, PathBuf};
 
@@ -103,7 +101,7 @@ fn findings_of(path: &Path) -> String {
 #[test]
 fn check_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/check/err/*.pbtxt", |path| {
+        insta::glob!("..", "inputs/check/err/*.pbtxt", |path| {
             insta::assert_snapshot!(findings_of(path));
         });
     });

@@ -3,10 +3,11 @@
 //! TensorFlow's `ckpt/c3_two_tasks`, `c4_two_cpus_one_task` and `c6_max_shard_size`; TF's own
 //! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety.
 
-mod harness;
-mod session_support;
-
-use harness::TRACE_CASES;
+use crate::support::session::{
+    assert_same_files, fixture_values, generated_values, read_checkpoint, spec_session,
+    spec_session_on,
+};
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json};
 
 use std::collections::BTreeMap;
 
@@ -14,10 +15,6 @@ use saveplan::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
 };
 use saveplan::session::{Session, SessionError, SessionOptions, infer_targets};
-use session_support::{
-    assert_same_files, error_chain, fixture, fixture_values, generated_values, read_checkpoint,
-    spec_session, spec_session_on,
-};
 
 /// Saves generated values, reads them back with the bundle reader, then restores into a fresh
 /// session (and into the same one after overwriting its variables) and compares; on every
@@ -35,7 +32,7 @@ fn traced_specs_round_trip() {
         let prefix_text = prefix.to_str().unwrap();
         session
             .save(prefix_text)
-            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         assert_eq!(
             read_checkpoint(&prefix),
             values,
@@ -45,7 +42,7 @@ fn traced_specs_round_trip() {
         let fresh = spec_session_on(&spec, backend);
         fresh
             .restore(prefix_text)
-            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         assert_eq!(fresh.values().unwrap(), values, "{case}: restored values");
 
         session.assign(generated_values(&session, 2)).unwrap();
@@ -106,7 +103,7 @@ fn checkpoints_match_tf_fixture_bytes() {
         let dir = tempfile::tempdir().unwrap();
         session
             .save(dir.path().join("ckpt").to_str().unwrap())
-            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         assert_same_files(case, dir.path());
     }
 }
@@ -159,7 +156,7 @@ fn tf_flat_graphs_round_trip() {
             other => panic!("{case}: not a GraphDef: {:?}", other.err()),
         };
         let targets = infer_targets(&module).unwrap();
-        let flat = session_support::fixture_json(&format!("graph/{case}/flat.json"));
+        let flat = fixture_json(&format!("graph/{case}/flat.json"));
         assert_eq!(
             targets.filename_tensor_name, flat["filename_tensor_name"],
             "{case}"
@@ -185,7 +182,7 @@ fn bad_values_are_refused() {
     let good = generated_values(&session, 1);
     let check = |values: BTreeMap<String, HostTensor>, expected: &str| {
         let err = session.assign(values).unwrap_err();
-        assert_eq!(error_chain(&err), expected);
+        assert_eq!(error_chain(&err, ErrorForm::OneLine), expected);
         assert!(session.variables().is_empty());
     };
     let mut missing = good.clone();
@@ -210,7 +207,10 @@ fn bad_values_are_refused() {
         "value `part` has shape [2, 3], the plan saves shape [4, 3]",
     );
     let err = session.save("/nonexistent/ckpt").unwrap_err();
-    assert_eq!(error_chain(&err), "no value for checkpoint key `part`");
+    assert_eq!(
+        error_chain(&err, ErrorForm::OneLine),
+        "no value for checkpoint key `part`"
+    );
 }
 
 /// A checkpoint backend that fails the `SaveV2` of one shard, or the merge.
@@ -281,9 +281,9 @@ fn failed_save_keeps_the_previous_checkpoint() {
     for (session, expected) in cases {
         let err = session.save(&prefix_text).unwrap_err();
         assert!(
-            error_chain(&err).ends_with(expected),
+            error_chain(&err, ErrorForm::OneLine).ends_with(expected),
             "{}",
-            error_chain(&err)
+            error_chain(&err, ErrorForm::OneLine)
         );
         assert_eq!(read_checkpoint(&prefix), old);
     }
@@ -302,9 +302,9 @@ fn failed_save_keeps_the_previous_checkpoint() {
     good.assign(generated_values(&good, 3)).unwrap();
     let err = good.save(&prefix_text).unwrap_err();
     assert!(
-        error_chain(&err).contains("create directory"),
+        error_chain(&err, ErrorForm::OneLine).contains("create directory"),
         "{}",
-        error_chain(&err)
+        error_chain(&err, ErrorForm::OneLine)
     );
     assert_eq!(read_checkpoint(&prefix), old);
 }
@@ -327,9 +327,9 @@ fn merge_checks_destinations_before_renaming() {
     session.assign(generated_values(&session, 2)).unwrap();
     let err = session.save(&prefix_text).unwrap_err();
     assert!(
-        error_chain(&err).contains("is a directory"),
+        error_chain(&err, ErrorForm::OneLine).contains("is a directory"),
         "{}",
-        error_chain(&err)
+        error_chain(&err, ErrorForm::OneLine)
     );
     assert!(!dir.path().join("ckpt.data-00000-of-00002").exists());
     assert_eq!(read_checkpoint(&prefix), old);

@@ -2,11 +2,10 @@
 //! is involved): flipped bits, truncation, missing shards, wrong magic, bad slice specs,
 //! dtype/size mismatches, plus a property test over mutated index files.
 
-mod bundle_support;
+use crate::support::bundle::{ckpt_root, copy_fixture};
 
 use std::path::{Path, PathBuf};
 
-use bundle_support::copy_fixture;
 use proptest::prelude::*;
 use saveplan::bundle::sstable::TableBuilder;
 use saveplan::bundle::{
@@ -257,8 +256,7 @@ fn wrong_magic_and_missing_index() {
 
 #[test]
 fn bad_slice_specs() {
-    let reader =
-        BundleReader::open(bundle_support::ckpt_root().join("c5_partitioned/ckpt")).unwrap();
+    let reader = BundleReader::open(ckpt_root().join("c5_partitioned/ckpt")).unwrap();
     for spec in ["4 3 x,2:0,3", "4 3 0,2", "4", "4 3 0,5:0,3", "5 3 0,2:0,3"] {
         match reader.read_spec("part", spec) {
             Err(BundleError::BadSliceSpec { key, spec: got, .. }) => {
@@ -341,7 +339,7 @@ fn dtype_and_size_mismatches() {
         other => panic!("{:?}", other.err()),
     }
 
-    let reader = BundleReader::open(bundle_support::ckpt_root().join("c1_dtypes/ckpt")).unwrap();
+    let reader = BundleReader::open(ckpt_root().join("c1_dtypes/ckpt")).unwrap();
     let mut small = [0u8; 4];
     assert!(matches!(
         reader.read_into("f32", &mut small),
@@ -351,7 +349,7 @@ fn dtype_and_size_mismatches() {
         reader.read_into("nope", &mut small),
         Err(BundleError::KeyNotFound { .. })
     ));
-    let strings = BundleReader::open(bundle_support::ckpt_root().join("c2_strings/ckpt")).unwrap();
+    let strings = BundleReader::open(ckpt_root().join("c2_strings/ckpt")).unwrap();
     assert!(matches!(
         strings.read_into("strs", &mut small),
         Err(BundleError::WrongDType { .. })

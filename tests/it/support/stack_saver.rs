@@ -1,4 +1,4 @@
-//! A registered saver for the tracer and eager suites (`tests/trace.rs`, `tests/eager.rs`).
+//! A registered saver for the tracer and eager suites (`trace.rs`, `eager.rs`).
 
 use saveplan::trace::{RegisteredSaver, SaverCx, TraceError};
 use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Port, Tensor};

@@ -1,9 +1,9 @@
 //! Kernel tests: each kernel on hand-made inputs, against the TF probes in
 //! `meta/op_behaviour.json` where they exist, and their input validation.
 
-mod exec_support;
+use crate::support::exec::{backends, input_module, prepare, strings, verified};
+use crate::support::{ErrorForm, error_chain, fixture_json};
 
-use exec_support::{backends, error_chain, fixture_json, input_module, prepare, strings, verified};
 use saveplan::exec::{
     CheckpointIo, CompiledPlan, HostTensor, IoError, Kernel, KernelCx, KernelError, MergeFlags,
     RestoreRequest, RunContext, SaveRequest, VariableStore,
@@ -157,7 +157,7 @@ fn regex_full_match_is_anchored() {
     assert_eq!(out[0].to_bools().unwrap(), [true, false, false]);
     assert_eq!(out[0].shape(), [3]);
     let err = run(&Kernel::RegexFullMatch, &[s("x"), s("(")]).unwrap_err();
-    assert!(error_chain(&err).starts_with("bad regex `(`: regex parse error"));
+    assert!(error_chain(&err, ErrorForm::OneLine).starts_with("bad regex `(`: regex parse error"));
 }
 
 #[test]

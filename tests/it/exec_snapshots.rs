@@ -4,15 +4,11 @@
 //! compile: `# targets: a:0, b | feeds: c`. Every plan that compiles also compiles on every
 //! backend (the JIT lowers it to native code).
 
-mod harness;
-
-use harness::settings;
-
-mod exec_support;
+use crate::support::exec::{backends, prepare};
+use crate::support::{ErrorForm, error_chain, settings};
 
 use std::path::Path;
 
-use exec_support::{backends, error_chain, prepare};
 use saveplan::exec::CompiledPlan;
 
 /// Splits a comma-separated header list, dropping empty entries.
@@ -35,14 +31,15 @@ fn compile(path: &Path) -> Result<CompiledPlan, String> {
         .split_once("| feeds:")
         .unwrap_or_else(|| panic!("{path:?}: header has no `| feeds:`"));
     let module = saveplan_ir::parse_module(&text).unwrap_or_else(|err| panic!("{path:?}: {err}"));
-    let module = saveplan_ir::verify_module(&module).map_err(|err| error_chain(&err))?;
-    CompiledPlan::compile(module, &names(targets), &names(feeds)).map_err(|err| error_chain(&err))
+    let render = |err: &dyn std::error::Error| error_chain(err, ErrorForm::OneLine);
+    let module = saveplan_ir::verify_module(&module).map_err(|err| render(&err))?;
+    CompiledPlan::compile(module, &names(targets), &names(feeds)).map_err(|err| render(&err))
 }
 
 #[test]
 fn exec_plans() {
     settings().bind(|| {
-        insta::glob!("inputs/exec/plans/*.ir", |path| {
+        insta::glob!("..", "inputs/exec/plans/*.ir", |path| {
             let plan = compile(path).unwrap_or_else(|err| panic!("{path:?}: {err}"));
             for backend in backends() {
                 prepare(&plan, backend);
@@ -55,7 +52,7 @@ fn exec_plans() {
 #[test]
 fn exec_plan_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/exec/plans/err/*.ir", |path| {
+        insta::glob!("..", "inputs/exec/plans/err/*.ir", |path| {
             let err = compile(path).expect_err("inputs under err/ must fail");
             insta::assert_snapshot!(format!("## error\n{err}"));
         });

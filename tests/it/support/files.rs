@@ -1,6 +1,4 @@
-//! What a test wrote: the files and directories under a folder, relative and sorted. Included
-//! by the support modules of the bundle, exec and session suites.
-#![allow(dead_code, reason = "each test crate uses a different subset")]
+//! What a test wrote: the files and directories under a folder, relative and sorted.
 
 use std::path::{Path, PathBuf};
 

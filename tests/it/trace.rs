@@ -10,13 +10,8 @@
 //! and unique temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally
 //! and by snapshot.
 
-mod stack_saver;
-
-use stack_saver::StackSaver;
-
-mod harness;
-
-use harness::{TRACE_CASES, manifest_path, settings};
+use crate::support::stack_saver::StackSaver;
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, manifest_path, settings};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -79,16 +74,6 @@ fn render_trace(trace: &FlatTrace, save_function: &Module) -> String {
     text
 }
 
-fn render_error(err: &TraceError) -> String {
-    let mut text = format!("error: {err}\n");
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        writeln!(text, "caused by: {cause}").unwrap();
-        source = cause.source();
-    }
-    text
-}
-
 // ---------------------------------------------------------------------------------------------
 // Tests.
 
@@ -98,7 +83,8 @@ fn render_error(err: &TraceError) -> String {
 fn flat_graphs_match_tensorflow() {
     for case in &TRACE_CASES {
         let input = manifest_path(&format!("tests/inputs/trace/{case}.json"));
-        let trace = trace_file(&input).unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
+        let trace = trace_file(&input)
+            .unwrap_or_else(|e| panic!("{case}: {}", error_chain(&e, ErrorForm::CausedBy)));
         let ours = graph_def(&trace.module);
         let theirs: tf::GraphDef = saveplan_proto::from_text(&fixture(case, "flat_graph.pbtxt"))
             .unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -139,7 +125,7 @@ fn saver_names_match_flat_json() {
 fn case_json_files_are_spec_files() {
     for case in &TRACE_CASES {
         let trace = trace_text(&fixture(case, "case.json"))
-            .unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
+            .unwrap_or_else(|e| panic!("{case}: {}", error_chain(&e, ErrorForm::CausedBy)));
         if *case == "g5_sliced" {
             continue;
         }
@@ -202,7 +188,7 @@ fn trace_function_case(case: &str) -> (FunctionTrace, tf::GraphDef) {
         std::fs::read_to_string(manifest_path(&format!("tests/inputs/trace/{case}.json"))).unwrap();
     let spec = SpecFile::parse(&text).unwrap();
     let trace = trace_functions(&spec.trackables().unwrap(), &function_options(&theirs))
-        .unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
+        .unwrap_or_else(|e| panic!("{case}: {}", error_chain(&e, ErrorForm::CausedBy)));
     (trace, theirs)
 }
 
@@ -245,7 +231,7 @@ fn save_functions_match_tensorflow() {
         let spec = SpecFile::parse(&std::fs::read_to_string(&input).unwrap()).unwrap();
         let trackables = spec.trackables().unwrap();
         let module = trace_save_function(&trackables, &spec.options().unwrap(), name)
-            .unwrap_or_else(|e| panic!("{case}: {}", render_error(&e)));
+            .unwrap_or_else(|e| panic!("{case}: {}", error_chain(&e, ErrorForm::CausedBy)));
         let ours = function_def(&module.library.functions[0]);
         let our_nodes: Vec<&str> = ours.node_def.iter().map(|n| n.name.as_str()).collect();
         let their_nodes: Vec<&str> = theirs.node_def.iter().map(|n| n.name.as_str()).collect();
@@ -282,12 +268,13 @@ fn saver_def_matches_tensorflow() {
 }
 
 fn render_input(path: &Path) -> String {
-    let trace = trace_file(path).unwrap_or_else(|e| panic!("{}", render_error(&e)));
+    let trace =
+        trace_file(path).unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     let spec = SpecFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     let trackables = spec.trackables().unwrap();
     let save_fn = "__inference_traced_save";
     let module = trace_save_function(&trackables, &spec.options().unwrap(), save_fn)
-        .unwrap_or_else(|e| panic!("{}", render_error(&e)));
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     render_trace(&trace, &module)
 }
 
@@ -295,7 +282,7 @@ fn render_input(path: &Path) -> String {
 #[test]
 fn trace_snapshots() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/*.json", |path| {
+        insta::glob!("..", "inputs/trace/*.json", |path| {
             insta::assert_snapshot!(render_input(path));
         });
     });
@@ -305,7 +292,7 @@ fn trace_snapshots() {
 #[test]
 fn trace_extra_snapshots() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/extra/*.json", |path| {
+        insta::glob!("..", "inputs/trace/extra/*.json", |path| {
             insta::assert_snapshot!(render_input(path));
         });
     });
@@ -314,9 +301,9 @@ fn trace_extra_snapshots() {
 #[test]
 fn trace_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/trace/err/*.json", |path| {
+        insta::glob!("..", "inputs/trace/err/*.json", |path| {
             let err = trace_file(path).expect_err("inputs in err/ must fail");
-            insta::assert_snapshot!(render_error(&err));
+            insta::assert_snapshot!(error_chain(&err, ErrorForm::CausedBy));
         });
     });
 }
@@ -354,7 +341,7 @@ fn eager_functions_match_tensorflow() {
     let input = manifest_path(&format!("tests/inputs/trace/extra/{case}.json"));
     let spec = SpecFile::parse(&std::fs::read_to_string(&input).unwrap()).unwrap();
     let trace = trace_eager_functions(&spec.trackables().unwrap(), &options)
-        .unwrap_or_else(|e| panic!("{}", render_error(&e)));
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     graph_def(&trace.module);
     let functions = &trace.module.library.functions;
     assert_function_eq(&function_def(&functions[0]), &save, "traced_save");
@@ -374,7 +361,7 @@ fn eager_functions_match_tensorflow() {
 
 fn traced_input(name: &str) -> FlatTrace {
     trace_file(&manifest_path(&format!("tests/inputs/trace/extra/{name}")))
-        .unwrap_or_else(|e| panic!("{name}: {}", render_error(&e)))
+        .unwrap_or_else(|e| panic!("{name}: {}", error_chain(&e, ErrorForm::CausedBy)))
 }
 
 fn string_const(trace: &FlatTrace, name: &str) -> Vec<String> {
@@ -492,7 +479,7 @@ fn registered_savers_join_the_merge() {
         ..spec.options().unwrap()
     };
     let trace = trace_flat(&spec.trackables().unwrap(), &options)
-        .unwrap_or_else(|e| panic!("{}", render_error(&e)));
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     let graph = &trace.module.graph;
     let find = |name: &str| graph.find(name).unwrap_or_else(|| panic!("no op `{name}`"));
     // The saver's prefix: `StringJoin(prefix, "-test.Stack")`, right after the temp prefix.
@@ -562,8 +549,8 @@ fn registered_saver_flat_graph_matches_tensorflow() {
         registered_savers: vec![Box::new(StackSaver)],
         ..TraceOptions::default()
     };
-    let trace =
-        trace_flat(&g3_trackables(), &options).unwrap_or_else(|e| panic!("{}", render_error(&e)));
+    let trace = trace_flat(&g3_trackables(), &options)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     let ours = graph_def(&trace.module);
     let theirs: tf::GraphDef =
         saveplan_proto::from_text(&registered_fixture("flat_graph.pbtxt")).unwrap();
@@ -592,7 +579,7 @@ fn registered_saver_function_graph_matches_tensorflow() {
         vec![Box::new(StackSaver)],
         &function_options(&theirs),
     )
-    .unwrap_or_else(|e| panic!("{}", render_error(&e)));
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
     let ours = graph_def(&trace.module);
     assert_same_nodes("registered saver, outer graph", &ours.node, &theirs.node);
     let our_fns = &ours.library.as_ref().unwrap().function;

@@ -1,9 +1,7 @@
 //! `saveplan graph show|dot|convert` on TensorFlow's graph fixtures and on bad inputs
 //! (`tests/inputs/graph/err/`): one snapshot per input file in `snapshots/`.
 
-mod harness;
-
-use harness::{relative, saveplan, settings};
+use crate::support::{relative, saveplan, settings};
 
 use std::path::Path;
 
@@ -102,7 +100,7 @@ fn binary_files_show_like_text_files() {
 #[test]
 fn graph_err() {
     settings().bind(|| {
-        insta::glob!("inputs/graph/err/*", |path| {
+        insta::glob!("..", "inputs/graph/err/*", |path| {
             let file = relative(path);
             let show = error_line(&["graph", "show", &file], &file);
             let dot = error_line(&["graph", "dot", &file], &file);

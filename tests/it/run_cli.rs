@@ -4,17 +4,13 @@
 //! TF's `g8_meta_graph` MetaGraphDef, its flat graphs and the `g9_v1_saver` GraphDef +
 //! SaverDef; and the error inputs of `tests/inputs/run/err/` (one snapshot each).
 
-mod harness;
-mod session_support;
+use crate::support::session::{assert_same_files, generated_values, read_checkpoint, spec_session};
+use crate::support::{TRACE_CASES, fixture, saveplan, settings};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use harness::{TRACE_CASES, saveplan, settings};
 use saveplan::exec::HostTensor;
-use session_support::{
-    assert_same_files, fixture, generated_values, read_checkpoint, spec_session,
-};
 
 /// Runs the CLI and asserts success.
 fn ok(args: &[&str]) -> String {
@@ -267,7 +263,7 @@ fn failed_save_keeps_the_previous_checkpoint() {
 #[test]
 fn run_cli_errors() {
     settings().bind(|| {
-        insta::glob!("inputs/run/err/*.args", |path| {
+        insta::glob!("..", "inputs/run/err/*.args", |path| {
             let dir = tempfile::tempdir().unwrap();
             let tmp = dir.path().to_str().unwrap();
             let text = std::fs::read_to_string(path).unwrap();

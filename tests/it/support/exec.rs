@@ -1,13 +1,7 @@
 //! Shared helpers of the `exec*` test suites: loading IR inputs and TF fixtures, running plans
-//! on a rayon pool of a given size, rendering error chains.
-#![allow(dead_code, reason = "each suite uses a different subset")]
+//! on a rayon pool of a given size, comparing what runs wrote.
 
-#[path = "../harness/files.rs"]
-mod files;
-#[allow(unused_imports, reason = "each suite uses a different subset")]
-pub use files::{file_bytes_under, files_under};
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use saveplan::exec::{
@@ -15,15 +9,8 @@ use saveplan::exec::{
 };
 use saveplan_ir::Module;
 
-/// The root of the package.
-pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A file under `tests/fixtures/tf-2.21/`.
-pub fn fixture(relative: &str) -> PathBuf {
-    root().join("tests/fixtures/tf-2.21").join(relative)
-}
+use super::files::files_under;
+use super::{ErrorForm, error_chain, fixture, root};
 
 /// Parses `tests/inputs/exec/<name>` as IR text.
 pub fn input_module(name: &str) -> Module {
@@ -39,12 +26,6 @@ pub fn fixture_module(relative: &str) -> Module {
         Ok(_) => panic!("{relative} is not a GraphDef"),
         Err(err) => panic!("{relative}: {err}"),
     }
-}
-
-/// Reads a JSON fixture.
-pub fn fixture_json(relative: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(fixture(relative)).expect("fixture exists");
-    serde_json::from_str(&text).expect("fixture is JSON")
 }
 
 /// Runs `f` on a fresh rayon pool of `threads` threads.
@@ -65,7 +46,7 @@ pub fn backends() -> Vec<Backend> {
 /// Prepares `plan` for `backend`.
 pub fn prepare(plan: &CompiledPlan, backend: Backend) -> Executor {
     Executor::new(plan.clone(), backend)
-        .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err)))
+        .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)))
 }
 
 /// Asserts that `dirs` (one per labelled run, e.g. per backend) hold the same files with the
@@ -103,23 +84,6 @@ pub fn run_logged(
     (result, log.into_inner().unwrap())
 }
 
-/// The error and its sources, joined with `: `.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        text.push_str(": ");
-        text.push_str(&err.to_string());
-        source = err.source();
-    }
-    text
-}
-
-/// `module`, verified as every graph is where it enters; panics with every violation.
-pub fn verified(module: &Module) -> saveplan_ir::Verified<'_> {
-    saveplan_ir::verify_module(module).unwrap_or_else(|errors| panic!("invalid plan: {errors}"))
-}
-
 /// The strings of a string tensor as UTF-8.
 pub fn strings(tensor: &HostTensor) -> Vec<String> {
     tensor
@@ -128,4 +92,9 @@ pub fn strings(tensor: &HostTensor) -> Vec<String> {
         .iter()
         .map(|s| String::from_utf8(s.clone()).expect("UTF-8"))
         .collect()
+}
+
+/// `module`, verified as every graph is where it enters; panics with every violation.
+pub fn verified(module: &Module) -> saveplan_ir::Verified<'_> {
+    saveplan_ir::verify_module(module).unwrap_or_else(|errors| panic!("invalid plan: {errors}"))
 }

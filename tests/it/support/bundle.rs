@@ -1,14 +1,5 @@
 //! Shared helpers of the bundle tests: fixture paths, `values.json` decoding, slicing expected
 //! values, and writing a bundle from a rebuild plan (`tests/inputs/bundle/rebuild.json`).
-#![allow(
-    dead_code,
-    reason = "each test file uses a different subset of the helpers"
-)]
-
-#[path = "../harness/files.rs"]
-mod files;
-#[allow(unused_imports, reason = "each suite uses a different subset")]
-pub use files::{dirs_under, file_bytes_under, files_under};
 
 use std::path::{Path, PathBuf};
 
@@ -22,14 +13,12 @@ use serde_json::Value;
 
 /// The TF 2.21 checkpoint fixtures.
 pub fn ckpt_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tf-2.21/ckpt")
+    super::fixture("ckpt")
 }
 
 /// A file under `tests/inputs/bundle/`.
 pub fn input(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/inputs/bundle")
-        .join(name)
+    super::manifest_path("tests/inputs/bundle").join(name)
 }
 
 /// Parses a JSON file.

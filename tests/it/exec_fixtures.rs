@@ -3,12 +3,12 @@
 //! checkpoints (`ckpt/c4_two_cpus_one_task`). Every test runs on both backends (interpreter and
 //! JIT), and the checkpoints they write are compared byte for byte.
 
-mod exec_support;
-
-use exec_support::{
-    assert_same_files, backends, files_under, fixture, fixture_json, fixture_module, in_pool,
-    input_module, prepare, strings, verified,
+use crate::support::exec::{
+    assert_same_files, backends, fixture_module, in_pool, input_module, prepare, strings, verified,
 };
+use crate::support::files::files_under;
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json, for_each_case};
+
 use saveplan::bundle::BundleReader;
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VarKey, VariableStore};
 use saveplan_ir::{AttrValue, Module, Op};
@@ -64,6 +64,12 @@ fn fill_variables(module: &Module, store: &VariableStore, salt: u8) -> Vec<(VarK
     filled
 }
 
+/// Every g1–g6 flat graph round-trips ([`flat_graph_round_trip`]); a failure names the case.
+#[test]
+fn flat_graphs_round_trip() {
+    for_each_case(TRACE_CASES, flat_graph_round_trip);
+}
+
 /// Saves with TF's flat save graph, overwrites the variables, restores with TF's restore ops,
 /// and checks every variable came back; on 1 and 4 threads.
 fn flat_graph_round_trip(case: &str) {
@@ -98,34 +104,14 @@ fn flat_graph_round_trip(case: &str) {
     });
 }
 
+/// The `to_proto()` graphs of g2, g3 and g5 round-trip through their SaverDef
+/// ([`saver_def_round_trip`]); a failure names the case.
 #[test]
-fn g1_single_cpu_flat_graph_round_trips() {
-    flat_graph_round_trip("g1_single_cpu");
-}
-
-#[test]
-fn g2_two_cpus_flat_graph_round_trips() {
-    flat_graph_round_trip("g2_two_cpus");
-}
-
-#[test]
-fn g3_two_tasks_flat_graph_round_trips() {
-    flat_graph_round_trip("g3_two_tasks");
-}
-
-#[test]
-fn g4_io_device_flat_graph_round_trips() {
-    flat_graph_round_trip("g4_io_device");
-}
-
-#[test]
-fn g5_sliced_flat_graph_round_trips() {
-    flat_graph_round_trip("g5_sliced");
-}
-
-#[test]
-fn g6_max_shard_size_flat_graph_round_trips() {
-    flat_graph_round_trip("g6_max_shard_size");
+fn saver_defs_round_trip() {
+    for_each_case(
+        ["g2_two_cpus", "g3_two_tasks", "g5_sliced"],
+        saver_def_round_trip,
+    );
 }
 
 /// The save and restore plans of a `to_proto()` graph's SaverDef (`saver_filename:0` fed, the
@@ -171,34 +157,19 @@ fn save_then_restore(
         let out = in_pool(threads, || {
             save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{case}: {}", exec_support::error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         check_save(&out, &files_under(dir.path()), &prefix);
         fill_variables(module, &store, 2);
         in_pool(threads, || {
             restore.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{case}: {}", exec_support::error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{case}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{case}: {backend}: {key}");
         }
         runs.push((format!("{backend}, {threads} threads"), dir));
     }
     assert_runs_wrote_the_same(&runs);
-}
-
-#[test]
-fn g2_two_cpus_saver_def_round_trips() {
-    saver_def_round_trip("g2_two_cpus");
-}
-
-#[test]
-fn g3_two_tasks_saver_def_round_trips() {
-    saver_def_round_trip("g3_two_tasks");
-}
-
-#[test]
-fn g5_sliced_saver_def_round_trips() {
-    saver_def_round_trip("g5_sliced");
 }
 
 /// g1's own initializer, save op and restore op: the checkpoint holds `v = [1, 2, 3]`.
@@ -382,7 +353,7 @@ fn failed_save_reports_the_op_and_writes_nothing() {
         })
         .unwrap_err();
         assert_eq!(
-            exec_support::error_chain(&err),
+            error_chain(&err, ErrorForm::OneLine),
             "op `b/Read/ReadVariableOp` on /job:localhost/replica:0/task:0/device:CPU:1: \
              variable `b` does not exist or is not initialized",
             "{backend}, {threads} threads"
@@ -526,13 +497,13 @@ fn g9_round_trip(
         in_pool(4, || {
             save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{variant}: {}", exec_support::error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err, ErrorForm::OneLine)));
         assert_eq!(BundleReader::open(&prefix).unwrap().num_shards(), n_shards);
         fill_variables(module, &store, 4);
         in_pool(4, || {
             restore.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
         })
-        .unwrap_or_else(|err| panic!("{variant}: {}", exec_support::error_chain(&err)));
+        .unwrap_or_else(|err| panic!("{variant}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{variant}: {key}");
         }
@@ -565,11 +536,11 @@ fn g8_meta_graph_saver_def_round_trips() {
         let cx = RunContext::new(&store).with_io(&io);
         let (dir, prefix) = checkpoint_dir();
         save.run(&cx, vec![HostTensor::string_scalar(prefix.clone())])
-            .unwrap_or_else(|err| panic!("{backend}: {}", exec_support::error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)));
         fill_variables(module, &store, 6);
         restore
             .run(&cx, vec![HostTensor::string_scalar(prefix)])
-            .unwrap_or_else(|err| panic!("{backend}: {}", exec_support::error_chain(&err)));
+            .unwrap_or_else(|err| panic!("{backend}: {}", error_chain(&err, ErrorForm::OneLine)));
         for (key, value) in saved {
             assert_eq!(store.get(&key).unwrap(), value, "{backend}: {key}");
         }
@@ -606,7 +577,7 @@ fn restore_from_missing_checkpoint_on(restore: &saveplan::exec::Executor) {
         .unwrap_err();
     let index = format!("{}.index", prefix.display());
     assert_eq!(
-        exec_support::error_chain(&err),
+        error_chain(&err, ErrorForm::OneLine),
         format!(
             "op `RestoreV2` on /job:localhost/replica:0/task:0/device:CPU:0: \
              checkpoint i/o failed: {index}: index file not found"

@@ -1,13 +1,13 @@
 //! Plan compilation and scheduling: pruning, feeds, device queues, dependency order, results
 //! that do not depend on the number of threads, variables, and errors that cancel the run.
 
-mod exec_support;
+use crate::support::exec::{
+    backends, in_pool, input_module, prepare, run_logged, strings, verified,
+};
+use crate::support::{ErrorForm, error_chain};
 
 use std::collections::BTreeMap;
 
-use exec_support::{
-    backends, error_chain, in_pool, input_module, prepare, run_logged, strings, verified,
-};
 use saveplan::exec::{
     Backend, CompiledPlan, ExecError, Executor, HostTensor, KernelError, RunContext, VarKey,
     VariableError, VariableStore,
@@ -128,7 +128,7 @@ fn first_error_names_op_and_device_and_cancels_dependents() {
         });
         let err = result.unwrap_err();
         assert_eq!(
-            error_chain(&err),
+            error_chain(&err, ErrorForm::OneLine),
             format!(
                 "op `read` on {CPU}:1: variable `missing` does not exist or is not initialized"
             )
@@ -182,7 +182,7 @@ fn variable_ops_share_values_on(module: &saveplan_ir::Module, exec: &Executor) {
         .run(&RunContext::new(&variables), Vec::new())
         .unwrap_err();
     assert_eq!(
-        error_chain(&err),
+        error_chain(&err, ErrorForm::OneLine),
         format!("op `wrong_dtype` on {CPU}:0: variable `c/v` holds int32, not float32"),
         "{backend}"
     );
@@ -238,7 +238,7 @@ fn compile_errors_name_what_is_wrong() {
     ];
     for (targets, feeds, message) in cases {
         let err = CompiledPlan::compile(verified(&module), targets, feeds).unwrap_err();
-        assert_eq!(error_chain(&err), message);
+        assert_eq!(error_chain(&err, ErrorForm::OneLine), message);
     }
 }
 

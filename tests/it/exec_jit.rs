@@ -2,13 +2,15 @@
 //! native chunks per queue with many cross-queue waits, errors inside called functions,
 //! panics in host callbacks, and backend selection.
 
-mod exec_support;
+use crate::support::exec::{
+    backends, fixture_module, in_pool, input_module, prepare, run_logged, strings, verified,
+};
+use crate::support::{ErrorForm, error_chain};
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
-use exec_support::{backends, error_chain, in_pool, prepare, run_logged, verified};
 use saveplan::exec::jit::{CHUNK_STEPS, JitPlan};
 use saveplan::exec::{Backend, CompiledPlan, HostTensor, RunContext, StepEvent, VariableStore};
 use saveplan_ir::{AttrValue, Attrs, Module, Op, Port, Tensor};
@@ -104,10 +106,7 @@ fn long_chain_spans_chunks_and_queues() {
                 )
             });
             let out = result.unwrap();
-            let values: Vec<String> = out
-                .iter()
-                .map(|tensor| exec_support::strings(tensor).join(""))
-                .collect();
+            let values: Vec<String> = out.iter().map(|tensor| strings(tensor).join("")).collect();
             assert_eq!(values, expected, "{backend}, {threads} threads");
             assert_runs_in_dependency_order(&plan, &log, &format!("{backend}, {threads}"));
         }
@@ -137,7 +136,7 @@ fn assert_runs_in_dependency_order(plan: &CompiledPlan, log: &[String], what: &s
 
 #[test]
 fn single_queue_runs_in_the_same_order_on_both_backends() {
-    let module = exec_support::fixture_module("graph/g1_single_cpu/flat_graph.pbtxt");
+    let module = fixture_module("graph/g1_single_cpu/flat_graph.pbtxt");
     let plan = CompiledPlan::compile(verified(&module), &["v/Assign"], &[]).unwrap();
     assert_eq!(plan.queues().len(), 1);
     let logs: Vec<Vec<String>> = backends()
@@ -159,7 +158,7 @@ fn single_queue_runs_in_the_same_order_on_both_backends() {
 /// first, on both backends, and the process goes on.
 #[test]
 fn error_inside_a_called_function_names_the_call_and_the_op() {
-    let module = exec_support::input_module("plans/function_call.ir");
+    let module = input_module("plans/function_call.ir");
     let plan = CompiledPlan::compile(verified(&module), &["call:0"], &["prefix"]).unwrap();
     let body_queues: usize = plan
         .steps()
@@ -189,7 +188,7 @@ fn error_inside_a_called_function_names_the_call_and_the_op() {
             })
             .unwrap_err();
             assert_eq!(
-                error_chain(&err),
+                error_chain(&err, ErrorForm::OneLine),
                 format!(
                     "op `call` on {cpu}:1: in function `save_fn`: op `read` on {cpu}:1: \
                      variable `v` does not exist or is not initialized"
@@ -204,7 +203,7 @@ fn error_inside_a_called_function_names_the_call_and_the_op() {
 /// `run` as a panic, and the plan runs again afterwards.
 #[test]
 fn a_panicking_observer_panics_the_caller_not_the_process() {
-    let module = exec_support::input_module("diamond.ir");
+    let module = input_module("diamond.ir");
     let plan =
         CompiledPlan::compile(verified(&module), &["both:0", "joined:0"], &["prefix"]).unwrap();
     let variables = VariableStore::new();
@@ -239,11 +238,7 @@ fn a_panicking_observer_panics_the_caller_not_the_process() {
                 vec![HostTensor::string_scalar("p")],
             )
             .unwrap();
-        assert_eq!(
-            exec_support::strings(&out[1]),
-            ["p/+p/,/p-/p,p"],
-            "{backend}"
-        );
+        assert_eq!(strings(&out[1]), ["p/+p/,/p-/p,p"], "{backend}");
     }
 }
 
@@ -268,7 +263,7 @@ fn backends_parse_and_print_their_names() {
 
 #[test]
 fn an_executor_reports_its_backend_and_plan() {
-    let module = exec_support::input_module("diamond.ir");
+    let module = input_module("diamond.ir");
     let plan = CompiledPlan::compile(verified(&module), &["side:0"], &["prefix"]).unwrap();
     for backend in backends() {
         let exec = prepare(&plan, backend);
@@ -288,7 +283,7 @@ fn executors_and_jit_plans_are_shared_across_threads() {
 /// A plan with no steps (its only target is fed) runs and returns the feed on both backends.
 #[test]
 fn a_plan_without_steps_returns_its_feeds() {
-    let module = exec_support::input_module("diamond.ir");
+    let module = input_module("diamond.ir");
     let plan = CompiledPlan::compile(verified(&module), &["prefix:0"], &["prefix"]).unwrap();
     assert!(plan.steps().is_empty());
     let variables = VariableStore::new();
@@ -300,6 +295,6 @@ fn a_plan_without_steps_returns_its_feeds() {
                 vec![HostTensor::string_scalar("p")],
             )
             .unwrap();
-        assert_eq!(exec_support::strings(&out[0]), ["p"], "{backend}");
+        assert_eq!(strings(&out[0]), ["p"], "{backend}");
     }
 }

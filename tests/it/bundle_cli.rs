@@ -1,13 +1,11 @@
 //! The `inspect`, `verify` and `convert` subcommands, run as the built binary on the fixtures.
 
-mod bundle_support;
-mod harness;
+use crate::support::bundle::{ckpt_root, copy_fixture, load_json};
+use crate::support::saveplan;
 
 use std::path::Path;
 use std::process::Output;
 
-use bundle_support::{ckpt_root, copy_fixture};
-use harness::saveplan;
 use saveplan::bundle::{BundleReader, BundleWriter, DType};
 
 fn stdout(output: &Output) -> String {
@@ -104,7 +102,7 @@ fn inspect_tensor_prints_values() {
 }
 
 fn load_values(case: &str) -> serde_json::Value {
-    bundle_support::load_json(&ckpt_root().join(case).join("values.json"))
+    load_json(&ckpt_root().join(case).join("values.json"))
 }
 
 #[test]

@@ -1,0 +1,28 @@
+//! The root package's integration tests as one binary (ripgrep's `tests/integration` shape):
+//! one module per suite, all sharing `support/`. Inputs are in `tests/inputs/`, TensorFlow's
+//! fixtures in `tests/fixtures/`, snapshots in the workspace `snapshots/` folder.
+
+mod support;
+
+mod bundle_cli;
+mod bundle_errors;
+mod bundle_fixtures;
+mod bundle_merge;
+mod bundle_roundtrip;
+mod check;
+mod compile;
+mod eager;
+mod eager_cli;
+mod exec_fixtures;
+#[cfg(feature = "jit")]
+mod exec_jit;
+mod exec_kernels;
+mod exec_plan;
+mod exec_snapshots;
+mod export_roundtrip;
+mod graph_cli;
+mod run_cli;
+mod session;
+mod trace;
+mod trace_perf;
+mod verify_fixtures;
