@@ -4,6 +4,8 @@
 
 mod support;
 
+mod architecture;
+
 mod bundle_cli;
 mod bundle_errors;
 mod bundle_fixtures;
