@@ -25,7 +25,10 @@ const FLOORS: &[(&str, u32)] = &[
 fn module_of(relative: &str) -> Option<&str> {
     let first = relative.split('/').next()?;
     let name = first.strip_suffix(".rs").unwrap_or(first);
-    FLOORS.iter().any(|(module, _)| *module == name).then_some(name)
+    FLOORS
+        .iter()
+        .any(|(module, _)| *module == name)
+        .then_some(name)
 }
 
 /// The code of a file without its comment lines (doc links name other layers freely).
