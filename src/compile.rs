@@ -26,8 +26,7 @@
 //!   ([`SAVE_FUNCTION`], [`RESTORE_FUNCTION`]) and a `config_proto` that only sets
 //!   `allow_soft_placement` ([`CONFIG_PROTO`]), so the calls run in any session.
 
-use std::collections::BTreeSet;
-
+use saveplan_ir::saver_ops;
 use saveplan_ir::slice::ShapeAndSlice;
 use saveplan_ir::verify::{VerifyErrors, verify_module};
 use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, Port, SaverDef};
@@ -122,7 +121,7 @@ fn flat_plan(
     let prefix = graph
         .find(prefix_name)
         .ok_or_else(|| missing(prefix_name))?;
-    let merge_name = &trace.saver.save_op_name;
+    let merge_name = &trace.saver.save_target;
     let merge = graph.find(merge_name).ok_or_else(|| missing(merge_name))?;
 
     let mut attrs = Attrs::new();
@@ -135,7 +134,7 @@ fn flat_plan(
 
     let restore_name = unused_name(graph, "save/restore_all");
     let restore = graph.add_op(restore_name.clone(), Op::NoOp, "", Attrs::new())?;
-    for assign in restore_assigns(graph) {
+    for assign in saver_ops::restore_assigns(graph) {
         graph.add_control(assign, restore);
     }
     let saver_def = SaverDef::v2(filename.clone(), format!("{save_name}:0"), restore_name);
@@ -152,13 +151,7 @@ fn function_plan(
         config_proto: CONFIG_PROTO.to_vec(),
     };
     let trace = trace_functions(trackables, &options)?;
-    let names = trace.saver_def;
-    let saver_def = SaverDef::v2(
-        names.filename_tensor_name,
-        names.save_tensor_name,
-        names.restore_op_name,
-    );
-    Ok((trace.module, saver_def))
+    Ok((trace.module, trace.saver_def))
 }
 
 /// `base`, or `base_1`, `base_2`, … whichever is free first.
@@ -170,32 +163,6 @@ fn unused_name(graph: &Graph, base: &str) -> String {
         name = format!("{base}_{suffix}");
     }
     name
-}
-
-/// Every `AssignVariableOp` whose value comes from a `RestoreV2` (directly or through
-/// `Identity` ops), in creation order.
-fn restore_assigns(graph: &Graph) -> Vec<OpId> {
-    let mut found = Vec::new();
-    let mut stack: Vec<OpId> = graph
-        .ops()
-        .into_iter()
-        .filter(|&id| graph.op(id).op == Op::RestoreV2)
-        .collect();
-    let mut seen: BTreeSet<OpId> = stack.iter().copied().collect();
-    while let Some(id) = stack.pop() {
-        for (user, edge) in graph.users(id) {
-            if !matches!(edge, saveplan_ir::Edge::Data { .. }) || !seen.insert(user) {
-                continue;
-            }
-            match graph.op(user).op {
-                Op::Identity => stack.push(user),
-                Op::AssignVariableOp => found.push(user),
-                _ => {}
-            }
-        }
-    }
-    found.sort_by_key(|&id| graph.seq(id));
-    found
 }
 
 /// One [`VariableEntry`] per `VarHandleOp` of the top-level graph, in creation order;

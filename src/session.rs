@@ -58,7 +58,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use saveplan_ir::{DType, Module, Op, SaverNames, verify_module};
+use saveplan_ir::{DType, Module, Op, SaverNames, saver_ops, verify_module};
 
 pub use bind::Binding;
 pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
@@ -76,7 +76,7 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{FlatTrace, TraceOptions, trace_flat};
+use crate::trace::{TraceOptions, trace_flat};
 use values::Region;
 
 /// How a session runs its save and restore.
@@ -151,16 +151,6 @@ pub struct Part {
     pub region: Option<Region>,
 }
 
-/// The names that drive a flat trace: its prefix placeholder, its save op, and every
-/// `AssignVariableOp` its restore plan runs.
-pub fn flat_trace_targets(trace: &FlatTrace) -> Result<SaverNames, SessionError> {
-    Ok(SaverNames {
-        filename_tensor_name: trace.saver.filename_tensor_name.clone(),
-        save_target: trace.saver.save_op_name.clone(),
-        restore_targets: bind::restore_assign_ops(&trace.module)?,
-    })
-}
-
 /// The names a `SaverDef`-carrying meta graph runs.
 pub fn meta_graph_targets(meta: &MetaGraph) -> Result<SaverNames, SessionError> {
     let saver = meta.saver_def.as_ref().ok_or(SessionError::NoSaverDef)?;
@@ -215,7 +205,7 @@ pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
     Ok(SaverNames {
         filename_tensor_name: format!("{filename}:0"),
         save_target: graph.op(save).name.clone(),
-        restore_targets: bind::restore_assign_ops(module)?,
+        restore_targets: saver_ops::restore_targets(graph),
     })
 }
 
@@ -227,9 +217,8 @@ impl Session {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
         let trace = trace_flat(&trackables, &trace_options)?;
-        let targets = flat_trace_targets(&trace)?;
         match options.mode {
-            Mode::Graph => Session::new(&trace.module, targets, options),
+            Mode::Graph => Session::new(&trace.module, trace.saver.clone(), options),
             Mode::Eager => {
                 let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
                 let runner = Runner::Eager {
@@ -237,7 +226,7 @@ impl Session {
                     options: Box::new(trace_options),
                     backend: options.backend,
                 };
-                Session::bound(&trace.module, targets, runner, options)
+                Session::bound(&trace.module, trace.saver.clone(), runner, options)
             }
         }
     }

@@ -1,14 +1,19 @@
 //! Reading the checkpoint ops of a plan: the roles of the data inputs of `SaveV2`,
-//! `RestoreV2` and `MergeV2Checkpoints` ([`save_v2`], [`merge_v2`]), their `dtypes`, and the
-//! string constants that name checkpoint keys and slice specs ([`const_strings`]).
+//! `RestoreV2` and `MergeV2Checkpoints` ([`save_v2`], [`merge_v2`]), their `dtypes`, the
+//! string constants that name checkpoint keys and slice specs ([`const_strings`]), and the
+//! assignments a `RestoreV2` feeds ([`restore_assignments`], [`restore_assigns`]).
 //!
 //! Binding values to variables, finding the entry points of a graph without a `SaverDef`,
 //! `saveplan check` and the kernels all read these ops; they name inputs through this module,
 //! not by number.
 
+use std::collections::BTreeMap;
+
 use crate::attr::AttrValue;
 use crate::dtype::DType;
-use crate::graph::OpNode;
+use crate::graph::{Edge, Graph, OpId, OpNode};
+use crate::op::Op;
+use crate::signature::flat_output;
 
 /// The data inputs of `SaveV2` (and of `RestoreV2`, which has the first three).
 pub mod save_v2 {
@@ -46,7 +51,7 @@ pub fn const_strings(node: &OpNode, limit: usize) -> Option<Vec<String>> {
     let Some(AttrValue::Tensor(tensor)) = node.attrs.get("value") else {
         return None;
     };
-    if node.op != crate::Op::Const {
+    if node.op != Op::Const {
         return None;
     }
     let values = tensor.strings()?;
@@ -64,4 +69,80 @@ pub fn const_strings(node: &OpNode, limit: usize) -> Option<Vec<String>> {
     let last = out.last().cloned().unwrap_or_default();
     out.resize(n_elements, last);
     Some(out)
+}
+
+/// The `AssignVariableOp`s of `graph` that assign an output of one of its `RestoreV2`s, in
+/// creation order: the ops a flat graph runs to restore.
+pub fn restore_assigns(graph: &Graph) -> Vec<OpId> {
+    let mut assigns: Vec<OpId> = graph
+        .ops()
+        .into_iter()
+        .filter(|&id| graph.op(id).op == Op::RestoreV2)
+        .flat_map(|id| restore_assignments(graph, id).into_values().flatten())
+        .collect();
+    assigns.sort_by_key(|&id| (graph.seq(id), id));
+    assigns.dedup();
+    assigns
+}
+
+/// The names of [`restore_assigns`]: a flat graph's restore targets.
+pub fn restore_targets(graph: &Graph) -> Vec<String> {
+    restore_assigns(graph)
+        .into_iter()
+        .map(|id| graph.op(id).name.clone())
+        .collect()
+}
+
+/// The `AssignVariableOp`s assigning each output of the `RestoreV2` `restore` (through
+/// `Identity`/`IdentityN` chains), by output index, each list in creation order.
+pub fn restore_assignments(graph: &Graph, restore: OpId) -> BTreeMap<u32, Vec<OpId>> {
+    let mut found: BTreeMap<u32, Vec<OpId>> = BTreeMap::new();
+    let node = graph.op(restore);
+    for (user, edge) in graph.users(restore) {
+        let Edge::Data {
+            output: port,
+            input,
+        } = edge
+        else {
+            continue;
+        };
+        let Ok(output) = flat_output(node, &port) else {
+            continue;
+        };
+        follow_to_assignments(graph, user, input, &mut |assign| {
+            found.entry(output).or_default().push(assign);
+        });
+    }
+    for assigns in found.values_mut() {
+        assigns.sort_by_key(|&assign| graph.seq(assign));
+    }
+    found
+}
+
+/// Calls `found` for every `AssignVariableOp` whose value is input `input` of `user`, or
+/// that it reaches through `Identity`/`IdentityN` ops.
+fn follow_to_assignments(graph: &Graph, user: OpId, input: u32, found: &mut dyn FnMut(OpId)) {
+    let mut work = vec![(user, input)];
+    while let Some((op, input)) = work.pop() {
+        let node = graph.op(op);
+        let forwarded = match node.op {
+            Op::Identity => 0,
+            Op::IdentityN => input,
+            Op::AssignVariableOp if input == 1 => {
+                found(op);
+                continue;
+            }
+            _ => continue,
+        };
+        for (next, edge) in graph.users(op) {
+            if let Edge::Data {
+                output: port,
+                input,
+            } = edge
+                && flat_output(node, &port).ok() == Some(forwarded)
+            {
+                work.push((next, input));
+            }
+        }
+    }
 }

@@ -22,9 +22,7 @@ use std::rc::Rc;
 
 use saveplan_ir::saver_ops::{self, save_v2};
 use saveplan_ir::signature;
-use saveplan_ir::{
-    AttrValue, DType, Edge, Graph, Input, Module, Op, OpId, OpNode, Port, TensorName,
-};
+use saveplan_ir::{AttrValue, DType, Graph, Input, Module, Op, OpId, OpNode, Port, TensorName};
 
 use super::error::{BadCheckpointOp, SessionError, Unbound};
 use crate::exec::VarKey;
@@ -113,7 +111,7 @@ pub fn bind_restore(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, S
         let node = graph.op(id);
         let (keys, slices) = walker.names_and_slices(frame, id)?;
         let dtypes = dtype_list(node)?;
-        let mut assignments = assignments_by_output(graph, id);
+        let mut assignments = saver_ops::restore_assignments(graph, id);
         for (position, (key, slice_spec)) in keys.into_iter().zip(slices).enumerate() {
             let dtype = dtypes
                 .get(position)
@@ -149,25 +147,6 @@ pub fn bind_restore(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, S
         }
     }
     Ok(bindings)
-}
-
-/// The names of the top-level `AssignVariableOp`s that assign an output of a top-level
-/// `RestoreV2` (through `Identity` ops), sorted: the restore targets of a flat graph.
-pub fn restore_assign_ops(module: &Module) -> Result<Vec<String>, SessionError> {
-    let graph = &module.graph;
-    let mut names = Vec::new();
-    for id in graph.ops() {
-        let node = graph.op(id);
-        if node.op != Op::RestoreV2 {
-            continue;
-        }
-        for assign in assignments_by_output(graph, id).into_values().flatten() {
-            names.push(graph.op(assign).name.clone());
-        }
-    }
-    names.sort();
-    names.dedup();
-    Ok(names)
 }
 
 impl<'m> Walker<'m> {
@@ -416,60 +395,6 @@ impl<'m> Walker<'m> {
             });
         }
         Ok((var_key(node), known_shape(node)))
-    }
-}
-
-/// The `AssignVariableOp`s assigning each output of `id` (through `Identity` chains), by
-/// output index; the users of `id` are listed once.
-fn assignments_by_output(graph: &Graph, id: OpId) -> BTreeMap<u32, Vec<OpId>> {
-    let mut found: BTreeMap<u32, Vec<OpId>> = BTreeMap::new();
-    let node = graph.op(id);
-    for (user, edge) in graph.users(id) {
-        let Edge::Data {
-            output: port,
-            input,
-        } = edge
-        else {
-            continue;
-        };
-        let Some(output) = output_index(node, &port) else {
-            continue;
-        };
-        follow_to_assignments(graph, user, input, &mut |assign| {
-            found.entry(output).or_default().push(assign);
-        });
-    }
-    for assigns in found.values_mut() {
-        assigns.sort_by_key(|&assign| graph.seq(assign));
-    }
-    found
-}
-
-/// Calls `found` for every `AssignVariableOp` whose value is input `input` of `user`, or
-/// that it reaches through `Identity`/`IdentityN` ops.
-fn follow_to_assignments(graph: &Graph, user: OpId, input: u32, found: &mut dyn FnMut(OpId)) {
-    let mut work = vec![(user, input)];
-    while let Some((op, input)) = work.pop() {
-        let node = graph.op(op);
-        let forwarded = match node.op {
-            Op::Identity => 0,
-            Op::IdentityN => input,
-            Op::AssignVariableOp if input == 1 => {
-                found(op);
-                continue;
-            }
-            _ => continue,
-        };
-        for (next, edge) in graph.users(op) {
-            if let Edge::Data {
-                output: port,
-                input,
-            } = edge
-                && output_index(node, &port) == Some(forwarded)
-            {
-                work.push((next, input));
-            }
-        }
     }
 }
 

@@ -6,7 +6,10 @@ use saveplan_ir::{Module, OpId, Versions};
 
 use super::builder::{Builder, out};
 use super::plan::{Inputs, PRODUCER, Tracer, VarSource};
-use super::{FlatTrace, SaverNames, TraceError, TraceOptions, Trackable};
+use saveplan_ir::SaverNames;
+use saveplan_ir::saver_ops;
+
+use super::{FlatTrace, TraceError, TraceOptions, Trackable};
 
 /// Traces the flat save and restore plan of `trackables` into a fresh graph.
 ///
@@ -27,12 +30,13 @@ pub fn trace_flat(
     let graph = tracer.graph;
     let saver = SaverNames {
         filename_tensor_name: format!("{}:0", graph.op(prefix).name),
-        save_op_name: graph.op(save_op).name.clone(),
-        restore_ops: restore_ops
-            .into_iter()
-            .map(|(key, op)| (key, graph.op(op).name.clone()))
-            .collect(),
+        save_target: graph.op(save_op).name.clone(),
+        restore_targets: saver_ops::restore_targets(&graph),
     };
+    let restore_ops = restore_ops
+        .into_iter()
+        .map(|(key, op)| (key, graph.op(op).name.clone()))
+        .collect();
     let module = Module {
         graph,
         versions: Some(Versions {
@@ -41,7 +45,11 @@ pub fn trace_flat(
         }),
         ..Module::default()
     };
-    Ok(FlatTrace { module, saver })
+    Ok(FlatTrace {
+        module,
+        saver,
+        restore_ops,
+    })
 }
 
 /// How a partial flat trace gets at the variables.

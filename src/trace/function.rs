@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use saveplan_ir::{
     ArgDef, AttrList, AttrValue, Attrs, DType, Function, Graph, Library, Module, NameAttrList, Op,
-    OpId, Port, Shape, Signature, Versions,
+    OpId, Port, SaverDef, Shape, Signature, Versions,
 };
 
 use super::builder::{Builder as _, attrs, out};
@@ -41,19 +41,8 @@ pub struct FunctionOptions {
 pub struct FunctionTrace {
     /// The outer graph (variables, placeholder, two calls) and the two functions.
     pub module: Module,
-    /// The `SaverDef` names (`version: V2`; nothing else is set).
-    pub saver_def: SaverDefNames,
-}
-
-/// The names a `SaverDef` holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SaverDefNames {
-    /// `filename_tensor_name`, `saver_filename:0`.
-    pub filename_tensor_name: String,
-    /// `save_tensor_name`, the save call's output.
-    pub save_tensor_name: String,
-    /// `restore_op_name`, the restore call.
-    pub restore_op_name: String,
+    /// The `SaverDef` `to_proto()` returns: the names, `version: V2`, nothing else set.
+    pub saver_def: SaverDef,
 }
 
 /// Traces `MultiDeviceSaver.to_proto()` for `trackables` into a fresh graph.
@@ -97,11 +86,11 @@ pub fn trace_functions_with_savers(
     let save_call = call(&mut outer, prefix, &save_fn, &options.config_proto)?;
     let restore_call = call(&mut outer, prefix, &restore_fn, &options.config_proto)?;
     let graph = outer.graph;
-    let saver_def = SaverDefNames {
-        filename_tensor_name: format!("{}:0", graph.op(prefix).name),
-        save_tensor_name: format!("{}:0", graph.op(save_call).name),
-        restore_op_name: graph.op(restore_call).name.clone(),
-    };
+    let saver_def = SaverDef::v2(
+        format!("{}:0", graph.op(prefix).name),
+        format!("{}:0", graph.op(save_call).name),
+        graph.op(restore_call).name.clone(),
+    );
     let mut functions = vec![save_fn.function, restore_fn.function];
     functions.sort_by(|a, b| a.signature.name.cmp(&b.signature.name));
     let module = Module {

@@ -97,14 +97,14 @@ use std::collections::BTreeMap;
 use saveplan_ir::DType;
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::slice::SliceError;
-use saveplan_ir::{GraphError, Module};
+use saveplan_ir::{GraphError, Module, SaverNames};
 
 pub use builder::{Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
 pub use flat::{FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_with};
 pub use function::{
-    EagerTrace, FunctionOptions, FunctionTrace, SaverDefNames, trace_eager_functions,
-    trace_functions, trace_functions_with_savers, trace_save_function,
+    EagerTrace, FunctionOptions, FunctionTrace, trace_eager_functions, trace_functions,
+    trace_functions_with_savers, trace_save_function,
 };
 pub use names::UniqueNames;
 pub use registered::{RegisteredSaver, SaverCx};
@@ -287,18 +287,12 @@ pub fn new_temp_id() -> String {
 pub struct FlatTrace {
     /// The graph (variable creation, save and restore ops) with TensorFlow's version stamp.
     pub module: Module,
-    /// Where save and restore start and end.
+    /// Where save and restore start and end: the prefix placeholder's output
+    /// (`saver_filename:0`), the op `save()` returns (the `MergeV2Checkpoints`), and every
+    /// `AssignVariableOp` a `RestoreV2` feeds.
     pub saver: SaverNames,
-}
-
-/// The entry points of a flat plan, as the fixtures' `flat.json` names them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SaverNames {
-    /// The prefix placeholder's output, `saver_filename:0`.
-    pub filename_tensor_name: String,
-    /// The op `save()` returns: the `MergeV2Checkpoints`.
-    pub save_op_name: String,
-    /// Per checkpoint key, the last restore op of its trackable (an `AssignVariableOp`).
+    /// TensorFlow's `restore_ops` (the fixtures' `flat.json`): per checkpoint key, the last
+    /// restore op of its trackable (an `AssignVariableOp`).
     pub restore_ops: BTreeMap<String, String>,
 }
 

@@ -81,7 +81,7 @@ fn graph_save_spec(
     let init = CompiledPlan::compile(verified(&flat.module), &inits, &[]).unwrap();
     let save = CompiledPlan::compile(
         verified(&flat.module),
-        &[flat.saver.save_op_name.as_str()],
+        &[flat.saver.save_target.as_str()],
         &[flat.saver.filename_tensor_name.as_str()],
     )
     .unwrap();
@@ -361,7 +361,7 @@ fn both_builders_trace_the_flat_graph() {
         assert_eq!(graph.to_string(), expected, "{name}");
         assert_eq!(
             graph.op(ops.save.unwrap()).name,
-            flat.saver.save_op_name,
+            flat.saver.save_target,
             "{name}"
         );
 

@@ -60,8 +60,8 @@ fn render_trace(trace: &FlatTrace, save_function: &Module) -> String {
     let mut text = String::from("## saver\n");
     let saver = &trace.saver;
     writeln!(text, "filename_tensor_name: {}", saver.filename_tensor_name).unwrap();
-    writeln!(text, "save_op_name: {}", saver.save_op_name).unwrap();
-    for (key, op) in &saver.restore_ops {
+    writeln!(text, "save_op_name: {}", saver.save_target).unwrap();
+    for (key, op) in &trace.restore_ops {
         writeln!(text, "restore_op[{key}]: {op}").unwrap();
     }
     writeln!(text, "\n## trace\n{}", trace.module).unwrap();
@@ -109,10 +109,10 @@ fn saver_names_match_flat_json() {
             trace.saver.filename_tensor_name, flat["filename_tensor_name"],
             "{case}"
         );
-        assert_eq!(trace.saver.save_op_name, flat["save_op_name"], "{case}");
+        assert_eq!(trace.saver.save_target, flat["save_op_name"], "{case}");
         let restore_ops: std::collections::BTreeMap<String, String> =
             serde_json::from_value(flat["restore_ops"].clone()).unwrap();
-        assert_eq!(trace.saver.restore_ops, restore_ops, "{case}");
+        assert_eq!(trace.restore_ops, restore_ops, "{case}");
     }
 }
 
@@ -462,8 +462,8 @@ fn parallel_components_shard_by_task() {
     }
     let kernel = "layer/kernel/.ATTRIBUTES/VARIABLE_VALUE";
     let component = "layer/kernel/.ATTRIBUTES/parallel_component_1";
-    assert_eq!(trace.saver.restore_ops[kernel], "AssignVariableOp");
-    assert_eq!(trace.saver.restore_ops[component], "AssignVariableOp_1");
+    assert_eq!(trace.restore_ops[kernel], "AssignVariableOp");
+    assert_eq!(trace.restore_ops[component], "AssignVariableOp_1");
 }
 
 /// Registered savers run before the default shards on their own `<prefix>-<name>` prefix,
@@ -561,10 +561,10 @@ fn registered_saver_flat_graph_matches_tensorflow() {
         trace.saver.filename_tensor_name,
         flat["filename_tensor_name"]
     );
-    assert_eq!(trace.saver.save_op_name, flat["save_op_name"]);
+    assert_eq!(trace.saver.save_target, flat["save_op_name"]);
     let restore_ops: std::collections::BTreeMap<String, String> =
         serde_json::from_value(flat["restore_ops"].clone()).unwrap();
-    assert_eq!(trace.saver.restore_ops, restore_ops);
+    assert_eq!(trace.restore_ops, restore_ops);
 }
 
 /// With a registered saver, `to_proto()`'s graph equals TensorFlow's: the saver's ops are
