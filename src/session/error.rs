@@ -22,7 +22,7 @@ pub enum SessionError {
     #[error(transparent)]
     Eager(Box<EagerError>),
     /// The graph breaks an invariant of the IR (every violation is listed).
-    #[error("the plan is not valid: {0}")]
+    #[error("the plan is not valid")]
     Invalid(#[source] VerifyErrors),
     /// A `MetaGraphDef` without a `saver_def`.
     #[error("the meta graph has no saver_def")]
@@ -123,6 +123,21 @@ pub enum SessionError {
         expected: String,
         /// The dtype and shape restored.
         got: String,
+    },
+    /// The slices a plan restores of a partitioned tensor leave part of it out, so there is no
+    /// full value to give back (`saveplan check` reports the gap too).
+    #[error(
+        "checkpoint key `{key}`: the restored slices cover {covered} of the {n_elements} elements of shape {shape:?}"
+    )]
+    SlicesDoNotCover {
+        /// The key.
+        key: String,
+        /// The full shape.
+        shape: Vec<u64>,
+        /// The elements the slices cover.
+        covered: u64,
+        /// The elements of the full shape.
+        n_elements: u64,
     },
     /// Cutting or assembling a value failed.
     #[error("value `{key}`")]
