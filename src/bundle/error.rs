@@ -150,6 +150,19 @@ pub enum BundleError {
         /// What was wrong.
         detail: String,
     },
+    /// The stored slices of a sliced tensor leave part of it out, so the tensor cannot be read
+    /// whole (TensorFlow fails on it too).
+    #[error("{}: tensor `{key}`: stored slices cover {covered} of its {n_elements} elements", path.display())]
+    SlicesDoNotCover {
+        /// The `.index` file.
+        path: PathBuf,
+        /// The tensor key.
+        key: String,
+        /// The elements the stored slices cover.
+        covered: u64,
+        /// The elements of the full shape.
+        n_elements: u64,
+    },
     /// The operation needs another dtype than the tensor has.
     #[error("{}: tensor `{key}`: dtype {actual} where {expected} is needed", path.display())]
     WrongDType {

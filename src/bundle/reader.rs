@@ -404,17 +404,45 @@ impl BundleReader {
     }
 
     /// Reads the stored bytes of tensor `key` (every stored slice of a sliced tensor) and checks
-    /// their checksums, without assembling the tensor.
+    /// their checksums, without assembling the tensor; a sliced tensor's stored slices must
+    /// cover it ([`BundleError::SlicesDoNotCover`]).
     pub fn verify_entry(&self, key: &str) -> Result<()> {
         let entry = self.require(key)?;
         let stored = if entry.slices.is_empty() {
             std::slice::from_ref(entry)
         } else {
+            self.check_coverage(entry)?;
             self.slice_entries(key)
         };
         for piece in stored {
             let bytes = self.read_piece(piece)?;
             self.check_piece(piece, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the stored slices of the sliced tensor `entry` cover its full shape.
+    fn check_coverage(&self, entry: &Entry) -> Result<()> {
+        let regions = entry
+            .slices
+            .iter()
+            .map(|slice| self.resolve(entry, slice))
+            .collect::<Result<Vec<_>>>()?;
+        let regions: Vec<&[(i64, i64)]> = regions.iter().map(Vec::as_slice).collect();
+        let whole: Vec<(i64, i64)> = entry.shape.iter().map(|&dim| (0, dim)).collect();
+        let covered = saveplan_ir::slice::covered_volume(&whole, &regions);
+        let n_elements = entry
+            .shape
+            .iter()
+            .map(|&dim| dim.max(0) as u64)
+            .product::<u64>();
+        if covered != n_elements {
+            return Err(BundleError::SlicesDoNotCover {
+                path: self.index_path.clone(),
+                key: entry.key.clone(),
+                covered,
+                n_elements,
+            });
         }
         Ok(())
     }
