@@ -108,9 +108,9 @@ impl BackendArg {
 /// `--mode` and `--backend`: how `save` and `restore` run a spec.
 #[derive(Debug, clap::Args)]
 pub struct ModeArgs {
-    /// How the plan runs: `graph` compiles it once and runs it with the prefix fed; `eager`
-    /// runs ops as they are traced (one task) or traces a function and runs it (several
-    /// tasks, one `saveplan: <call>: traced: <reason>` line on stderr per trace).
+    /// How the save or restore plan runs: `graph` compiles it once and runs it with the prefix
+    /// fed; `eager` runs ops as they are traced (one task) or traces a function and runs it
+    /// (several tasks, one `saveplan: <call>: traced: <reason>` line on stderr per trace).
     #[arg(long, default_value = "graph", value_parser = ["graph", "eager"])]
     mode: String,
     #[command(flatten)]
