@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use saveplan::bundle::{BundleError, BundleReader};
 
-use super::common::{one_line, progress_bar};
+use super::common::{one_line, outln, progress_bar};
 
 /// Arguments of `saveplan verify`.
 #[derive(Debug, clap::Args)]
@@ -36,7 +36,10 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     // Tensors per missing data file: a lost shard is one problem, said once at the end.
     let mut missing: BTreeMap<PathBuf, (usize, String)> = BTreeMap::new();
     for entry in reader.entries() {
-        if let Err(err) = reader.verify_entry(&entry.key) {
+        let checked = reader
+            .check_coverage(&entry.key)
+            .and_then(|()| reader.verify_entry(&entry.key));
+        if let Err(err) = checked {
             n_bad += 1;
             if let BundleError::MissingShard { path, source, .. } = &err {
                 let (n_tensors, _) = missing
@@ -48,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             let line = format!("bad: {}: {}", entry.key, one_line(&err));
             match &progress {
                 Some(bar) => bar.println(line),
-                None => println!("{line}"),
+                None => outln!("{line}")?,
             }
         }
         if let Some(bar) = &progress {
@@ -66,17 +69,17 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         bar.finish_and_clear();
     }
     for (path, (n_tensors, reason)) in &missing {
-        println!(
+        outln!(
             "bad: {}: data shard missing ({reason}), {n_tensors} tensors stored there",
             path.display()
-        );
+        )?;
     }
     let n_tensors = reader.entries().len();
     if n_bad == 0 {
-        println!("ok: {n_tensors} tensors, {total} bytes, all checksums match");
+        outln!("ok: {n_tensors} tensors, {total} bytes, all checksums match")?;
         Ok(std::process::ExitCode::SUCCESS)
     } else {
-        println!("{n_bad} of {n_tensors} tensors are bad");
+        outln!("{n_bad} of {n_tensors} tensors are bad")?;
         Ok(std::process::ExitCode::FAILURE)
     }
 }
