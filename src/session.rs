@@ -543,6 +543,14 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
+        if call == Call::Save {
+            self.io
+                .check_save_prefix(prefix)
+                .map_err(|source| SessionError::BadPrefix {
+                    prefix: prefix.to_owned(),
+                    source,
+                })?;
+        }
         let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);

@@ -195,6 +195,17 @@ pub enum BundleError {
         /// What conflicts.
         detail: String,
     },
+    /// An empty checkpoint prefix, which would write hidden `.index` and `.data-*` files in the
+    /// current folder.
+    #[error("the checkpoint prefix is empty")]
+    EmptyPrefix,
+    /// A checkpoint prefix that is an existing directory (`out/`, `.`): its files would be
+    /// hidden `.index` / `.data-*` files inside it, or sit next to it under its name.
+    #[error("{}: the checkpoint prefix is an existing directory", path.display())]
+    PrefixIsDirectory {
+        /// The prefix.
+        path: PathBuf,
+    },
     /// A merge was asked to write a prefix onto one of its own sources.
     #[error("{}: cannot merge a checkpoint prefix onto itself", path.display())]
     MergeOntoItself {

@@ -6,7 +6,7 @@ use saveplan_ir::slice::SliceError;
 use saveplan_ir::{DType, VerifyErrors};
 
 use super::eager::EagerError;
-use crate::exec::{ExecError, TensorError, VariableError};
+use crate::exec::{ExecError, IoError, TensorError, VariableError};
 use crate::trace::TraceError;
 
 /// Errors from building or running a session.
@@ -70,6 +70,15 @@ pub enum SessionError {
         /// Why.
         #[source]
         source: Box<ExecError>,
+    },
+    /// The prefix a save was given cannot hold a checkpoint (empty, or a directory).
+    #[error("cannot save at prefix `{prefix}`")]
+    BadPrefix {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: IoError,
     },
     /// Running the save or restore plan failed.
     #[error("{what} of `{prefix}` failed")]
