@@ -548,7 +548,7 @@ impl Session {
                 .check_save_prefix(prefix)
                 .map_err(|source| SessionError::BadPrefix {
                     prefix: prefix.to_owned(),
-                    source,
+                    source: Box::new(source),
                 })?;
         }
         let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());

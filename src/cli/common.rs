@@ -68,7 +68,7 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
 /// input: `outer: inner: innermost`, each as [`one_line_message`].
 pub fn render_error(err: &anyhow::Error) -> String {
     err.chain()
-        .map(|cause| one_line_message(cause))
+        .map(one_line_message)
         .collect::<Vec<_>>()
         .join(": ")
 }

@@ -78,7 +78,7 @@ pub enum SessionError {
         prefix: String,
         /// Why.
         #[source]
-        source: IoError,
+        source: Box<IoError>,
     },
     /// Running the save or restore plan failed.
     #[error("{what} of `{prefix}` failed")]
