@@ -168,3 +168,22 @@ fn readme_bad_plan_example_is_true() {
         format!("{expected}\n")
     );
 }
+
+/// A binary `.meta` file (the MetaGraphDef `tf.compat.v1.train.Saver` writes, with fields we
+/// do not model) is read as a MetaGraphDef: its TF1 saver plan checks clean and shows.
+#[test]
+fn v1_saver_meta_file_is_read() {
+    let file = "tests/fixtures/saveplan/v1_saver_meta/model.meta";
+    let output = saveplan(&["check", file]);
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        format!("{file}: ok\n"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown = saveplan(&["graph", "show", file]);
+    assert!(shown.status.success());
+    let text = String::from_utf8(shown.stdout).unwrap();
+    assert!(text.contains("VariableV2"), "{text}");
+    assert!(text.contains("SaveV2"), "{text}");
+}
