@@ -1,9 +1,8 @@
 //! The `saveplan` command-line tool: a thin clap front end over the library.
 //! This binary (with its `cli` modules) is the only code that prints.
 #![expect(
-    clippy::print_stdout,
     clippy::print_stderr,
-    reason = "the CLI is the one place that prints"
+    reason = "the CLI is the one place that prints; stdout goes through `cli::common::out!`"
 )]
 
 mod cli;
@@ -19,8 +18,10 @@ fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,
+        // The reader of our stdout left (`saveplan graph show F | head -1`): nothing to say.
+        Err(err) if cli::is_broken_pipe(&err) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cli::render_error(&err));
             std::process::ExitCode::FAILURE
         }
     }

@@ -456,7 +456,9 @@ impl Session {
     }
 
     /// The values of the variables the restore plan assigns, by checkpoint key: whole tensors
-    /// shared with the variables, sliced ones assembled into their full shape.
+    /// shared with the variables, sliced ones assembled into their full shape. A sliced tensor
+    /// whose restored slices do not cover its full shape is an error
+    /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
         let mut out = BTreeMap::new();
         for tensor in self.restored.values() {
@@ -495,6 +497,20 @@ impl Session {
                         let region = part.region.as_deref().unwrap_or_default();
                         pieces.push((region, read(part)?));
                     }
+                    let regions: Vec<&[(i64, i64)]> =
+                        pieces.iter().map(|(region, _)| *region).collect();
+                    let covered =
+                        saveplan_ir::slice::covered_volume(&values::full_region(shape), &regions);
+                    let n_elements = shape.iter().product::<u64>();
+                    if covered != n_elements {
+                        // Never hand back invented zeros for what no slice restored.
+                        return Err(SessionError::SlicesDoNotCover {
+                            key: tensor.key.clone(),
+                            shape: shape.clone(),
+                            covered,
+                            n_elements,
+                        });
+                    }
                     values::assemble(tensor.dtype, shape, &pieces).map_err(|source| {
                         SessionError::Tensor {
                             key: tensor.key.clone(),
@@ -516,6 +532,14 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
+        if call == Call::Save {
+            self.io
+                .check_save_prefix(prefix)
+                .map_err(|source| SessionError::BadPrefix {
+                    prefix: prefix.to_owned(),
+                    source: Box::new(source),
+                })?;
+        }
         let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);

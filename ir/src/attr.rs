@@ -320,7 +320,46 @@ impl Shape {
     }
 }
 
+/// The most host memory one tensor attr (a `Const`'s `value`) may need once its stored values
+/// are repeated to fill its shape: 2 GiB, protobuf's message-size limit.
+///
+/// No `GraphDef` TensorFlow writes is larger, so a tensor stored in full never needs more; only
+/// one whose few stored values TensorFlow's fill rule repeats (a 3 KB graph can declare 10^12
+/// elements) can, and TensorFlow then allocates it all. Plans never need such a constant (their
+/// constants are names, slice specs and shard numbers), so the verifier refuses it before
+/// anything is allocated.
+pub const MAX_TENSOR_ATTR_BYTES: u64 = 1 << 31;
+
+/// The host bytes each string element takes besides its own bytes (the header of a
+/// TensorFlow `tstring` and of a `Vec<u8>`, 24 bytes each).
+pub const STRING_ELEMENT_OVERHEAD: u64 = 24;
+
 impl Tensor {
+    /// The host bytes this tensor takes once its stored values fill its shape (fixed-width
+    /// elements at their size, strings at their length plus [`STRING_ELEMENT_OVERHEAD`]);
+    /// `None` when the shape is not fully known, the dtype has no host size, or the count
+    /// overflows `u64`. A missing shape is a scalar.
+    pub fn filled_bytes(&self) -> Option<u64> {
+        let n_elements = match &self.shape {
+            Some(shape) => shape.num_elements()?,
+            None => 1,
+        };
+        if let TensorValues::String(values) = &self.values {
+            let stored: u64 = values.iter().map(|value| value.len() as u64).sum();
+            let last = values.last().map_or(0, |value| value.len() as u64);
+            let repeated = n_elements.saturating_sub(values.len() as u64);
+            return repeated
+                .checked_mul(last)?
+                .checked_add(stored)?
+                .checked_add(n_elements.checked_mul(STRING_ELEMENT_OVERHEAD)?);
+        }
+        let size = match self.dtype {
+            DType::String => STRING_ELEMENT_OVERHEAD,
+            dtype => dtype.element_size()? as u64,
+        };
+        n_elements.checked_mul(size)
+    }
+
     /// A string scalar.
     pub fn string_scalar(value: impl Into<Vec<u8>>) -> Tensor {
         Tensor {

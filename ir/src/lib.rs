@@ -52,7 +52,10 @@ pub mod slice;
 pub mod verify;
 pub mod write;
 
-pub use attr::{AttrList, AttrValue, Attrs, Dim, NameAttrList, Shape, Tensor, TensorValues};
+pub use attr::{
+    AttrList, AttrValue, Attrs, Dim, MAX_TENSOR_ATTR_BYTES, NameAttrList, Shape, Tensor,
+    TensorValues,
+};
 pub use dot::to_dot;
 pub use dtype::DType;
 pub use graph::{Edge, Graph, GraphError, Input, NodeDebugInfo, OpId, OpMut, OpNode, Port};

@@ -280,6 +280,33 @@ pub fn overlap_volume(a: &[(i64, i64)], b: &[(i64, i64)]) -> u64 {
         })
 }
 
+/// How many elements of the region `whole` the `regions` cover together, overlaps counted
+/// once: equal to `whole`'s volume exactly when they leave no gap.
+pub fn covered_volume(whole: &[(i64, i64)], regions: &[&[(i64, i64)]]) -> u64 {
+    let disjoint = regions
+        .iter()
+        .enumerate()
+        .all(|(at, a)| regions[at + 1..].iter().all(|b| overlap_volume(a, b) == 0));
+    if disjoint {
+        return regions
+            .iter()
+            .map(|region| overlap_volume(region, whole))
+            .sum();
+    }
+    // Overlapping regions (rare, and reported by `saveplan check`): mark each element once.
+    let n_elements = whole
+        .iter()
+        .map(|&(_, length)| length.max(0) as u64)
+        .product::<u64>() as usize;
+    let mut seen = vec![false; n_elements];
+    for region in regions {
+        for_each_overlap_run(region, whole, |_, to, run| {
+            seen[to as usize..(to + run) as usize].fill(true);
+        });
+    }
+    seen.iter().filter(|&&covered| covered).count() as u64
+}
+
 /// Calls `copy(src_index, dst_index, run)` for every contiguous run of elements that lie both in
 /// the region `src` and in the region `dst` of one tensor. Regions are concrete `(start, length)`
 /// per dimension; indices are row-major element indices relative to each region.

@@ -18,14 +18,16 @@
 //!    in function bodies).
 //! 6. Data and control edges form no cycle.
 //! 7. No op has a control edge from itself.
-//! 8. A call op (`StatefulPartitionedCall`, `PartitionedCall`) names in `f` a library function,
+//! 8. A tensor attr (a `Const`'s `value`) needs at most [`MAX_TENSOR_ATTR_BYTES`] of host
+//!    memory once its stored values fill its shape, and that size is known.
+//! 9. A call op (`StatefulPartitionedCall`, `PartitionedCall`) names in `f` a library function,
 //!    and its `Tin` / `Tout` equal that function's input / output dtypes (when the signature
 //!    fixes them).
 //!
 //! For the module:
 //!
-//! 9. Function names are unique.
-//! 10. Each `ret` entry of a function names one of its output arguments and a value that
+//! 10. Function names are unique.
+//! 11. Each `ret` entry of a function names one of its output arguments and a value that
 //!     exists: an input argument, or `node:arg:index` with `node` in the body and, for a known
 //!     op, `arg:index` one of its outputs. Each `control_ret` entry names a control output and
 //!     an op of the body.
@@ -38,8 +40,8 @@ use std::fmt;
 
 use crate::signature::{self, ArgType, ElemType};
 use crate::{
-    AttrValue, Attrs, DType, Function, Graph, Input, Library, Module, Op, OpId, OutputRef, Port,
-    TensorName,
+    AttrValue, Attrs, DType, Function, Graph, Input, Library, MAX_TENSOR_ATTR_BYTES, Module, Op,
+    OpId, OutputRef, Port, TensorName,
 };
 
 /// Every violation found by one verifier run.
@@ -176,6 +178,26 @@ pub enum VerifyError {
         /// The minimum.
         minimum: i64,
     },
+    /// A tensor attr that would need more than [`MAX_TENSOR_ATTR_BYTES`] of host memory once
+    /// filled, or whose size is unknown (invariant 8).
+    #[error(
+        "op `{name}`: attr `{attr}` declares a {dtype} tensor of shape {shape} that would need {}, above the {MAX_TENSOR_ATTR_BYTES}-byte limit for constants",
+        match bytes { Some(bytes) => format!("{bytes} bytes"), None => "more than 2^64 bytes".to_owned() }
+    )]
+    TensorTooLarge {
+        /// The op.
+        op: OpId,
+        /// Its name.
+        name: String,
+        /// The attr.
+        attr: String,
+        /// The tensor's dtype.
+        dtype: DType,
+        /// The declared shape, as the canonical text prints it.
+        shape: String,
+        /// The host bytes it would need; `None` when that overflows `u64`.
+        bytes: Option<u64>,
+    },
     /// Ops that depend on each other (invariant 6).
     #[error("ops form a cycle: `{}`", .names.join("`, `"))]
     Cycle {
@@ -192,7 +214,7 @@ pub enum VerifyError {
         /// Its name.
         name: String,
     },
-    /// A call op names a function the library does not define (invariant 8).
+    /// A call op names a function the library does not define (invariant 9).
     #[error("op `{name}`: calls undefined function `{function}`")]
     UnknownFunction {
         /// The call op.
@@ -202,7 +224,7 @@ pub enum VerifyError {
         /// The function it names.
         function: String,
     },
-    /// A call op's `Tin` or `Tout` disagrees with the function's signature (invariant 8).
+    /// A call op's `Tin` or `Tout` disagrees with the function's signature (invariant 9).
     #[error(
         "op `{name}`: {attr} is [{}] but function `{function}` has [{}]",
         join(.found), join(.expected)
@@ -221,7 +243,7 @@ pub enum VerifyError {
         /// The function's dtypes.
         expected: Vec<DType>,
     },
-    /// Two or more library functions share a name (invariant 9).
+    /// Two or more library functions share a name (invariant 10).
     #[error("function `{function}` is defined {count} times")]
     DuplicateFunction {
         /// The name.
@@ -229,7 +251,7 @@ pub enum VerifyError {
         /// How many functions have it.
         count: usize,
     },
-    /// A `ret` entry names no output argument or a value that does not exist (invariant 10).
+    /// A `ret` entry names no output argument or a value that does not exist (invariant 11).
     #[error("ret `{output}` = `{target}`: {reason}")]
     BadRet {
         /// The op the value names, if it exists.
@@ -241,7 +263,7 @@ pub enum VerifyError {
         /// What is wrong.
         reason: String,
     },
-    /// A `control_ret` entry names no control output or no op (invariant 10).
+    /// A `control_ret` entry names no control output or no op (invariant 11).
     #[error("control_ret `{output}` = `{target}`: {reason}")]
     BadControlRet {
         /// The op the value names, if it exists.
@@ -376,6 +398,7 @@ fn check_op(graph: &Graph, library: &Library, op: OpId, errors: &mut Vec<VerifyE
     let inputs = graph.inputs(op);
     check_slots(graph, op, &inputs, errors);
     check_attrs(graph, op, errors);
+    check_tensor_sizes(graph, op, errors);
     check_input_count(graph, op, errors);
     check_inputs(graph, op, &inputs, errors);
     check_self_control(graph, op, errors);
@@ -487,6 +510,40 @@ fn check_attrs(graph: &Graph, op: OpId, errors: &mut Vec<VerifyError>) {
                     });
                 }
             }
+        }
+    }
+}
+
+/// Invariant 8.
+fn check_tensor_sizes(graph: &Graph, op: OpId, errors: &mut Vec<VerifyError>) {
+    let node = graph.op(op);
+    for (attr, value) in node.attrs.iter() {
+        let AttrValue::Tensor(tensor) = value else {
+            continue;
+        };
+        let shape_known = tensor
+            .shape
+            .as_ref()
+            .is_none_or(|shape| !shape.unknown_rank && shape.dims.iter().all(|dim| dim.size >= 0));
+        let sized = tensor.dtype == DType::String || tensor.dtype.element_size().is_some();
+        if !shape_known || !sized {
+            // Unknown shapes and dtypes without a host size are refused where the tensor is
+            // used; there is nothing to allocate here.
+            continue;
+        }
+        let bytes = tensor.filled_bytes();
+        if bytes.is_none_or(|bytes| bytes > MAX_TENSOR_ATTR_BYTES) {
+            errors.push(VerifyError::TensorTooLarge {
+                op,
+                name: node.name.clone(),
+                attr: attr.to_string(),
+                dtype: tensor.dtype,
+                shape: tensor
+                    .shape
+                    .as_ref()
+                    .map_or_else(|| "[]".to_owned(), ToString::to_string),
+                bytes,
+            });
         }
     }
 }

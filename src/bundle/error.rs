@@ -150,6 +150,19 @@ pub enum BundleError {
         /// What was wrong.
         detail: String,
     },
+    /// The stored slices of a sliced tensor leave part of it out, so the tensor cannot be read
+    /// whole (TensorFlow fails on it too).
+    #[error("{}: tensor `{key}`: stored slices cover {covered} of its {n_elements} elements", path.display())]
+    SlicesDoNotCover {
+        /// The `.index` file.
+        path: PathBuf,
+        /// The tensor key.
+        key: String,
+        /// The elements the stored slices cover.
+        covered: u64,
+        /// The elements of the full shape.
+        n_elements: u64,
+    },
     /// The operation needs another dtype than the tensor has.
     #[error("{}: tensor `{key}`: dtype {actual} where {expected} is needed", path.display())]
     WrongDType {
@@ -181,6 +194,17 @@ pub enum BundleError {
         key: String,
         /// What conflicts.
         detail: String,
+    },
+    /// An empty checkpoint prefix, which would write hidden `.index` and `.data-*` files in the
+    /// current folder.
+    #[error("the checkpoint prefix is empty")]
+    EmptyPrefix,
+    /// A checkpoint prefix that is an existing directory (`out/`, `.`): its files would be
+    /// hidden `.index` / `.data-*` files inside it, or sit next to it under its name.
+    #[error("{}: the checkpoint prefix is an existing directory", path.display())]
+    PrefixIsDirectory {
+        /// The prefix.
+        path: PathBuf,
     },
     /// A merge was asked to write a prefix onto one of its own sources.
     #[error("{}: cannot merge a checkpoint prefix onto itself", path.display())]

@@ -73,6 +73,7 @@ fn merge_with_rename<P: AsRef<Path>>(
     options: MergeOptions,
     rename: Rename<'_>,
 ) -> Result<()> {
+    super::check_write_prefix(dest)?;
     for source in sources {
         if same_prefix(source.as_ref(), dest) {
             return Err(BundleError::MergeOntoItself {
@@ -116,10 +117,17 @@ fn merge_with_rename<P: AsRef<Path>>(
         std::fs::create_dir_all(dir)
             .map_err(|err| BundleError::io(dir, "create directory", err))?;
     }
-    for (_, to) in &renames {
+    // A directory where a file goes is refused before anything is written or moved (moved
+    // aside, it could not be deleted as a backup and would be left behind).
+    let index = index_path(dest);
+    let targets = renames
+        .iter()
+        .map(|(_, to)| (to.as_path(), "replace data file"))
+        .chain([(index.as_path(), "replace index file")]);
+    for (to, what) in targets {
         if to.is_dir() {
             let err = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
-            return Err(BundleError::io(to, "replace data file", err));
+            return Err(BundleError::io(to, what, err));
         }
     }
     let encoded: Vec<(Vec<u8>, Vec<u8>)> = merged
@@ -127,7 +135,6 @@ fn merge_with_rename<P: AsRef<Path>>(
         .map(|(key, entry)| (key, entry.encode_to_vec()))
         .collect();
     // The index is complete on disk before any data file moves (see above).
-    let index = index_path(dest);
     let mut staged = index.clone().into_os_string();
     staged.push(format!(".merging{}", std::process::id()));
     let staged = PathBuf::from(staged);

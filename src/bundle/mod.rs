@@ -68,7 +68,7 @@ pub use error::{BundleError, Result};
 pub use merge::{MergeFlags, MergeOptions, merge_bundles};
 pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};
 pub use slice::{Extent, ShapeAndSlice, SliceError, TensorSlice};
-pub use writer::{BundleWriter, TensorStream, TensorValues, WriteOptions};
+pub use writer::{BundleWriter, TensorStream, TensorValues, WriteOptions, check_write_prefix};
 
 /// `ShardedFilename(base, shard, num_shards)`: `base-SSSSS-of-NNNNN` (numbers padded to at least
 /// 5 digits, never truncated).

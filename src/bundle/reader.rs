@@ -404,7 +404,8 @@ impl BundleReader {
     }
 
     /// Reads the stored bytes of tensor `key` (every stored slice of a sliced tensor) and checks
-    /// their checksums, without assembling the tensor.
+    /// their checksums, without assembling the tensor. Whether a sliced tensor can be read
+    /// whole is [`BundleReader::check_coverage`].
     pub fn verify_entry(&self, key: &str) -> Result<()> {
         let entry = self.require(key)?;
         let stored = if entry.slices.is_empty() {
@@ -415,6 +416,38 @@ impl BundleReader {
         for piece in stored {
             let bytes = self.read_piece(piece)?;
             self.check_piece(piece, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that tensor `key` can be read whole: a sliced tensor's stored slices must cover
+    /// its full shape ([`BundleError::SlicesDoNotCover`]). The part bundles of a sharded save
+    /// (`<prefix>_temp/part-*`) hold slices that do not, legitimately; a checkpoint does not.
+    pub fn check_coverage(&self, key: &str) -> Result<()> {
+        let entry = self.require(key)?;
+        if entry.slices.is_empty() {
+            return Ok(());
+        }
+        let regions = entry
+            .slices
+            .iter()
+            .map(|slice| self.resolve(entry, slice))
+            .collect::<Result<Vec<_>>>()?;
+        let regions: Vec<&[(i64, i64)]> = regions.iter().map(Vec::as_slice).collect();
+        let whole: Vec<(i64, i64)> = entry.shape.iter().map(|&dim| (0, dim)).collect();
+        let covered = saveplan_ir::slice::covered_volume(&whole, &regions);
+        let n_elements = entry
+            .shape
+            .iter()
+            .map(|&dim| dim.max(0) as u64)
+            .product::<u64>();
+        if covered != n_elements {
+            return Err(BundleError::SlicesDoNotCover {
+                path: self.index_path.clone(),
+                key: entry.key.clone(),
+                covered,
+                n_elements,
+            });
         }
         Ok(())
     }

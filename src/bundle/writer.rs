@@ -76,9 +76,11 @@ impl BundleWriter {
         BundleWriter::with_options(prefix, WriteOptions::default())
     }
 
-    /// Starts a bundle at `prefix`, creating its directory if needed.
+    /// Starts a bundle at `prefix`, creating its directory if needed; the prefix must pass
+    /// [`check_write_prefix`].
     pub fn with_options(prefix: impl AsRef<Path>, options: WriteOptions) -> Result<BundleWriter> {
         let prefix = prefix.as_ref().to_path_buf();
+        check_write_prefix(&prefix)?;
         if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|err| BundleError::io(dir, "create directory", err))?;
@@ -520,6 +522,26 @@ impl TensorStream<'_> {
 
 /// Writes an index file: the header entry then `entries` (sorted, encoded `BundleEntryProto`s),
 /// through a temporary file renamed into place.
+/// Checks that a checkpoint can be written at `prefix`: it is not empty (that would write
+/// hidden `.index` and `.data-*` files in the current folder) and not an existing directory
+/// (`out/` would put hidden files inside it), and its `.index` is not a directory either.
+pub fn check_write_prefix(prefix: &Path) -> Result<()> {
+    if prefix.as_os_str().is_empty() {
+        return Err(BundleError::EmptyPrefix);
+    }
+    if prefix.is_dir() {
+        return Err(BundleError::PrefixIsDirectory {
+            path: prefix.to_path_buf(),
+        });
+    }
+    let index = index_path(prefix);
+    if index.is_dir() {
+        let err = std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory");
+        return Err(BundleError::io(&index, "replace index file", err));
+    }
+    Ok(())
+}
+
 pub(crate) fn write_index<'a>(
     path: &Path,
     num_shards: i32,

@@ -10,7 +10,7 @@ use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
 use saveplan_ir::{Library, Module, SaverDef};
 
-use super::common::{compile_file, one_line};
+use super::common::{compile_file, escape_controls, one_line, outln};
 
 /// Check a plan: a spec file (`.json`, checked in its flat form) or a GraphDef, MetaGraphDef
 /// or FunctionDef (`.pb` / `.pbtxt`).
@@ -30,11 +30,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let file = args.file.display();
     if findings.is_empty() {
-        println!("{file}: ok");
+        outln!("{file}: ok")?;
         return Ok(ExitCode::SUCCESS);
     }
     for finding in &findings {
-        println!("{file}: {finding}");
+        // A finding quotes names and devices of the file, which may hold control characters.
+        outln!("{file}: {}", escape_controls(&finding.to_string()))?;
     }
     Ok(ExitCode::FAILURE)
 }

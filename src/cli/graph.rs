@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use saveplan::export;
 use saveplan_ir::Module;
 
-use super::common::one_line;
+use super::common::{one_line, out};
 
 /// Inspect and convert GraphDef / MetaGraphDef files.
 #[derive(Debug, Args)]
@@ -42,11 +42,11 @@ pub fn run(args: GraphArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         GraphCommand::Show { file } => {
             let module = read_module(&file)?;
-            print!("{module}");
+            out!("{module}")?;
         }
         GraphCommand::Dot { file } => {
             let module = read_module(&file)?;
-            print!("{}", saveplan_ir::dot::to_dot(&module));
+            out!("{}", saveplan_ir::dot::to_dot(&module))?;
         }
         GraphCommand::Convert { input, output } => {
             let loaded = export::read_graph_file(&input).map_err(|err| one_line(&err))?;

@@ -13,6 +13,8 @@ use saveplan::bundle::{
 };
 use serde_json::{Value, json};
 
+use super::common::out;
+
 /// Arguments of `saveplan inspect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -68,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 out
             }),
     };
-    print!("{out}");
+    out!("{out}")?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

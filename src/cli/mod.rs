@@ -45,6 +45,8 @@ enum Command {
     Run(run::Args),
 }
 
+pub use common::{is_broken_pipe, render_error};
+
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {

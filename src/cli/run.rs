@@ -27,7 +27,8 @@ use super::values::read_values;
 /// Arguments of `saveplan run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A MetaGraphDef with a saver_def, or a GraphDef (`.pb` or `.pbtxt`).
+    /// A MetaGraphDef with a saver_def (`.pb`, `.pbtxt`, or the `.meta` file
+    /// `tf.compat.v1.train.Saver` writes), or a GraphDef (`.pb` or `.pbtxt`).
     graph: PathBuf,
     /// The SaverDef to use with a GraphDef (`.pb` or `.pbtxt`).
     #[arg(long, value_name = "FILE")]

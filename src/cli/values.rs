@@ -14,6 +14,13 @@ use saveplan_ir::DType;
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
 /// which safetensors cannot hold).
 pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+    // A FIFO, a device or a folder would block or fail late: only regular files are read.
+    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+        return Err(ValuesError::NotAFile {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
     let is_safetensors =
         path.extension().is_some_and(|ext| ext == "safetensors") || !index_path(path).exists();
     if is_safetensors {
@@ -21,6 +28,17 @@ pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> 
     } else {
         read_checkpoint(path)
     }
+}
+
+/// Why a values file is refused before it is read.
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesError {
+    /// The path exists but is not a regular file (a FIFO, a device, a folder).
+    #[error("{}: not a regular file", path.display())]
+    NotAFile {
+        /// The path given.
+        path: std::path::PathBuf,
+    },
 }
 
 /// Reads every tensor of a `.safetensors` file.

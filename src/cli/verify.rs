@@ -1,11 +1,13 @@
 //! `saveplan verify PREFIX`: reads every tensor of a checkpoint and checks every checksum;
-//! exits 0 only if all are good and names each bad key otherwise.
+//! exits 0 only if all are good and names each bad key otherwise (a missing data file once,
+//! with the number of tensors stored there).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use saveplan::bundle::BundleReader;
+use saveplan::bundle::{BundleError, BundleReader};
 
-use super::common::progress_bar;
+use super::common::{one_line, outln, progress_bar};
 
 /// Arguments of `saveplan verify`.
 #[derive(Debug, clap::Args)]
@@ -31,13 +33,25 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         .sum();
     let progress = progress_bar(total, "verifying");
     let mut n_bad = 0usize;
+    // Tensors per missing data file: a lost shard is one problem, said once at the end.
+    let mut missing: BTreeMap<PathBuf, (usize, String)> = BTreeMap::new();
     for entry in reader.entries() {
-        if let Err(err) = reader.verify_entry(&entry.key) {
+        let checked = reader
+            .check_coverage(&entry.key)
+            .and_then(|()| reader.verify_entry(&entry.key));
+        if let Err(err) = checked {
             n_bad += 1;
-            let line = format!("bad: {}: {err}", entry.key);
+            if let BundleError::MissingShard { path, source, .. } = &err {
+                let (n_tensors, _) = missing
+                    .entry(path.clone())
+                    .or_insert_with(|| (0, source.to_string()));
+                *n_tensors += 1;
+                continue;
+            }
+            let line = format!("bad: {}: {}", entry.key, one_line(&err));
             match &progress {
                 Some(bar) => bar.println(line),
-                None => println!("{line}"),
+                None => outln!("{line}")?,
             }
         }
         if let Some(bar) = &progress {
@@ -54,12 +68,18 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    for (path, (n_tensors, reason)) in &missing {
+        outln!(
+            "bad: {}: data shard missing ({reason}), {n_tensors} tensors stored there",
+            path.display()
+        )?;
+    }
     let n_tensors = reader.entries().len();
     if n_bad == 0 {
-        println!("ok: {n_tensors} tensors, {total} bytes, all checksums match");
+        outln!("ok: {n_tensors} tensors, {total} bytes, all checksums match")?;
         Ok(std::process::ExitCode::SUCCESS)
     } else {
-        println!("{n_bad} of {n_tensors} tensors are bad");
+        outln!("{n_bad} of {n_tensors} tensors are bad")?;
         Ok(std::process::ExitCode::FAILURE)
     }
 }

@@ -76,6 +76,14 @@ pub trait CheckpointIo: Sync {
 
     /// Merges the bundles at `sources` into one at `destination` (`MergeV2Checkpoints`).
     fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError>;
+
+    /// Checks, before a save plan runs, that a checkpoint can be written at `prefix`. The
+    /// default accepts every prefix; [`BundleIo`] refuses an empty one and an existing
+    /// directory ([`crate::bundle::check_write_prefix`]).
+    fn check_save_prefix(&self, prefix: &str) -> Result<(), IoError> {
+        let _ = prefix;
+        Ok(())
+    }
 }
 
 /// One tensor (or slice) for [`CheckpointIo::save`].
@@ -109,6 +117,12 @@ pub struct BundleIo {
 }
 
 impl CheckpointIo for BundleIo {
+    fn check_save_prefix(&self, prefix: &str) -> Result<(), IoError> {
+        Ok(crate::bundle::check_write_prefix(std::path::Path::new(
+            prefix,
+        ))?)
+    }
+
     fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
         let mut writer = BundleWriter::with_options(prefix, self.write)?;
         for request in tensors {

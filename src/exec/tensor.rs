@@ -87,6 +87,21 @@ pub enum TensorError {
         /// The dimension sizes (-1 for unknown), empty for unknown rank.
         shape: Vec<i64>,
     },
+    /// A constant that would need more host memory than any plan constant may
+    /// ([`saveplan_ir::MAX_TENSOR_ATTR_BYTES`]) once its stored values fill its shape.
+    #[error(
+        "a {dtype} constant of shape {shape:?} would need {}, above the {}-byte limit for constants",
+        match bytes { Some(bytes) => format!("{bytes} bytes"), None => "more than 2^64 bytes".to_owned() },
+        saveplan_ir::MAX_TENSOR_ATTR_BYTES
+    )]
+    ConstTooLarge {
+        /// The dtype.
+        dtype: DType,
+        /// The declared shape.
+        shape: Vec<u64>,
+        /// The host bytes it would need; `None` when that overflows `u64`.
+        bytes: Option<u64>,
+    },
     /// A constant with more stored values than elements.
     #[error("a {dtype} constant of {n_elements} elements has {n_values} values")]
     TooManyValues {
@@ -244,10 +259,24 @@ impl HostTensor {
 
     /// Converts an IR constant, following TensorFlow's `Tensor::FromProto`: a missing shape
     /// is a scalar; no stored values means zeros (or empty strings); fewer stored values than
-    /// elements repeat the last one; `tensor_content` must hold every element exactly.
+    /// elements repeat the last one; `tensor_content` must hold every element exactly. A
+    /// constant needing more than [`saveplan_ir::MAX_TENSOR_ATTR_BYTES`] once filled is refused
+    /// before anything is allocated.
     pub fn from_const(tensor: &Tensor) -> Result<Self, TensorError> {
         let dtype = tensor.dtype;
         let shape = const_shape(tensor.shape.as_ref())?;
+        // Checked before anything is allocated: a few stored values may declare a huge fill.
+        if dtype != DType::String {
+            fixed_size(dtype)?;
+        }
+        let bytes = tensor.filled_bytes();
+        if bytes.is_none_or(|bytes| bytes > saveplan_ir::MAX_TENSOR_ATTR_BYTES) {
+            return Err(TensorError::ConstTooLarge {
+                dtype,
+                shape,
+                bytes,
+            });
+        }
         let n = element_count(&shape)?;
         if dtype == DType::String {
             let strings = match &tensor.values {

@@ -16,6 +16,9 @@ use super::meta_graph::{MetaGraph, import_meta_graph_def, meta_graph_def};
 use super::saver_def::{import_saver_def, saver_def};
 use super::{ExportError, ImportError};
 
+/// The extension of a binary MetaGraphDef as `tf.compat.v1.train.Saver` writes it (`model.meta`).
+const META_EXTENSION: &str = "meta";
+
 /// How a file is encoded, from its extension.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Encoding {
@@ -233,7 +236,15 @@ pub fn read_proto_file(path: &Path) -> Result<ProtoMessage, FileError> {
         path: path.to_owned(),
         source,
     })?;
+    let is_meta = path.extension().is_some_and(|ext| ext == META_EXTENSION);
     match encoding {
+        // A `.meta` file is a MetaGraphDef by name; TensorFlow's carry fields we do not model
+        // (`collection_def`, `signature_def`, …), which decoding skips.
+        Encoding::Binary if is_meta => pb::MetaGraphDef::decode(bytes.as_slice())
+            .map(|message| ProtoMessage::MetaGraphDef(Box::new(message)))
+            .map_err(|_| FileError::UnrecognizedBinary {
+                path: path.to_owned(),
+            }),
         Encoding::Binary => {
             ProtoMessage::decode_binary(&bytes).ok_or_else(|| FileError::UnrecognizedBinary {
                 path: path.to_owned(),
@@ -267,10 +278,11 @@ pub fn write_proto_file(path: &Path, message: &ProtoMessage) -> Result<(), FileE
 }
 
 impl Encoding {
-    /// The encoding for a file name: `.pb` is binary, `.pbtxt` is text, anything else `None`.
+    /// The encoding for a file name: `.pb` and `.meta` (the binary MetaGraphDef
+    /// `tf.compat.v1.train.Saver` writes) are binary, `.pbtxt` is text, anything else `None`.
     pub fn from_path(path: &Path) -> Option<Encoding> {
         match path.extension()?.to_str()? {
-            "pb" => Some(Encoding::Binary),
+            "pb" | META_EXTENSION => Some(Encoding::Binary),
             "pbtxt" => Some(Encoding::Text),
             _ => None,
         }

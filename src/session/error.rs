@@ -6,7 +6,7 @@ use saveplan_ir::slice::SliceError;
 use saveplan_ir::{DType, VerifyErrors};
 
 use super::eager::EagerError;
-use crate::exec::{ExecError, TensorError, VariableError};
+use crate::exec::{ExecError, IoError, TensorError, VariableError};
 use crate::trace::TraceError;
 
 /// Errors from building or running a session.
@@ -22,7 +22,7 @@ pub enum SessionError {
     #[error(transparent)]
     Eager(Box<EagerError>),
     /// The graph breaks an invariant of the IR (every violation is listed).
-    #[error("the plan is not valid: {0}")]
+    #[error("the plan is not valid")]
     Invalid(#[source] VerifyErrors),
     /// A `MetaGraphDef` without a `saver_def`.
     #[error("the meta graph has no saver_def")]
@@ -70,6 +70,15 @@ pub enum SessionError {
         /// Why.
         #[source]
         source: Box<ExecError>,
+    },
+    /// The prefix a save was given cannot hold a checkpoint (empty, or a directory).
+    #[error("cannot save at prefix `{prefix}`")]
+    BadPrefix {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: Box<IoError>,
     },
     /// Running the save or restore plan failed.
     #[error("{what} of `{prefix}` failed")]
@@ -123,6 +132,21 @@ pub enum SessionError {
         expected: String,
         /// The dtype and shape restored.
         got: String,
+    },
+    /// The slices a plan restores of a partitioned tensor leave part of it out, so there is no
+    /// full value to give back (`saveplan check` reports the gap too).
+    #[error(
+        "checkpoint key `{key}`: the restored slices cover {covered} of the {n_elements} elements of shape {shape:?}"
+    )]
+    SlicesDoNotCover {
+        /// The key.
+        key: String,
+        /// The full shape.
+        shape: Vec<u64>,
+        /// The elements the slices cover.
+        covered: u64,
+        /// The elements of the full shape.
+        n_elements: u64,
     },
     /// Cutting or assembling a value failed.
     #[error("value `{key}`")]

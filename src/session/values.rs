@@ -47,8 +47,9 @@ pub fn extract(full: &HostTensor, region: &[(i64, i64)]) -> Result<HostTensor, T
     }
 }
 
-/// A tensor of `dtype` and `shape` assembled from `parts` (each a region and its values);
-/// elements no part covers are zero (empty strings).
+/// A tensor of `dtype` and `shape` assembled from `parts` (each a region and its values).
+/// Callers check first that the parts cover the shape ([`saveplan_ir::slice::covered_volume`]); elements no
+/// part covers would be zero (empty strings).
 pub fn assemble(
     dtype: DType,
     shape: &[u64],

@@ -312,6 +312,9 @@ pub enum BadSlice {
     },
 }
 
+/// The most dimensions a TensorFlow shape may have (`TensorShape::MaxDimensions()`).
+pub const MAX_RANK: usize = 254;
+
 /// Errors from tracing (and from reading spec files).
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -378,6 +381,26 @@ pub enum TraceError {
         /// The shape given.
         shape: Vec<i64>,
     },
+    /// A shape has more dimensions than TensorFlow allows ([`MAX_RANK`]).
+    #[error("variable `{key}`: shape of rank {rank}, above TensorFlow's limit of {MAX_RANK}")]
+    RankTooLarge {
+        /// The checkpoint key.
+        key: String,
+        /// The rank given.
+        rank: usize,
+    },
+    /// A shape (of the variable, or the full shape of its slice spec) has more elements than
+    /// TensorFlow's `TensorShape` holds (2^63 - 1).
+    #[error("variable `{key}`: shape {shape:?} has more than 2^63 - 1 elements")]
+    TooManyElements {
+        /// The checkpoint key.
+        key: String,
+        /// The shape given.
+        shape: Vec<i64>,
+    },
+    /// A checkpoint key is empty (the bundle index cannot store it).
+    #[error("a variable has an empty checkpoint key")]
+    EmptyKey,
     /// An initial value does not fit the variable.
     #[error("variable `{key}`: invalid initial value: {reason}")]
     BadInit {

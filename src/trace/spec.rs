@@ -93,8 +93,10 @@ pub enum ReadSpec {
     Saveable,
 }
 
-/// The `options` object (TensorFlow's `CheckpointOptions`).
+/// The `options` object (TensorFlow's `CheckpointOptions`). An unknown field is an error (a
+/// misspelt option must not be ignored).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OptionsSpec {
     /// `experimental_io_device`.
     #[serde(default)]

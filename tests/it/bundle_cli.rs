@@ -141,6 +141,59 @@ fn verify_good_and_corrupted() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("nope.index: index file not found"));
 }
 
+/// A data file gone is said once, with the number of tensors stored there, not once per
+/// tensor.
+#[test]
+fn verify_reports_a_missing_shard_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = copy_fixture("c1_dtypes", "ckpt", dir.path());
+    std::fs::remove_file(dir.path().join("ckpt.data-00000-of-00001")).unwrap();
+    let output = saveplan(&["verify", path_arg(&prefix)]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("bad: ")
+            && lines[0].contains("ckpt.data-00000-of-00001: data shard missing")
+            && lines[0].ends_with(", 22 tensors stored there"),
+        "{text}"
+    );
+    assert_eq!(lines[1], "22 of 22 tensors are bad");
+}
+
+/// A sliced tensor whose stored slices leave part of it out fails `verify`, and `convert`
+/// (which reads it whole) fails too.
+#[test]
+fn verify_reports_slices_that_do_not_cover_their_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let mut writer = BundleWriter::create(&prefix).unwrap();
+    let top_rows = saveplan::bundle::TensorSlice::parse("0,2:-").unwrap();
+    let bytes: Vec<u8> = (0..6u8).flat_map(|v| f32::from(v).to_le_bytes()).collect();
+    writer
+        .add_slice(
+            "part",
+            DType::Float,
+            &[4, 3],
+            &top_rows,
+            saveplan::bundle::TensorValues::Bytes(&bytes),
+        )
+        .unwrap();
+    writer.finish().unwrap();
+    let output = saveplan(&["verify", path_arg(&prefix)]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("bad: part: ")
+            && text.contains("tensor `part`: stored slices cover 6 of its 12 elements"),
+        "{text}"
+    );
+    let out = dir.path().join("out.safetensors");
+    let converted = saveplan(&["convert", path_arg(&prefix), path_arg(&out)]);
+    assert_eq!(converted.status.code(), Some(1));
+}
+
 #[test]
 fn convert_both_ways_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();

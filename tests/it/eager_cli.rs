@@ -159,5 +159,8 @@ fn help_documents_eager_mode() {
         let output = saveplan(&[command, "--help"]);
         let help = String::from_utf8(output.stdout).unwrap();
         assert!(help.contains("traced: <reason>"), "{command}: {help}");
+        // One text fits both commands: it names neither the save tensor nor the restore op.
+        assert!(help.contains("save or restore plan"), "{command}: {help}");
+        assert!(!help.contains("save tensor"), "{command}: {help}");
     }
 }

@@ -12,6 +12,7 @@ mod bundle_fixtures;
 mod bundle_merge;
 mod bundle_roundtrip;
 mod check;
+mod cli_pipes;
 mod compile;
 mod eager;
 mod eager_cli;

@@ -281,3 +281,46 @@ fn run_cli_errors() {
         });
     });
 }
+
+/// A FIFO given as `--values` is refused at once (reading it would block forever).
+#[test]
+fn values_fifo_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("values.safetensors");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let prefix = dir.path().join("ckpt");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saveplan"))
+        .args([
+            "save",
+            "tests/inputs/run/c4_two_cpus_one_task.json",
+            "--values",
+            fifo.to_str().unwrap(),
+            "--prefix",
+            prefix.to_str().unwrap(),
+        ])
+        .current_dir(crate::support::root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("saveplan save blocked on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.ends_with("values.safetensors: not a regular file\n"),
+        "{stderr}"
+    );
+}

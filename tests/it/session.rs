@@ -334,3 +334,71 @@ fn merge_checks_destinations_before_renaming() {
     assert!(!dir.path().join("ckpt.data-00000-of-00002").exists());
     assert_eq!(read_checkpoint(&prefix), old);
 }
+
+/// A `P.index` that is a folder fails the save before anything is written or moved, and
+/// leaves nothing behind (no `.merging-old` backup, no staged index, no temporary shards); the
+/// merge on its own refuses it the same way.
+#[test]
+fn index_folder_fails_the_save_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let prefix_text = prefix.to_str().unwrap().to_owned();
+    std::fs::create_dir(format!("{prefix_text}.index")).unwrap();
+    let session = spec_session("trace/g1_single_cpu.json");
+    session.assign(generated_values(&session, 1)).unwrap();
+    let err = session.save(&prefix_text).unwrap_err();
+    let line = error_chain(&err, ErrorForm::OneLine);
+    assert!(line.contains("ckpt.index: replace index file"), "{line}");
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ckpt.index"], "{line}");
+    assert!(
+        std::fs::read_dir(format!("{prefix_text}.index"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+
+    let source = dir.path().join("source");
+    let source_session = spec_session("trace/g1_single_cpu.json");
+    source_session
+        .assign(generated_values(&source_session, 1))
+        .unwrap();
+    source_session.save(source.to_str().unwrap()).unwrap();
+    let err = saveplan::bundle::merge_bundles(&[&source], &prefix, Default::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("ckpt.index: replace index file"),
+        "{err}"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("ckpt") && name != "ckpt.index")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// An empty prefix and a prefix that is an existing folder are refused before the plan runs.
+#[test]
+fn empty_and_folder_prefixes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = spec_session("trace/g1_single_cpu.json");
+    session.assign(generated_values(&session, 1)).unwrap();
+    let err = session.save("").unwrap_err();
+    assert_eq!(
+        error_chain(&err, ErrorForm::OneLine),
+        "cannot save at prefix ``: the checkpoint prefix is empty"
+    );
+    let folder = dir.path().to_str().unwrap();
+    let err = session.save(folder).unwrap_err();
+    assert!(
+        error_chain(&err, ErrorForm::OneLine)
+            .ends_with(": the checkpoint prefix is an existing directory"),
+        "{}",
+        error_chain(&err, ErrorForm::OneLine)
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -8,7 +8,7 @@ use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::slice::ShapeAndSlice;
 
 use crate::trace::{
-    BadSlice, ConstError, Init, SaveableTensor, TraceError, TraceOptions, Trackable,
+    BadSlice, ConstError, Init, MAX_RANK, SaveableTensor, TraceError, TraceOptions, Trackable,
 };
 
 /// The validated input: tensors flattened in trackable order, grouped by task.
@@ -148,23 +148,49 @@ impl Inputs<'_> {
 }
 
 /// Checks what can be checked on one tensor alone: shape, slice spec and initial value.
-fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
-    let key = &tensor.checkpoint_key;
-    if tensor.shape.iter().any(|&dim| dim < 0) {
+/// A shape TensorFlow can hold: no negative dimension, at most [`MAX_RANK`] dimensions and
+/// at most 2^63 - 1 elements.
+fn check_shape(key: &str, shape: &[i64]) -> Result<(), TraceError> {
+    if shape.iter().any(|&dim| dim < 0) {
         return Err(TraceError::BadShape {
-            key: key.clone(),
-            shape: tensor.shape.clone(),
+            key: key.to_owned(),
+            shape: shape.to_vec(),
         });
     }
+    if shape.len() > MAX_RANK {
+        return Err(TraceError::RankTooLarge {
+            key: key.to_owned(),
+            rank: shape.len(),
+        });
+    }
+    if shape
+        .iter()
+        .try_fold(1i64, |acc, &dim| acc.checked_mul(dim))
+        .is_none()
+    {
+        return Err(TraceError::TooManyElements {
+            key: key.to_owned(),
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+fn validate(tensor: &SaveableTensor) -> Result<(), TraceError> {
+    let key = &tensor.checkpoint_key;
+    if key.is_empty() {
+        return Err(TraceError::EmptyKey);
+    }
+    check_shape(key, &tensor.shape)?;
     if !tensor.slice_spec.is_empty() {
         let bad = |reason: BadSlice| TraceError::BadSliceSpec {
             key: key.clone(),
             spec: tensor.slice_spec.clone(),
             reason,
         };
-        let region = ShapeAndSlice::parse(&tensor.slice_spec)
-            .and_then(|spec| spec.region())
-            .map_err(|err| bad(err.into()))?;
+        let spec = ShapeAndSlice::parse(&tensor.slice_spec).map_err(|err| bad(err.into()))?;
+        check_shape(key, &spec.full_shape)?;
+        let region = spec.region().map_err(|err| bad(err.into()))?;
         let lengths: Vec<i64> = region.iter().map(|&(_, length)| length).collect();
         if lengths != tensor.shape {
             return Err(bad(BadSlice::ShapeMismatch {
