@@ -23,6 +23,7 @@ mod exec_plan;
 mod exec_snapshots;
 mod export_roundtrip;
 mod graph_cli;
+mod objects;
 mod run_cli;
 mod session;
 mod trace;
