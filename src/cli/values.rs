@@ -11,9 +11,13 @@ use saveplan::bundle::{BundleReader, Values, index_path};
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 
+use super::common::checkpoint_prefix;
+
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
-/// which safetensors cannot hold).
+/// which safetensors cannot hold), or a directory or `checkpoint` state file (its latest
+/// checkpoint).
 pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+    let path = &checkpoint_prefix(path)?;
     let is_safetensors =
         path.extension().is_some_and(|ext| ext == "safetensors") || !index_path(path).exists();
     if is_safetensors {

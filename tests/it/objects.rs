@@ -399,3 +399,21 @@ fn latest_checkpoint_errors_name_the_file() {
     let err = resolve_prefix(&state).unwrap_err().to_string();
     assert!(err.ends_with("bad checkpoint state file"), "{err}");
 }
+
+#[test]
+fn a_corrupt_object_graph_is_an_error_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    // One node whose child edge names node 7.
+    let mut writer = saveplan::bundle::BundleWriter::create(&prefix).unwrap();
+    let graph = vec![0x0a, 0x06, 0x0a, 0x04, 0x08, 0x07, 0x12, 0x00];
+    writer.add_strings(OBJECT_GRAPH_KEY, &[], &[graph]).unwrap();
+    writer.finish().unwrap();
+    let reader = BundleReader::open(&prefix).unwrap();
+    let err = saveplan::checkpoint::read_object_graph(&reader).unwrap_err();
+    assert_eq!(
+        crate::support::error_chain(&err, crate::support::ErrorForm::CausedBy)
+            .replace(&*prefix.to_string_lossy(), "[PREFIX]"),
+        "error: [PREFIX]: corrupt object graph\ncaused by: node 0: children names node 7, but the graph has 1 nodes\n"
+    );
+}
