@@ -1,6 +1,10 @@
-//! `saveplan inspect --objects [--json]` and latest-checkpoint resolution, run as the built
+//! `saveplan inspect --objects [--json]`, latest-checkpoint resolution and `convert` of
+//! object-based checkpoints, run as the built
 //! binary on TensorFlow's `obj/` fixtures: one snapshot per input (tree and JSON), errors as
 //! one line.
+
+use saveplan::bundle::{BundleReader, BundleWriter, DType};
+use saveplan::checkpoint::OBJECT_GRAPH_KEY;
 
 use crate::support::{for_each_case, saveplan, settings};
 
@@ -100,4 +104,96 @@ fn every_prefix_command_takes_a_directory_or_state_file() {
         stderr,
         "error: tests/fixtures/tf-2.21/obj/o7_non_variable_attributes: no `checkpoint` state file\n"
     );
+}
+
+/// checkpoint → safetensors (into folders that do not exist yet) → checkpoint gives back
+/// TensorFlow's own files byte for byte: same tensors, same object graph, same data order.
+#[test]
+fn convert_round_trips_object_based_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    for (case, src, prefix_name) in [
+        ("o1", "o1_module_tree/write/ckpt", "ckpt"),
+        ("o1_save", "o1_module_tree/save", "ckpt-2"),
+        ("o2", "o2_optimizer/v1_adam", "ckpt-1"),
+    ] {
+        let fixture = crate::support::fixture("obj").join(src);
+        let st = dir.path().join(case).join("no/sub/x.safetensors");
+        let (ok, _, stderr) = run(&["convert", fixture.to_str().unwrap(), st.to_str().unwrap()]);
+        assert!(ok, "{case}: {stderr}");
+        let (_, metadata) =
+            safetensors::SafeTensors::read_metadata(&std::fs::read(&st).unwrap()).unwrap();
+        assert!(
+            metadata
+                .metadata()
+                .as_ref()
+                .unwrap()
+                .contains_key(OBJECT_GRAPH_KEY),
+            "{case}"
+        );
+        let back = dir.path().join(case).join("back").join(prefix_name);
+        let (ok, _, stderr) = run(&["convert", st.to_str().unwrap(), back.to_str().unwrap()]);
+        assert!(ok, "{case}: {stderr}");
+        let original = if fixture.is_dir() {
+            fixture.join(prefix_name)
+        } else {
+            fixture.clone()
+        };
+        for suffix in [".index", ".data-00000-of-00001"] {
+            let read = |prefix: &std::path::Path| {
+                std::fs::read(format!("{}{suffix}", prefix.display())).unwrap()
+            };
+            assert!(read(&original) == read(&back), "{case}: {suffix} differs");
+        }
+    }
+}
+
+#[test]
+fn convert_selects_keys_and_skips_strings() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let mut writer = BundleWriter::create(&prefix).unwrap();
+    writer
+        .add(
+            "model/w/.ATTRIBUTES/VARIABLE_VALUE",
+            DType::Float,
+            &[1],
+            &1f32.to_le_bytes(),
+        )
+        .unwrap();
+    writer
+        .add_strings("model/name/.ATTRIBUTES/py_state", &[], &[b"x".to_vec()])
+        .unwrap();
+    writer
+        .add("other", DType::Int32, &[], &7i32.to_le_bytes())
+        .unwrap();
+    writer.finish().unwrap();
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let (ok, _, stderr) = run(&["convert", &path("ckpt"), &path("a.safetensors")]);
+    assert!(!ok);
+    assert_eq!(
+        stderr,
+        "error: tensor `model/name/.ATTRIBUTES/py_state` is a string tensor: safetensors cannot hold strings (--skip-strings leaves them out)\n"
+    );
+    let (ok, _, stderr) = run(&[
+        "convert",
+        "--skip-strings",
+        "--keys",
+        "model/*",
+        &path("ckpt"),
+        &path("a.safetensors"),
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        stderr,
+        "saveplan: convert: skipped string tensor `model/name/.ATTRIBUTES/py_state`\n"
+    );
+    let (ok, _, _) = run(&["convert", &path("a.safetensors"), &path("back")]);
+    assert!(ok);
+    let keys: Vec<String> = BundleReader::open(dir.path().join("back"))
+        .unwrap()
+        .entries()
+        .iter()
+        .map(|entry| entry.key.clone())
+        .collect();
+    assert_eq!(keys, ["model/w/.ATTRIBUTES/VARIABLE_VALUE"]);
 }
