@@ -39,7 +39,7 @@
 //! # Vocabulary beyond graphs
 //!
 //! What every layer shares without being a graph: tensor and saver names ([`names`]), slice
-//! specs ([`slice`]), the roles of the saver ops' inputs ([`saver_ops`]) and the object graph
+//! specs ([`mod@slice`]), the roles of the saver ops' inputs ([`saver_ops`]) and the object graph
 //! of object-based checkpoints with its key rules ([`object_graph`]).
 #![warn(missing_docs)]
 
