@@ -35,6 +35,12 @@
 //! * [`session`] drives the tracer and the runtime for a user: a [`session::Session`] binds
 //!   checkpoint keys to the plan's variables, takes values in and gives them back by key, in
 //!   graph mode or eager mode ([`session::Mode`], [`session::EagerSaver`]).
+//! * [`checkpoint`] is object-based checkpointing (`tf.train.Checkpoint`): the object graph a
+//!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the
+//!   graph a checkpoint stores ([`checkpoint::read_object_graph`]) and the latest checkpoint
+//!   of a directory ([`checkpoint::latest_checkpoint`]). Its graph model and key rules are
+//!   IR-crate vocabulary ([`saveplan_ir::object_graph`]), its protobuf form is in
+//!   [`export::object_graph`].
 //!
 //! The `saveplan` binary (`src/main.rs`, `src/cli/`) sits on top and is the only code that
 //! prints.
@@ -72,6 +78,7 @@
 
 pub mod analysis;
 pub mod bundle;
+pub mod checkpoint;
 pub mod compile;
 pub mod exec;
 pub mod export;

@@ -35,6 +35,12 @@
 //! [`OpId`]s are stable across removals of other ops but are never printed. Every output this
 //! crate produces orders ops by creation sequence or by a topological order that breaks ties by
 //! creation sequence, so the same graph always prints the same text.
+//!
+//! # Vocabulary beyond graphs
+//!
+//! What every layer shares without being a graph: tensor and saver names ([`names`]), slice
+//! specs ([`mod@slice`]), the roles of the saver ops' inputs ([`saver_ops`]) and the object graph
+//! of object-based checkpoints with its key rules ([`object_graph`]).
 #![warn(missing_docs)]
 
 pub mod attr;
@@ -44,6 +50,7 @@ pub mod dtype;
 pub mod graph;
 pub mod module;
 pub mod names;
+pub mod object_graph;
 pub mod op;
 pub mod parse;
 pub mod saver_ops;

@@ -62,6 +62,7 @@ fn message_type(path: &Path) -> &'static str {
         "graph.pbtxt" | "flat_graph.pbtxt" => "tensorflow.GraphDef",
         "fn_save.pbtxt" => "tensorflow.FunctionDef",
         "saver_def.pbtxt" => "tensorflow.SaverDef",
+        _ if name.ends_with(".object_graph.pbtxt") => "tensorflow.TrackableObjectGraph",
         _ if name.ends_with(".graph.pbtxt") => "tensorflow.GraphDef",
         _ if name.ends_with(".function_def.pbtxt") => "tensorflow.FunctionDef",
         _ if name.ends_with(".saver_def.pbtxt") => "tensorflow.SaverDef",

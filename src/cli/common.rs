@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use saveplan::checkpoint::resolve_prefix;
 use saveplan::compile::{Compilation, Form, compile};
 use saveplan::exec::{Backend, StepEvent};
 use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOptions};
@@ -101,6 +102,12 @@ pub fn escape_controls(text: &str) -> String {
     out
 }
 
+/// The checkpoint prefix a command-line path stands for: the path itself, or for a directory
+/// or a `checkpoint` state file the latest checkpoint it names.
+pub fn checkpoint_prefix(path: &Path) -> anyhow::Result<PathBuf> {
+    resolve_prefix(path).map_err(|err| one_line(&err))
+}
+
 /// Reads, parses and compiles a spec file; errors name the file and fit on one line.
 pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
     let text = std::fs::read_to_string(path)
@@ -132,8 +139,12 @@ pub fn save(session: &Session, prefix: &str) -> anyhow::Result<()> {
     })
 }
 
-/// Runs the session's restore plan and writes the restored values to `out`.
+/// Runs the session's restore plan on `prefix` (or the latest checkpoint of a directory or
+/// state file) and writes the restored values to `out`.
 pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::Result<()> {
+    let resolved = checkpoint_prefix(Path::new(prefix))?;
+    let prefix = resolved.to_string_lossy();
+    let prefix = prefix.as_ref();
     report_traces(session, |session| {
         with_progress(session.restored_tensors(), "restoring", |observer| {
             session.restore_observed(prefix, observer)

@@ -1,47 +1,104 @@
 //! `saveplan convert SRC DST`: converts a `.safetensors` file into a TF checkpoint prefix or a
-//! checkpoint prefix into a `.safetensors` file, keeping keys, dtypes, shapes and bytes.
+//! checkpoint prefix (or a directory / `checkpoint` state file: its latest checkpoint) into a
+//! `.safetensors` file, keeping keys, dtypes, shapes and bytes.
+//!
+//! An object-based checkpoint's serialized object graph goes into the safetensors header's
+//! `__metadata__`, base64 under `_CHECKPOINTABLE_OBJECT_GRAPH`; converting back writes it as
+//! the `_CHECKPOINTABLE_OBJECT_GRAPH` string tensor again, last, and the other tensors in the
+//! graph's node order, as TensorFlow does (FORMATS.md 13.5), so TensorFlow restores the result
+//! by object.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use safetensors::tensor::{SafeTensors, TensorView};
 use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
+use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectGraph, read_object_graph_bytes};
+use saveplan::export::object_graph::decode;
 
-use super::common::progress_bar;
+use super::common::{checkpoint_prefix, one_line, progress_bar};
 use super::values::{from_safetensors, to_safetensors};
 
 /// Arguments of `saveplan convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A `.safetensors` file or a checkpoint prefix (the path without `.index`).
+    /// A `.safetensors` file, or a checkpoint prefix (the path without `.index`), directory or
+    /// `checkpoint` state file (its latest checkpoint).
     src: PathBuf,
-    /// The checkpoint prefix or `.safetensors` file to write.
+    /// The checkpoint prefix or `.safetensors` file to write; missing folders are created.
     dst: PathBuf,
+    /// Checkpoint to safetensors: leave out string tensors (other than the object graph, which
+    /// goes into the metadata), with a note on stderr, instead of failing.
+    #[arg(long)]
+    skip_strings: bool,
+    /// Checkpoint to safetensors: convert only the keys matching this glob (`*` any run of
+    /// characters, `/` included; `?` one character). Repeatable. The object graph is kept only
+    /// if a glob matches `_CHECKPOINTABLE_OBJECT_GRAPH`.
+    #[arg(long = "keys", value_name = "GLOB")]
+    keys: Vec<String>,
 }
 
 /// Runs `saveplan convert`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    let is_state_file = args
+        .src
+        .file_name()
+        .is_some_and(|name| name == "checkpoint");
     let is_safetensors = args.src.extension().is_some_and(|ext| ext == "safetensors")
-        || (args.src.is_file() && !index_path(&args.src).exists());
+        || (args.src.is_file() && !index_path(&args.src).exists() && !is_state_file);
+    create_parent(&args.dst)?;
     if is_safetensors {
         safetensors_to_checkpoint(&args.src, &args.dst)?;
-    } else if index_path(&args.src).exists() {
-        checkpoint_to_safetensors(&args.src, &args.dst)?;
-    } else {
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let prefix = checkpoint_prefix(&args.src)?;
+    if !index_path(&prefix).exists() {
         bail!(
             "{}: neither a .safetensors file nor a checkpoint prefix (no .index file)",
             args.src.display()
         );
     }
+    checkpoint_to_safetensors(&prefix, &args.dst, &args)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn checkpoint_to_safetensors(prefix: &Path, dst: &Path) -> anyhow::Result<()> {
+/// Creates the folders `path` is to be written in.
+fn create_parent(path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => std::fs::create_dir_all(parent)
+            .with_context(|| format!("{}: cannot create folder", parent.display())),
+        _ => Ok(()),
+    }
+}
+
+fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::Result<()> {
     let reader = BundleReader::open(prefix)?;
+    let selected =
+        |key: &str| args.keys.is_empty() || args.keys.iter().any(|glob| glob_matches(glob, key));
+    let mut metadata = HashMap::new();
+    let mut keys = Vec::new();
     for entry in reader.entries() {
+        if !selected(&entry.key) {
+            continue;
+        }
+        if entry.key == OBJECT_GRAPH_KEY && entry.dtype == DType::String {
+            let bytes = read_object_graph_bytes(&reader).map_err(|err| one_line(&err))?;
+            decode(&bytes)
+                .map_err(|err| one_line(&err))
+                .with_context(|| format!("{}: corrupt object graph", prefix.display()))?;
+            metadata.insert(OBJECT_GRAPH_KEY.to_owned(), BASE64.encode(bytes));
+            continue;
+        }
         if entry.dtype == DType::String {
+            if args.skip_strings {
+                eprintln!("saveplan: convert: skipped string tensor `{}`", entry.key);
+                continue;
+            }
             bail!(
-                "tensor `{}` is a string tensor: safetensors cannot hold strings",
+                "tensor `{}` is a string tensor: safetensors cannot hold strings (--skip-strings leaves them out)",
                 entry.key
             );
         }
@@ -52,15 +109,15 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path) -> anyhow::Result<()> {
                 entry.dtype
             );
         }
+        keys.push(entry);
     }
-    let total: u64 = reader
-        .entries()
+    let total: u64 = keys
         .iter()
         .map(|entry| tensor_bytes(entry.dtype, &entry.shape))
         .sum();
     let progress = progress_bar(total, "reading");
-    let mut tensors = Vec::with_capacity(reader.entries().len());
-    for entry in reader.entries() {
+    let mut tensors = Vec::with_capacity(keys.len());
+    for entry in keys {
         let tensor = reader.read(&entry.key)?;
         let Values::Bytes(bytes) = tensor.values else {
             bail!(
@@ -86,9 +143,35 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path) -> anyhow::Result<()> {
             Ok((key.clone(), view))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    safetensors::tensor::serialize_to_file(views, None, dst)
-        .with_context(|| format!("{}: writing", dst.display()))?;
+    let metadata = (!metadata.is_empty()).then_some(metadata);
+    safetensors::tensor::serialize_to_file(views, metadata, dst)
+        .map_err(|err| one_line(&err))
+        .with_context(|| format!("{}: cannot write", dst.display()))?;
     Ok(())
+}
+
+/// Whether `key` matches `glob`: `*` matches any run of characters, `?` one character.
+fn glob_matches(glob: &str, key: &str) -> bool {
+    let (glob, key): (Vec<char>, Vec<char>) = (glob.chars().collect(), key.chars().collect());
+    // matches[j]: whether glob[..i] matches key[..j], row by row.
+    let mut matches = vec![false; key.len() + 1];
+    matches[0] = true;
+    for &g in &glob {
+        let mut next = vec![false; key.len() + 1];
+        if g == '*' {
+            let mut any = false;
+            for j in 0..=key.len() {
+                any |= matches[j];
+                next[j] = any;
+            }
+        } else {
+            for j in 1..=key.len() {
+                next[j] = matches[j - 1] && (g == '?' || g == key[j - 1]);
+            }
+        }
+        matches = next;
+    }
+    matches[key.len()]
 }
 
 fn tensor_bytes(dtype: DType, shape: &[i64]) -> u64 {
@@ -102,17 +185,41 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("{}: not a valid safetensors file", src.display()))?;
     let (_, metadata) = SafeTensors::read_metadata(&buffer)
         .with_context(|| format!("{}: bad header", src.display()))?;
-    // Write in file order, which is deterministic (the header is a hash map).
+    let object_graph = match metadata
+        .metadata()
+        .as_ref()
+        .and_then(|map| map.get(OBJECT_GRAPH_KEY))
+    {
+        Some(text) => {
+            let bytes = BASE64.decode(text).with_context(|| {
+                format!(
+                    "{}: metadata `{OBJECT_GRAPH_KEY}` is not base64",
+                    src.display()
+                )
+            })?;
+            let graph = decode(&bytes)
+                .map_err(|err| one_line(&err))
+                .with_context(|| format!("{}: corrupt object graph in metadata", src.display()))?;
+            Some((bytes, graph))
+        }
+        None => None,
+    };
+    // File order, which is deterministic (the header is a hash map), then, for an object-based
+    // checkpoint, node order as TensorFlow writes it.
     let mut names: Vec<(usize, String)> = metadata
         .tensors()
         .into_iter()
         .map(|(name, info)| (info.data_offsets.0, name))
         .collect();
     names.sort();
+    let mut names: Vec<String> = names.into_iter().map(|(_, name)| name).collect();
+    if let Some((_, graph)) = &object_graph {
+        names = node_order(graph, names);
+    }
     let total = buffer.len() as u64;
     let progress = progress_bar(total, "writing");
     let mut writer = BundleWriter::create(prefix)?;
-    for (_, name) in &names {
+    for name in &names {
         let view = file.tensor(name)?;
         let Some(dtype) = from_safetensors(view.dtype()) else {
             bail!(
@@ -126,9 +233,54 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
             bar.inc(view.data().len() as u64);
         }
     }
+    if let Some((bytes, _)) = object_graph {
+        writer.add_strings(OBJECT_GRAPH_KEY, &[], &[bytes])?;
+    }
     writer.finish()?;
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
     Ok(())
+}
+
+/// `names` reordered as TensorFlow writes an object-based checkpoint's data (13.5): each
+/// node's attributes in node order (a legacy saveable's keys, which share its key as prefix,
+/// in place), then the names no attribute claims, in their order.
+fn node_order(graph: &ObjectGraph, names: Vec<String>) -> Vec<String> {
+    let mut rest = names;
+    let mut ordered = Vec::with_capacity(rest.len());
+    for node in graph.nodes() {
+        for attribute in &node.attributes {
+            let key = attribute.checkpoint_key.as_str();
+            let (mut claimed, others): (Vec<String>, Vec<String>) = rest
+                .into_iter()
+                .partition(|name| name == key || name.starts_with(key));
+            claimed.sort_by_key(|name| name != key);
+            ordered.extend(claimed);
+            rest = others;
+        }
+    }
+    ordered.extend(rest);
+    ordered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matches;
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches(
+            "model/*",
+            "model/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+        ));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("a?c", "abc"));
+        assert!(!glob_matches("a?c", "ac"));
+        assert!(!glob_matches("model/*", "optimizer/x"));
+        assert!(glob_matches(
+            "*/bias/*",
+            "model/bias/.ATTRIBUTES/VARIABLE_VALUE"
+        ));
+    }
 }

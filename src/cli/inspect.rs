@@ -1,5 +1,6 @@
 //! `saveplan inspect PREFIX`: lists a checkpoint's tensors like TensorFlow's inspect_checkpoint,
-//! as JSON with `--json`, or prints one tensor's values with `--tensor KEY`.
+//! as JSON with `--json`, prints one tensor's values with `--tensor KEY`, or shows the object
+//! graph of an object-based checkpoint with `--objects` (`inspect/objects.rs`).
 //!
 //! The listing uses TensorFlow's `key (DT_FLOAT) [2,3]` line format. Unlike TensorFlow, which
 //! prints the encoded slice keys of a sliced tensor and skips its full entry, it prints one line
@@ -8,29 +9,51 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+mod objects;
+
 use saveplan::bundle::{
     BundleReader, DType, Element, Entry, Tensor, Values, decode_element, element_json,
 };
+use saveplan::checkpoint::read_object_graph;
 use serde_json::{Value, json};
 
-use super::common::out;
+use super::common::{checkpoint_prefix, out};
 
 /// Arguments of `saveplan inspect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Checkpoint prefix (the path without `.index`).
+    /// Checkpoint prefix (the path without `.index`), or a directory or `checkpoint` state
+    /// file, meaning its latest checkpoint.
     prefix: PathBuf,
-    /// Print a JSON array of entries (key, dtype, shape, shard, offset, size, crc32c, slices).
+    /// Print JSON: the entries (key, dtype, shape, shard, offset, size, crc32c, slices), or
+    /// with `--objects` the object graph's nodes.
     #[arg(long)]
     json: bool,
     /// Print the values of this tensor instead of the listing.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", conflicts_with = "objects")]
     tensor: Option<String>,
+    /// Print the object graph of an object-based checkpoint: objects by path, their tensors
+    /// with dtype and shape, slot variables under their variable.
+    #[arg(long)]
+    objects: bool,
 }
 
 /// Runs `saveplan inspect`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let reader = BundleReader::open(&args.prefix)?;
+    let reader = BundleReader::open(checkpoint_prefix(&args.prefix)?)?;
+    if args.objects {
+        let graph = read_object_graph(&reader)?;
+        let out = if args.json {
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&objects::json(&graph))?
+            )
+        } else {
+            objects::tree(&graph, &reader)
+        };
+        out!("{out}")?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let out = match (&args.tensor, args.json) {
         (Some(key), json) => {
             let tensor = reader.read(key)?;

@@ -27,7 +27,7 @@ enum Command {
     // Subcommands are added here, one line each, as their modules land.
     /// Show, draw and convert TensorFlow graph files.
     Graph(graph::GraphArgs),
-    /// List a checkpoint's tensors, or print one tensor's values.
+    /// List a checkpoint's tensors, print one tensor's values, or show its object graph.
     Inspect(inspect::Args),
     /// Read every tensor of a checkpoint and check every checksum.
     Verify(verify::Args),

@@ -11,7 +11,8 @@ use super::common::{ModeArgs, load_spec_session, restore_to_file};
 pub struct Args {
     /// The spec file (JSON: variables and options).
     spec: PathBuf,
-    /// The checkpoint prefix to read (the path without `.index`).
+    /// The checkpoint prefix to read (the path without `.index`), or a directory or
+    /// `checkpoint` state file, meaning its latest checkpoint.
     #[arg(long, value_name = "P")]
     prefix: String,
     /// The `.safetensors` file to write.

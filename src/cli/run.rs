@@ -42,10 +42,11 @@ pub struct Args {
     )]
     save: Option<String>,
     /// The values to save: a `.safetensors` file keyed by checkpoint key, or a checkpoint
-    /// prefix.
+    /// prefix (a directory or `checkpoint` state file: its latest checkpoint).
     #[arg(long, value_name = "FILE")]
     values: Option<PathBuf>,
-    /// Restore from this checkpoint prefix (needs `--out`).
+    /// Restore from this checkpoint prefix (needs `--out`), or from the latest checkpoint of
+    /// a directory or `checkpoint` state file.
     #[arg(long, value_name = "P", requires = "out")]
     restore: Option<String>,
     /// The `.safetensors` file the restored values are written to.

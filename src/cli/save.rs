@@ -16,7 +16,8 @@ use super::values::read_values;
 pub struct Args {
     /// The spec file (JSON: variables and options).
     spec: PathBuf,
-    /// The values: a `.safetensors` file keyed by checkpoint key, or a checkpoint prefix.
+    /// The values: a `.safetensors` file keyed by checkpoint key, or a checkpoint prefix
+    /// (a directory or `checkpoint` state file: its latest checkpoint).
     #[arg(long, value_name = "FILE")]
     values: PathBuf,
     /// The checkpoint prefix to write (the path without `.index`).

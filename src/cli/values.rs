@@ -11,19 +11,23 @@ use saveplan::bundle::{BundleReader, Values, index_path};
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 
+use super::common::checkpoint_prefix;
+
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
-/// which safetensors cannot hold).
+/// which safetensors cannot hold), or a directory or `checkpoint` state file (its latest
+/// checkpoint).
 pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
-    // A FIFO, a device or a folder would block or fail late: only regular files are read.
-    if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
-        return Err(ValuesError::NotAFile {
-            path: path.to_path_buf(),
-        }
-        .into());
-    }
+    let path = &checkpoint_prefix(path)?;
     let is_safetensors =
         path.extension().is_some_and(|ext| ext == "safetensors") || !index_path(path).exists();
     if is_safetensors {
+        // A FIFO, a device or a folder would block or fail late: only regular files are read.
+        if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(ValuesError::NotAFile {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
         read_safetensors(path)
     } else {
         read_checkpoint(path)

@@ -7,18 +7,19 @@ use std::path::PathBuf;
 
 use saveplan::bundle::{BundleError, BundleReader};
 
-use super::common::{one_line, outln, progress_bar};
+use super::common::{checkpoint_prefix, one_line, outln, progress_bar};
 
 /// Arguments of `saveplan verify`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Checkpoint prefix (the path without `.index`).
+    /// Checkpoint prefix (the path without `.index`), or a directory or `checkpoint` state
+    /// file, meaning its latest checkpoint.
     prefix: PathBuf,
 }
 
 /// Runs `saveplan verify`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let reader = BundleReader::open(&args.prefix)?;
+    let reader = BundleReader::open(checkpoint_prefix(&args.prefix)?)?;
     let total: u64 = reader
         .entries()
         .iter()

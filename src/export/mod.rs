@@ -2,7 +2,8 @@
 //! `FunctionDef` ↔ [`Function`](saveplan_ir::Function),
 //! `MetaGraphDef` ↔ [`MetaGraph`], `SaverDef` ↔ [`SaverDef`](saveplan_ir::SaverDef), the
 //! `MetaGraphDef` of a compiled plan ([`assemble_meta_graph`]), and reading and writing them as
-//! `.pb` or `.pbtxt` files.
+//! `.pb` or `.pbtxt` files; also the object graph of object-based checkpoints
+//! ([`object_graph`]) and the `checkpoint` state file ([`CheckpointState`]).
 //!
 //! Import keeps everything TensorFlow wrote (node order, input order, devices verbatim,
 //! private `_` attributes, tensors in their original representation, library functions), so
@@ -20,15 +21,20 @@
 
 mod assemble;
 mod attr;
+mod checkpoint_state;
 mod file;
 mod function;
 mod graph_def;
 mod meta_graph;
 mod node;
+pub mod object_graph;
 mod saver_def;
 
 pub use assemble::{SaveSlice, TENSORFLOW_VERSION, VariableEntry, assemble_meta_graph, op_types};
 pub use attr::TensorError;
+pub use checkpoint_state::{
+    CheckpointState, CheckpointStateError, checkpoint_state_text, parse_checkpoint_state,
+};
 pub use file::{
     Encoding, FileError, Loaded, MessageKind, ProtoMessage, read_graph_file, read_proto_file,
     write_encoded_file, write_graph_file, write_proto_file,

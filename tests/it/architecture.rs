@@ -18,6 +18,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("compile", 3),
     ("exec", 3),
     ("session", 4),
+    ("checkpoint", 5),
 ];
 
 /// The top-level module a file of `src/` belongs to (`src/session.rs` and `src/session/…` are

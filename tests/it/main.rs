@@ -24,6 +24,8 @@ mod exec_plan;
 mod exec_snapshots;
 mod export_roundtrip;
 mod graph_cli;
+mod objects;
+mod objects_cli;
 mod run_cli;
 mod session;
 mod trace;

@@ -1,0 +1,322 @@
+//! Building an [`ObjectGraph`] from a framework's objects, as `tf.train.Checkpoint` serializes
+//! its dependency graph (FORMATS.md 13.3): node ids in breadth-first discovery order from the
+//! root, then the slot-variable nodes; every edge written, shared objects stored once; keys and
+//! `has_checkpoint_values` derived. A framework implements [`Checkpointable`] for its own
+//! module types, or describes the tree with [`Object`]; both go through
+//! [`build_object_graph`].
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use saveplan_ir::object_graph::{
+    Attribute, ChildRef, NodeId, ObjectGraph, ObjectNode, SlotVariable, VARIABLE_VALUE,
+};
+
+use super::{CheckpointError, display_path};
+
+/// An object of a framework that can be checkpointed by object: its named children, in its
+/// own order (TensorFlow: attribute first-assignment order, list index, dict insertion
+/// order), the tensors it saves itself and, on an optimizer, its slot variables.
+///
+/// Objects are identified by [`Checkpointable::identity`], by default their address and type:
+/// the same object reached through two edges becomes one node. A zero-sized type must
+/// override it, since all its values may share one address.
+pub trait Checkpointable {
+    /// The named children, in order. An object may list itself (the `root` edge of
+    /// `tf.train.Checkpoint(root=…)`).
+    fn children(&self) -> Vec<Child<'_>>;
+
+    /// The tensors this object saves itself, in order (a variable: one `VARIABLE_VALUE`).
+    fn attributes(&self) -> Vec<TensorAttribute> {
+        Vec::new()
+    }
+
+    /// On an optimizer: its slot variables, grouped by slot name in the optimizer's slot-name
+    /// order (`get_slot_names()`; TensorFlow's v1 optimizers sort them). Slots of variables
+    /// that are not in the graph are left out, as TensorFlow does.
+    fn slot_variables(&self) -> Vec<SlotGroup<'_>> {
+        Vec::new()
+    }
+
+    /// What makes two references the same object.
+    fn identity(&self) -> ObjectIdentity {
+        ObjectIdentity::of(self)
+    }
+}
+
+/// The identity of an object: two references with equal identities are one node.
+/// The default is the address together with the type, since a struct and its first field
+/// share an address.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectIdentity {
+    address: usize,
+    type_name: &'static str,
+}
+
+impl ObjectIdentity {
+    /// The identity of the value `value` points to: its address and type.
+    pub fn of<T: ?Sized>(value: &T) -> ObjectIdentity {
+        ObjectIdentity {
+            address: std::ptr::from_ref(value).cast::<()>() as usize,
+            type_name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// A named edge to a child.
+pub struct Child<'a> {
+    /// The child's local name, unescaped.
+    pub name: Cow<'a, str>,
+    /// The child.
+    pub object: &'a dyn Checkpointable,
+}
+
+/// A tensor an object saves: an attribute of its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorAttribute {
+    /// The attribute name (`VARIABLE_VALUE`, or a `_serialize_to_tensors` name as TensorFlow
+    /// stores it, already escaped once).
+    pub name: String,
+    /// The variable's shared name (name-based loading only); empty for other tensors.
+    pub full_name: String,
+}
+
+/// The slots of one name: (variable, slot variable) pairs.
+pub struct SlotGroup<'a> {
+    /// The slot name (`m`, `v`).
+    pub slot_name: Cow<'a, str>,
+    /// Each variable with this slot, and its slot variable.
+    pub slots: Vec<(&'a dyn Checkpointable, &'a dyn Checkpointable)>,
+}
+
+/// A plain object tree: the [`Checkpointable`] for frameworks without their own types.
+/// Cloning an `Object` gives a handle to the same object (one node when attached twice);
+/// the builder methods change an object only while it is not attached anywhere else.
+#[derive(Clone, Debug, Default)]
+pub struct Object(Arc<ObjectData>);
+
+#[derive(Clone, Debug, Default)]
+struct ObjectData {
+    children: Vec<(String, Target)>,
+    attributes: Vec<TensorAttribute>,
+    slots: Vec<(String, Vec<(Object, Object)>)>,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    Other(Object),
+    Itself,
+}
+
+impl Object {
+    /// An object without children or attributes (an empty `tf.Module`, list or dict).
+    pub fn new() -> Object {
+        Object::default()
+    }
+
+    /// A variable: one `VARIABLE_VALUE` attribute with the shared name `full_name`.
+    pub fn variable(full_name: impl Into<String>) -> Object {
+        Object::new().attribute(VARIABLE_VALUE, full_name)
+    }
+
+    /// Adds a child edge named `name` to `child` (a handle to it, so `child` stays the same
+    /// object).
+    pub fn child(mut self, name: impl Into<String>, child: &Object) -> Object {
+        self.data()
+            .children
+            .push((name.into(), Target::Other(child.clone())));
+        self
+    }
+
+    /// Adds a child edge named `name` to this object itself.
+    pub fn child_self(mut self, name: impl Into<String>) -> Object {
+        self.data().children.push((name.into(), Target::Itself));
+        self
+    }
+
+    /// Adds an attribute (a tensor this object saves).
+    pub fn attribute(mut self, name: impl Into<String>, full_name: impl Into<String>) -> Object {
+        self.data().attributes.push(TensorAttribute {
+            name: name.into(),
+            full_name: full_name.into(),
+        });
+        self
+    }
+
+    /// On an optimizer: `slot` is slot `slot_name` of `variable`. Slot names keep the order of
+    /// their first use.
+    pub fn slot(mut self, slot_name: &str, variable: &Object, slot: &Object) -> Object {
+        let slots = &mut self.data().slots;
+        let pair = (variable.clone(), slot.clone());
+        match slots.iter_mut().find(|(name, _)| name == slot_name) {
+            Some((_, group)) => group.push(pair),
+            None => slots.push((slot_name.to_owned(), vec![pair])),
+        }
+        self
+    }
+
+    fn data(&mut self) -> &mut ObjectData {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl Checkpointable for Object {
+    fn children(&self) -> Vec<Child<'_>> {
+        self.0
+            .children
+            .iter()
+            .map(|(name, target)| Child {
+                name: Cow::Borrowed(name),
+                object: match target {
+                    Target::Other(object) => object,
+                    Target::Itself => self,
+                },
+            })
+            .collect()
+    }
+
+    fn attributes(&self) -> Vec<TensorAttribute> {
+        self.0.attributes.clone()
+    }
+
+    fn slot_variables(&self) -> Vec<SlotGroup<'_>> {
+        self.0
+            .slots
+            .iter()
+            .map(|(name, pairs)| SlotGroup {
+                slot_name: Cow::Borrowed(name),
+                slots: pairs
+                    .iter()
+                    .map(|(variable, slot)| {
+                        (variable as &dyn Checkpointable, slot as &dyn Checkpointable)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn identity(&self) -> ObjectIdentity {
+        ObjectIdentity::of(&*self.0)
+    }
+}
+
+/// The object graph of everything reachable from `root` (node 0), as TensorFlow serializes it.
+pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, CheckpointError> {
+    let mut objects: Vec<&dyn Checkpointable> = vec![root];
+    let mut paths: Vec<Vec<String>> = vec![Vec::new()];
+    let mut ids = BTreeMap::from([(root.identity(), NodeId::ROOT)]);
+    let mut nodes: Vec<ObjectNode> = Vec::new();
+    let mut queue = VecDeque::from([NodeId::ROOT]);
+    while let Some(id) = queue.pop_front() {
+        let object = objects[id.index()];
+        let mut node = object_node(object, &paths[id.index()])?;
+        for child in object.children() {
+            if node
+                .children
+                .iter()
+                .any(|edge| edge.local_name == child.name)
+            {
+                return Err(CheckpointError::DuplicateChild {
+                    path: path_text(&paths[id.index()]),
+                    name: child.name.into_owned(),
+                });
+            }
+            let child_id = *ids.entry(child.object.identity()).or_insert_with(|| {
+                let child_id = NodeId(objects.len() as u32);
+                objects.push(child.object);
+                let mut path = paths[id.index()].clone();
+                path.push(child.name.to_string());
+                paths.push(path);
+                queue.push_back(child_id);
+                child_id
+            });
+            node.children.push(ChildRef {
+                node_id: child_id,
+                local_name: child.name.into_owned(),
+            });
+        }
+        nodes.push(node);
+    }
+    add_slot_variables(&mut nodes, &objects, &paths, &mut ids)?;
+    let mut graph = ObjectGraph::new(nodes).expect("every id was assigned to a node");
+    graph.fill_checkpoint_keys();
+    graph.fill_has_values();
+    Ok(graph)
+}
+
+/// After the breadth-first nodes: for each optimizer in id order, for each slot name in its
+/// order, for each variable in id order, the slot variable gets the next id (13.3).
+fn add_slot_variables(
+    nodes: &mut Vec<ObjectNode>,
+    objects: &[&dyn Checkpointable],
+    paths: &[Vec<String>],
+    ids: &mut BTreeMap<ObjectIdentity, NodeId>,
+) -> Result<(), CheckpointError> {
+    for (optimizer, object) in objects.iter().enumerate() {
+        for group in object.slot_variables() {
+            let mut slots: Vec<(NodeId, &dyn Checkpointable)> = group
+                .slots
+                .iter()
+                .filter_map(|(variable, slot)| Some((*ids.get(&variable.identity())?, *slot)))
+                .collect();
+            slots.sort_by_key(|(variable, _)| *variable);
+            for (variable, slot) in slots {
+                let variable_path = &paths[variable.index()];
+                if let Some(tracked) = ids.get(&slot.identity()) {
+                    return Err(CheckpointError::SlotAlreadyTracked {
+                        slot_name: group.slot_name.into_owned(),
+                        variable: path_text(variable_path),
+                        tracked_as: paths
+                            .get(tracked.index())
+                            .map_or_else(|| tracked.to_string(), |path| path_text(path)),
+                    });
+                }
+                let slot_id = NodeId(nodes.len() as u32);
+                ids.insert(slot.identity(), slot_id);
+                let slot_path = [
+                    variable_path.as_slice(),
+                    &[format!("<slot {}>", group.slot_name)],
+                ]
+                .concat();
+                nodes.push(object_node(slot, &slot_path)?);
+                nodes[optimizer].slot_variables.push(SlotVariable {
+                    original_variable_node_id: variable,
+                    slot_name: group.slot_name.to_string(),
+                    slot_variable_node_id: slot_id,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A node with `object`'s attributes (keys filled in later).
+fn object_node(
+    object: &dyn Checkpointable,
+    path: &[String],
+) -> Result<ObjectNode, CheckpointError> {
+    let mut attributes: Vec<Attribute> = Vec::new();
+    for attribute in object.attributes() {
+        if attributes.iter().any(|seen| seen.name == attribute.name) {
+            return Err(CheckpointError::DuplicateAttribute {
+                path: path_text(path),
+                name: attribute.name,
+            });
+        }
+        attributes.push(Attribute {
+            name: attribute.name,
+            full_name: attribute.full_name,
+            checkpoint_key: String::new(),
+        });
+    }
+    Ok(ObjectNode {
+        attributes,
+        ..ObjectNode::default()
+    })
+}
+
+fn path_text(path: &[String]) -> String {
+    display_path(&path.iter().map(String::as_str).collect::<Vec<_>>())
+}

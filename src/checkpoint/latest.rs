@@ -1,0 +1,71 @@
+//! Which checkpoint a path means: a prefix as given, or, for a directory or a `checkpoint`
+//! state file, the latest checkpoint it names (`tf.train.latest_checkpoint`, FORMATS.md 9.4,
+//! 13.8).
+
+use std::path::{Path, PathBuf};
+
+use crate::bundle::index_path;
+use crate::export::parse_checkpoint_state;
+
+use super::{CheckpointError, parent_dir};
+
+/// The name of the state file `tf.train.Checkpoint.save` and `CheckpointManager` write.
+pub const STATE_FILE: &str = "checkpoint";
+
+/// The latest checkpoint of a directory: the `model_checkpoint_path` of its `checkpoint` file,
+/// resolved against the directory when relative. Unlike TensorFlow, which returns `None`, a
+/// missing file, an empty path or a named checkpoint without `.index` is an error naming the
+/// file.
+pub fn latest_checkpoint(dir: &Path) -> Result<PathBuf, CheckpointError> {
+    let state = dir.join(STATE_FILE);
+    if !state.is_file() {
+        return Err(CheckpointError::NoStateFile {
+            dir: dir.to_owned(),
+        });
+    }
+    latest_in_state_file(&state)
+}
+
+/// The checkpoint prefix `path` stands for: the latest checkpoint when `path` is a directory
+/// or a file named `checkpoint` (a state file), else `path` itself.
+pub fn resolve_prefix(path: &Path) -> Result<PathBuf, CheckpointError> {
+    if path.is_dir() {
+        latest_checkpoint(path)
+    } else if path.file_name().is_some_and(|name| name == STATE_FILE)
+        && path.is_file()
+        && !index_path(path).exists()
+    {
+        latest_in_state_file(path)
+    } else {
+        Ok(path.to_owned())
+    }
+}
+
+fn latest_in_state_file(state: &Path) -> Result<PathBuf, CheckpointError> {
+    let text = std::fs::read_to_string(state).map_err(|source| CheckpointError::ReadStateFile {
+        path: state.to_owned(),
+        source,
+    })?;
+    let parsed = parse_checkpoint_state(&text).map_err(|source| CheckpointError::BadStateFile {
+        path: state.to_owned(),
+        source,
+    })?;
+    if parsed.model_checkpoint_path.is_empty() {
+        return Err(CheckpointError::NoLatestCheckpoint {
+            path: state.to_owned(),
+        });
+    }
+    let named = Path::new(&parsed.model_checkpoint_path);
+    let prefix = if named.is_absolute() {
+        named.to_owned()
+    } else {
+        parent_dir(state).join(named)
+    };
+    if !index_path(&prefix).exists() {
+        return Err(CheckpointError::MissingLatestCheckpoint {
+            path: state.to_owned(),
+            prefix,
+        });
+    }
+    Ok(prefix)
+}

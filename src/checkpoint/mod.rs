@@ -1,0 +1,189 @@
+//! Object-based checkpoints (`tf.train.Checkpoint`, FORMATS.md 13): the object graph a
+//! framework's objects make ([`Checkpointable`], [`Object`], [`build_object_graph`]), the
+//! graph a checkpoint stores ([`read_object_graph`]) and which checkpoint a directory's
+//! `checkpoint` state file names ([`latest_checkpoint`], [`resolve_prefix`]).
+//!
+//! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
+//! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
+//! so every layer can speak of it. Saving and restoring by object come later.
+//!
+//! ```
+//! use saveplan::checkpoint::{Object, build_object_graph};
+//!
+//! let kernel = Object::variable("kernel");
+//! let dense = Object::new().child("kernel", &kernel).child("bias", &Object::variable("bias"));
+//! let root = Object::new().child("model", &dense).child("shared", &kernel);
+//! let graph = build_object_graph(&root)?;
+//! // `shared` is the shorter path, so the kernel's key uses it.
+//! assert_eq!(graph.node(saveplan_ir::object_graph::NodeId(2)).attributes[0].checkpoint_key,
+//!            "shared/.ATTRIBUTES/VARIABLE_VALUE");
+//! # Ok::<(), saveplan::checkpoint::CheckpointError>(())
+//! ```
+
+mod build;
+mod latest;
+
+use std::path::{Path, PathBuf};
+
+pub use build::{
+    Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
+};
+pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
+pub use saveplan_ir::object_graph::{
+    Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
+};
+
+use crate::bundle::{BundleError, BundleReader, DType};
+use crate::export::CheckpointStateError;
+use crate::export::object_graph::{ObjectGraphDecodeError, decode};
+
+/// Errors of object-based checkpointing.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The checkpoint has no `_CHECKPOINTABLE_OBJECT_GRAPH` tensor.
+    #[error(
+        "{}: a name-based (TF1) checkpoint: it has no object graph (`_CHECKPOINTABLE_OBJECT_GRAPH`)",
+        prefix.display()
+    )]
+    NameBased {
+        /// The checkpoint prefix.
+        prefix: PathBuf,
+    },
+    /// The `_CHECKPOINTABLE_OBJECT_GRAPH` tensor is not a string scalar.
+    #[error(
+        "{}: `_CHECKPOINTABLE_OBJECT_GRAPH` is {dtype} {shape:?}, not a string scalar",
+        prefix.display()
+    )]
+    ObjectGraphTensor {
+        /// The checkpoint prefix.
+        prefix: PathBuf,
+        /// Its dtype.
+        dtype: DType,
+        /// Its shape.
+        shape: Vec<i64>,
+    },
+    /// The stored object graph does not decode.
+    #[error("{}: corrupt object graph", prefix.display())]
+    CorruptObjectGraph {
+        /// The checkpoint prefix.
+        prefix: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: ObjectGraphDecodeError,
+    },
+    /// Reading the bundle failed.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// An object has two children of one name.
+    #[error("object `{path}` has two children named `{name}`")]
+    DuplicateChild {
+        /// The object's path (local names joined with `.`, from `(root)`).
+        path: String,
+        /// The name.
+        name: String,
+    },
+    /// An object has two attributes of one name.
+    #[error("object `{path}` has two attributes named `{name}`")]
+    DuplicateAttribute {
+        /// The object's path.
+        path: String,
+        /// The name.
+        name: String,
+    },
+    /// A slot variable is also a child of some object, or is the slot of two variables.
+    #[error("slot `{slot_name}` of `{variable}` is already in the graph as `{tracked_as}`")]
+    SlotAlreadyTracked {
+        /// The slot name.
+        slot_name: String,
+        /// The path of the variable it is a slot of.
+        variable: String,
+        /// Where the slot object already is.
+        tracked_as: String,
+    },
+    /// A directory has no `checkpoint` state file.
+    #[error("{}: no `checkpoint` state file", dir.display())]
+    NoStateFile {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The state file could not be read.
+    #[error("{}: cannot read", path.display())]
+    ReadStateFile {
+        /// The state file.
+        path: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state file is not `CheckpointState` text.
+    #[error("{}: bad checkpoint state file", path.display())]
+    BadStateFile {
+        /// The state file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: CheckpointStateError,
+    },
+    /// The state file names no checkpoint.
+    #[error("{}: names no checkpoint (empty model_checkpoint_path)", path.display())]
+    NoLatestCheckpoint {
+        /// The state file.
+        path: PathBuf,
+    },
+    /// The checkpoint the state file names has no `.index` file.
+    #[error("{}: names checkpoint {}, which does not exist (no .index file)", path.display(), prefix.display())]
+    MissingLatestCheckpoint {
+        /// The state file.
+        path: PathBuf,
+        /// The prefix it names, resolved against its directory.
+        prefix: PathBuf,
+    },
+}
+
+/// Reads the object graph a checkpoint stores; [`CheckpointError::NameBased`] when it has none.
+pub fn read_object_graph(reader: &BundleReader) -> Result<ObjectGraph, CheckpointError> {
+    let bytes = read_object_graph_bytes(reader)?;
+    decode(&bytes).map_err(|source| CheckpointError::CorruptObjectGraph {
+        prefix: reader.prefix().to_owned(),
+        source,
+    })
+}
+
+/// The serialized object graph a checkpoint stores, as stored.
+pub fn read_object_graph_bytes(reader: &BundleReader) -> Result<Vec<u8>, CheckpointError> {
+    let prefix = || reader.prefix().to_owned();
+    let Some(entry) = reader.entry(OBJECT_GRAPH_KEY) else {
+        return Err(CheckpointError::NameBased { prefix: prefix() });
+    };
+    if entry.dtype != DType::String || !entry.shape.is_empty() {
+        return Err(CheckpointError::ObjectGraphTensor {
+            prefix: prefix(),
+            dtype: entry.dtype,
+            shape: entry.shape.clone(),
+        });
+    }
+    let mut strings = reader.read_strings(OBJECT_GRAPH_KEY)?;
+    Ok(strings.pop().unwrap_or_default())
+}
+
+/// Whether a checkpoint is object-based (has an object graph).
+pub fn is_object_based(reader: &BundleReader) -> bool {
+    reader.entry(OBJECT_GRAPH_KEY).is_some()
+}
+
+/// The path TensorFlow's messages use for an object: `(root)` and the local names joined with
+/// `.` (`(root).model.kernel`).
+pub fn display_path(names: &[&str]) -> String {
+    std::iter::once("(root)")
+        .chain(names.iter().copied())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The directory part of a prefix for messages; `.` for a bare name.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}

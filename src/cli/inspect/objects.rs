@@ -1,0 +1,265 @@
+//! `saveplan inspect PREFIX --objects [--json]`: the object graph of an object-based
+//! checkpoint, as an indented tree of objects and their tensors, or as the graph's nodes in
+//! JSON with the protobuf's field names.
+//!
+//! The tree follows each object's first-discovered path (the one its keys use): an object
+//! reached by several paths is shown once, with a note naming the other paths, and the other
+//! edges print as `name: see PATH`. Slot variables are shown under their variable.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use saveplan::bundle::{BundleReader, Entry};
+use saveplan::checkpoint::{NodeId, ObjectGraph};
+use saveplan_ir::object_graph::object_path;
+
+use super::shape_text;
+
+/// The tree text of `graph`, with dtypes and shapes from `reader`.
+pub fn tree(graph: &ObjectGraph, reader: &BundleReader) -> String {
+    let paths: Vec<Option<String>> = graph
+        .paths()
+        .iter()
+        .map(|path| path.as_ref().map(|names| object_path(names)))
+        .collect();
+    // Every edge that is not a node's first-discovered one, by target.
+    let mut also: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+    let mut tree_edges = vec![Vec::new(); graph.nodes().len()];
+    let mut placed = vec![false; graph.nodes().len()];
+    placed[0] = true;
+    let mut queue = std::collections::VecDeque::from([NodeId::ROOT]);
+    while let Some(id) = queue.pop_front() {
+        for (idx, child) in graph.node(id).children.iter().enumerate() {
+            if placed[child.node_id.index()] {
+                also.entry(child.node_id)
+                    .or_default()
+                    .push(join(paths[id.index()].as_deref(), &child.local_name));
+            } else {
+                placed[child.node_id.index()] = true;
+                queue.push_back(child.node_id);
+                tree_edges[id.index()].push(idx);
+            }
+        }
+    }
+    let printer = Printer {
+        graph,
+        reader,
+        paths: &paths,
+        also: &also,
+        tree_edges: &tree_edges,
+    };
+    let mut out = String::new();
+    printer.object(&mut out, NodeId::ROOT, 0);
+    let slots: Vec<NodeId> = graph
+        .nodes()
+        .iter()
+        .flat_map(|node| &node.slot_variables)
+        .map(|slot| slot.slot_variable_node_id)
+        .collect();
+    for (idx, _) in graph.nodes().iter().enumerate() {
+        let id = NodeId(idx as u32);
+        if !placed[idx] && !slots.contains(&id) {
+            let _ = writeln!(out, "unreachable [{id}]");
+            printer.attributes(&mut out, id, 1);
+        }
+    }
+    out
+}
+
+/// `--objects --json`: `{"nodes": [...]}`, one object per node in node order, every field
+/// present, in the protobuf's field order.
+pub fn json(graph: &ObjectGraph) -> GraphJson<'_> {
+    let nodes = graph
+        .nodes()
+        .iter()
+        .zip(graph.computed_has_values())
+        .map(|(node, computed)| NodeJson {
+            children: node
+                .children
+                .iter()
+                .map(|child| ChildJson {
+                    node_id: child.node_id.0,
+                    local_name: &child.local_name,
+                })
+                .collect(),
+            attributes: node
+                .attributes
+                .iter()
+                .map(|attribute| AttributeJson {
+                    name: &attribute.name,
+                    full_name: &attribute.full_name,
+                    checkpoint_key: &attribute.checkpoint_key,
+                })
+                .collect(),
+            slot_variables: node
+                .slot_variables
+                .iter()
+                .map(|slot| SlotJson {
+                    original_variable_node_id: slot.original_variable_node_id.0,
+                    slot_name: &slot.slot_name,
+                    slot_variable_node_id: slot.slot_variable_node_id.0,
+                })
+                .collect(),
+            registered_saver: node.registered_saver.as_ref().map(|saver| SaverJson {
+                name: &saver.name,
+                object_name: &saver.object_name,
+            }),
+            has_checkpoint_values: node.has_checkpoint_values.unwrap_or(computed),
+        })
+        .collect();
+    GraphJson { nodes }
+}
+
+/// `inspect --objects --json`.
+#[derive(serde::Serialize)]
+pub struct GraphJson<'a> {
+    nodes: Vec<NodeJson<'a>>,
+}
+
+/// One node; `registered_saver` only when set, `has_checkpoint_values` computed when absent.
+#[derive(serde::Serialize)]
+struct NodeJson<'a> {
+    children: Vec<ChildJson<'a>>,
+    attributes: Vec<AttributeJson<'a>>,
+    slot_variables: Vec<SlotJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registered_saver: Option<SaverJson<'a>>,
+    has_checkpoint_values: bool,
+}
+
+#[derive(serde::Serialize)]
+struct ChildJson<'a> {
+    node_id: u32,
+    local_name: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct AttributeJson<'a> {
+    name: &'a str,
+    full_name: &'a str,
+    checkpoint_key: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct SlotJson<'a> {
+    original_variable_node_id: u32,
+    slot_name: &'a str,
+    slot_variable_node_id: u32,
+}
+
+#[derive(serde::Serialize)]
+struct SaverJson<'a> {
+    name: &'a str,
+    object_name: &'a str,
+}
+
+fn join(parent: Option<&str>, local_name: &str) -> String {
+    let escaped = object_path(&[local_name]);
+    match parent {
+        Some("") | None => escaped,
+        Some(parent) => format!("{parent}/{escaped}"),
+    }
+}
+
+struct Printer<'a> {
+    graph: &'a ObjectGraph,
+    reader: &'a BundleReader,
+    paths: &'a [Option<String>],
+    also: &'a BTreeMap<NodeId, Vec<String>>,
+    /// For each node, the indices of its children edges that are first-discovered ones.
+    tree_edges: &'a [Vec<usize>],
+}
+
+impl Printer<'_> {
+    fn object(&self, out: &mut String, id: NodeId, depth: usize) {
+        let indent = "  ".repeat(depth);
+        let path = match self.paths[id.index()].as_deref() {
+            Some("") | None => "(root)",
+            Some(path) => path,
+        };
+        let _ = write!(out, "{indent}{path} [{id}]");
+        if let Some(others) = self.also.get(&id) {
+            let _ = write!(out, ", also reached as {}", others.join(", "));
+        }
+        if self.graph.node(id).has_checkpoint_values == Some(false) {
+            out.push_str(", no values");
+        }
+        out.push('\n');
+        self.attributes(out, id, depth + 1);
+        self.slots_of(out, id, depth + 1);
+        let node = self.graph.node(id);
+        for (idx, child) in node.children.iter().enumerate() {
+            if self.tree_edges[id.index()].contains(&idx) {
+                self.object(out, child.node_id, depth + 1);
+            } else {
+                let target = self.paths[child.node_id.index()]
+                    .as_deref()
+                    .filter(|path| !path.is_empty())
+                    .unwrap_or("(root)");
+                let _ = writeln!(
+                    out,
+                    "{indent}  {}: see {target} [{}]",
+                    join(self.paths[id.index()].as_deref(), &child.local_name),
+                    child.node_id
+                );
+            }
+        }
+    }
+
+    /// The slot variables whose variable is `id`, from every optimizer.
+    fn slots_of(&self, out: &mut String, id: NodeId, depth: usize) {
+        let indent = "  ".repeat(depth);
+        for (optimizer, node) in self.graph.nodes().iter().enumerate() {
+            for slot in &node.slot_variables {
+                if slot.original_variable_node_id != id {
+                    continue;
+                }
+                let optimizer_path = self.paths[optimizer].as_deref().unwrap_or("?");
+                let _ = writeln!(
+                    out,
+                    "{indent}slot {} of {optimizer_path} [{}]",
+                    slot.slot_name, slot.slot_variable_node_id
+                );
+                self.attributes(out, slot.slot_variable_node_id, depth + 1);
+            }
+        }
+    }
+
+    fn attributes(&self, out: &mut String, id: NodeId, depth: usize) {
+        let indent = "  ".repeat(depth);
+        for attribute in &self.graph.node(id).attributes {
+            let key = &attribute.checkpoint_key;
+            if let Some(entry) = self.reader.entry(key) {
+                let _ = writeln!(out, "{indent}{}: {}", attribute.name, entry_text(entry));
+                continue;
+            }
+            // Legacy saveables store several tensors under one key prefix (13.15).
+            let entries: Vec<&Entry> = self
+                .reader
+                .entries()
+                .iter()
+                .filter(|entry| entry.key.starts_with(key.as_str()))
+                .collect();
+            if entries.is_empty() {
+                let _ = writeln!(out, "{indent}{}: missing ({key})", attribute.name);
+            }
+            for entry in entries {
+                let _ = writeln!(
+                    out,
+                    "{indent}{}: {} {}",
+                    attribute.name,
+                    entry.key,
+                    entry_text(entry)
+                );
+            }
+        }
+    }
+}
+
+fn entry_text(entry: &Entry) -> String {
+    format!(
+        "{} {}",
+        entry.dtype.proto_name().unwrap_or("DT_INVALID"),
+        shape_text(&entry.shape)
+    )
+}

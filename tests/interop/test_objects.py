@@ -1,0 +1,122 @@
+"""Interop of object-based checkpoints: TensorFlow restores by object what saveplan converts.
+
+o1's `Checkpoint(root=tree).write()` checkpoint goes through `saveplan convert` to
+`.safetensors` (object graph in the metadata) and back to a checkpoint; TensorFlow 2.21 then
+reads it into a freshly built `tf.Module` tree of the same shape (zero-initialised) with
+`tf.train.Checkpoint(root=...).read(...)`, `assert_consumed()` must pass, and every variable
+must hold the value TensorFlow originally saved. The same through a directory: saveplan
+resolves o1's `save/` folder to `ckpt-2` as `tf.train.latest_checkpoint` does.
+
+Usage: python tests/interop/test_objects.py PATH/TO/saveplan
+"""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import check, fixtures, main, run_saveplan  # noqa: E402
+
+O1 = Path(fixtures()) / "obj" / "o1_module_tree"
+
+
+def zeros(dtype, shape):
+    return tf.Variable(np.zeros(shape, dtype))
+
+
+def o1_tree():
+    """o1's tree (its case.json `tree`): same structure, dtypes and shapes, zero values."""
+    root = tf.Module()
+    root.first = zeros(np.int32, [])
+    root.encoder = tf.Module()
+    root.encoder.kernel = zeros(np.float32, [2, 2])
+    root.encoder.bias = zeros(np.float32, [2])
+    block = tf.Module()
+    block.kernel = zeros(np.float32, [2, 2])
+    block.bias = zeros(np.float32, [2])
+    root.blocks = [block, [zeros(np.int64, [2])]]
+    root.table = {"zeta": zeros(np.float64, []), "alpha": zeros(np.bool_, [2]),
+                  "a/b.c": zeros(np.float32, [1]), ".S": zeros(np.float32, [1]),
+                  "nested": {"x": zeros(np.int32, [1])}}
+    root.pair = (zeros(np.float32, [1]), zeros(np.float32, [1]))
+    root.shared = root.encoder.kernel
+    same = zeros(np.float32, [1])
+    root.alias_a = tf.Module()
+    root.alias_a.x = same
+    root.alias_b = tf.Module()
+    root.alias_b.x = same
+    root.empty = []
+    root.novars = tf.Module()
+    setattr(root, "dotted.attr", zeros(np.int16, []))
+    return root
+
+
+def round_trip(src, tmp):
+    st = os.path.join(tmp, "nested", "o1.safetensors")
+    back = os.path.join(tmp, "back", "ckpt")
+    run_saveplan("convert", str(src), st)
+    run_saveplan("convert", st, back)
+    return back
+
+
+def restore_and_compare(original, prefix, extra=None):
+    """`read()` for a `write()` checkpoint; `restore()` (which creates `save_counter`) for a
+    `save()` one, given `extra` keyword arguments."""
+    root = o1_tree()
+    kwargs = dict(extra or {})
+    ckpt = tf.train.Checkpoint(root=root, **kwargs)
+    status = ckpt.restore(prefix) if kwargs else ckpt.read(prefix)
+    status.assert_consumed()
+    reader = tf.train.load_checkpoint(original)
+    keys = {k for k in reader.get_variable_to_shape_map() if k != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+    by_key = {
+        "first/.ATTRIBUTES/VARIABLE_VALUE": root.first,
+        "shared/.ATTRIBUTES/VARIABLE_VALUE": root.shared,
+        "dotted..attr/.ATTRIBUTES/VARIABLE_VALUE": getattr(root, "dotted.attr"),
+        "encoder/bias/.ATTRIBUTES/VARIABLE_VALUE": root.encoder.bias,
+        "table/zeta/.ATTRIBUTES/VARIABLE_VALUE": root.table["zeta"],
+        "table/alpha/.ATTRIBUTES/VARIABLE_VALUE": root.table["alpha"],
+        "table/a.Sb..c/.ATTRIBUTES/VARIABLE_VALUE": root.table["a/b.c"],
+        "table/..S/.ATTRIBUTES/VARIABLE_VALUE": root.table[".S"],
+        "pair/0/.ATTRIBUTES/VARIABLE_VALUE": root.pair[0],
+        "pair/1/.ATTRIBUTES/VARIABLE_VALUE": root.pair[1],
+        "alias_a/x/.ATTRIBUTES/VARIABLE_VALUE": root.alias_a.x,
+        "blocks/0/kernel/.ATTRIBUTES/VARIABLE_VALUE": root.blocks[0].kernel,
+        "blocks/0/bias/.ATTRIBUTES/VARIABLE_VALUE": root.blocks[0].bias,
+        "blocks/1/0/.ATTRIBUTES/VARIABLE_VALUE": root.blocks[1][0],
+        "table/nested/x/.ATTRIBUTES/VARIABLE_VALUE": root.table["nested"]["x"],
+    }
+    for name, var in kwargs.items():
+        by_key["%s/.ATTRIBUTES/VARIABLE_VALUE" % name] = var
+    if kwargs:
+        by_key["save_counter/.ATTRIBUTES/VARIABLE_VALUE"] = ckpt.save_counter
+    assert keys == set(by_key), sorted(keys ^ set(by_key))
+    for key, var in by_key.items():
+        expected = reader.get_tensor(key)
+        assert np.array_equal(var.numpy(), expected), (key, var.numpy(), expected)
+        assert var.numpy().any(), "%s restored all zeros" % key
+
+
+@check
+def tf_restores_converted_o1_by_object():
+    with tempfile.TemporaryDirectory() as tmp:
+        src = O1 / "write" / "ckpt"
+        restore_and_compare(str(src), round_trip(src, tmp))
+
+
+@check
+def tf_restores_converted_latest_o1_by_object():
+    with tempfile.TemporaryDirectory() as tmp:
+        # `save/` is a directory: saveplan converts its latest checkpoint, ckpt-2.
+        back = round_trip(O1 / "save", tmp)
+        extra = zeros(np.float32, [2])
+        restore_and_compare(str(O1 / "save" / "ckpt-2"), back, {"extra": extra})
+
+
+main()
