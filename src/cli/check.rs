@@ -10,7 +10,8 @@ use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
 use saveplan_ir::{Library, Module, SaverDef};
 
-use super::common::{compile_file, escape_controls, one_line, outln};
+use super::common::compile_file;
+use super::output::{escape_controls, one_line, outln};
 
 /// Check a plan: a spec file (`.json`, checked in its flat form) or a GraphDef, MetaGraphDef
 /// or FunctionDef (`.pb` / `.pbtxt`).

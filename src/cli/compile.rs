@@ -9,7 +9,8 @@ use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, ProtoMessage};
 use std::io::Write as _;
 
-use super::common::{compile_file, one_line};
+use super::common::compile_file;
+use super::output::one_line;
 
 /// Compile a spec file into a MetaGraphDef, SaverDef, canonical IR text and DOT.
 #[derive(Debug, ClapArgs)]

@@ -19,8 +19,9 @@ use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectGraph, read_object_graph_bytes};
 use saveplan::export::object_graph::decode;
 
-use super::common::{checkpoint_prefix, one_line, progress_bar};
-use super::values::{from_safetensors, to_safetensors};
+use super::common::progress_bar;
+use super::output::one_line;
+use super::values::{checkpoint_prefix, from_safetensors, to_safetensors};
 
 /// Arguments of `saveplan convert`.
 #[derive(Debug, clap::Args)]

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use saveplan::export;
 use saveplan_ir::Module;
 
-use super::common::{one_line, out};
+use super::output::{one_line, out};
 
 /// Inspect and convert GraphDef / MetaGraphDef files.
 #[derive(Debug, Args)]

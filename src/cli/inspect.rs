@@ -17,7 +17,8 @@ use saveplan::bundle::{
 use saveplan::checkpoint::read_object_graph;
 use serde_json::{Value, json};
 
-use super::common::{checkpoint_prefix, out};
+use super::output::out;
+use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan inspect`.
 #[derive(Debug, clap::Args)]

@@ -8,6 +8,7 @@ mod compile;
 mod convert;
 mod graph;
 mod inspect;
+mod output;
 mod restore;
 mod run;
 mod save;
@@ -45,7 +46,7 @@ enum Command {
     Run(run::Args),
 }
 
-pub use common::{is_broken_pipe, render_error};
+pub use output::{is_broken_pipe, render_error};
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {

@@ -1,9 +1,10 @@
 //! Value files of `save`, `restore`, `run` and `convert`: `.safetensors` files (or checkpoint
-//! prefixes) read into tensors by key, tensors by key written as `.safetensors`, and the
-//! mapping between TensorFlow and safetensors dtypes.
+//! prefixes) read into tensors by key, tensors by key written as `.safetensors`, the mapping
+//! between TensorFlow and safetensors dtypes, and what a checkpoint path on the command line
+//! stands for ([`checkpoint_prefix`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -11,7 +12,9 @@ use saveplan::bundle::{BundleReader, Values, index_path};
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 
-use super::common::checkpoint_prefix;
+use saveplan::checkpoint::resolve_prefix;
+
+use super::output::one_line;
 
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
 /// which safetensors cannot hold), or a directory or `checkpoint` state file (its latest
@@ -142,4 +145,10 @@ pub(super) fn from_safetensors(dtype: Dtype) -> Option<DType> {
         .iter()
         .copied()
         .find(|&candidate| to_safetensors(candidate) == Some(dtype))
+}
+
+/// The checkpoint prefix a command-line path stands for: the path itself, or for a directory
+/// or a `checkpoint` state file the latest checkpoint it names.
+pub fn checkpoint_prefix(path: &Path) -> anyhow::Result<PathBuf> {
+    resolve_prefix(path).map_err(|err| one_line(&err))
 }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use saveplan::bundle::{BundleError, BundleReader};
 
-use super::common::{checkpoint_prefix, one_line, outln, progress_bar};
+use super::common::progress_bar;
+use super::output::{one_line, outln};
+use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan verify`.
 #[derive(Debug, clap::Args)]

@@ -1,0 +1,92 @@
+//! How the `saveplan` binary talks: stdout through one lock that a closed pipe does not panic
+//! ([`out!`], [`outln!`], [`is_broken_pipe`]), and every error on one line with control
+//! characters escaped ([`one_line`], [`render_error`]). A leaf: every other CLI module may use
+//! it, it uses none of them.
+
+use saveplan_ir::VerifyErrors;
+
+/// Writes formatted text to stdout through one lock (`print!` panics on a closed pipe). The
+/// error of a closed pipe (`saveplan graph show F | head -1`) is recognised by
+/// [`is_broken_pipe`], and `main` then exits quietly with code 0, as ripgrep does.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(args)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Whether `err` comes from writing to a pipe whose reader is gone.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `print!` for the subcommands: [`write_stdout`], returning its result.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` for the subcommands: [`write_stdout`] with a newline, returning its result.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {out, outln};
+
+/// Flattens an error and its sources into one line, `outer: inner: innermost` (see
+/// [`one_line_message`]).
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    let mut line = one_line_message(err);
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&one_line_message(cause));
+        source = cause.source();
+    }
+    anyhow::Error::msg(line)
+}
+
+/// The one line `main` prints for `err` and its causes (after `error: `), however hostile the
+/// input: `outer: inner: innermost`, each as [`one_line_message`].
+pub fn render_error(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(one_line_message)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// One error's own message on one line: the verifier's violations (one per line in their
+/// `Display`) joined with `; `, and any other control character (a newline in a device string
+/// or an op name of a hostile graph, …) escaped as Rust's `{:?}` escapes it (`\n`).
+fn one_line_message(err: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(errors) = err.downcast_ref::<VerifyErrors>() {
+        return errors
+            .0
+            .iter()
+            .map(|error| escape_controls(&error.to_string()))
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    escape_controls(&err.to_string())
+}
+
+/// `text` with its control characters escaped as `{:?}` does, other characters as they are.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        if ch.is_control() {
+            out.extend(ch.escape_debug());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
