@@ -66,11 +66,12 @@ cmp "$fixtures/graph/g8_meta_graph/meta_graph.pbtxt" "$out/meta_graph.pbtxt" && 
 echo "wrote $out/g3_plan.dot ($(wc -l < "$out/g3_plan.dot") lines)"
 
 say "compile the two-task example spec into a MetaGraphDef TensorFlow loads, and check it"
+rm -rf "$out/two_tasks" "$out/two_tasks_function"
 "$saveplan" compile examples/two_tasks.json -o "$out/two_tasks"
 ls "$out/two_tasks"
 cat "$out/two_tasks/saver_def.pbtxt"
 "$saveplan" check "$out/two_tasks/meta_graph.pb"
-"$saveplan" compile examples/two_tasks.json -o "$out/two_tasks_function" --form function
+"$saveplan" compile examples/two_tasks.json -o "$out/two_tasks_function" --form function --emit pb,pbtxt,txt
 "$saveplan" check "$out/two_tasks_function/meta_graph.pbtxt"
 
 say "check a broken plan: every problem is reported, and the exit code is 1"

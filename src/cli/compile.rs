@@ -1,4 +1,10 @@
 //! `saveplan compile`: trace a spec file, verify the plan and write its TensorFlow files.
+//!
+//! By default it writes what TensorFlow tooling needs, `meta_graph.pb` and `saver_def.pbtxt`;
+//! `--emit` (like rustc's) names the forms to write instead: `pb`, `pbtxt` (the MetaGraphDef in
+//! text format), `txt` (canonical IR text), `dot` (Graphviz), or `all`. `saver_def.pbtxt` is
+//! always written. A DOT file of more ops than Graphviz lays out ([`MAX_DOT_OPS`]) is refused
+//! before anything is written.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,7 +18,10 @@ use std::io::Write as _;
 use super::common::compile_file;
 use super::output::one_line;
 
-/// Compile a spec file into a MetaGraphDef, SaverDef, canonical IR text and DOT.
+/// The most ops a `plan.dot` may draw: Graphviz's `dot` takes minutes to hours beyond this.
+pub const MAX_DOT_OPS: usize = 10_000;
+
+/// Compile a spec file into a MetaGraphDef and SaverDef (and, with `--emit`, text forms).
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The spec file (JSON: `variables` and `options`, see the README).
@@ -23,6 +32,26 @@ pub struct Args {
     /// The graph form: the flat graph `saver.save` builds, or `to_proto()`'s functions.
     #[arg(long, value_enum, default_value_t = FormArg::Flat)]
     form: FormArg,
+    /// What to write besides `saver_def.pbtxt`, comma-separated: `pb` (meta_graph.pb), `pbtxt`
+    /// (meta_graph.pbtxt), `txt` (plan.txt, canonical IR), `dot` (plan.dot, Graphviz; at most
+    /// 10,000 ops), or `all`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pb")]
+    emit: Vec<Emit>,
+}
+
+/// An output form of `--emit`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Emit {
+    /// `meta_graph.pb`.
+    Pb,
+    /// `meta_graph.pbtxt`.
+    Pbtxt,
+    /// `plan.txt`.
+    Txt,
+    /// `plan.dot`.
+    Dot,
+    /// Every form.
+    All,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -37,10 +66,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         FormArg::Flat => Form::Flat,
         FormArg::Function => Form::Function,
     };
+    let emit = |form: Emit| args.emit.contains(&form) || args.emit.contains(&Emit::All);
     let phases = Phases::new();
     phases.enter("tracing and verifying the plan");
     let plan = compile_file(&args.spec, form)?;
-    write_outputs(&args.output, &plan, &phases)?;
+    let n_ops = plan.meta_graph.module.graph.len();
+    if emit(Emit::Dot) && n_ops > MAX_DOT_OPS {
+        anyhow::bail!(
+            "{}: plan.dot: the plan has {n_ops} ops, more than Graphviz lays out ({MAX_DOT_OPS}); \
+             leave `dot` out of --emit",
+            args.spec.display()
+        );
+    }
+    write_outputs(&args.output, &plan, &phases, emit)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -79,23 +117,34 @@ impl Drop for Phases {
     }
 }
 
-fn write_outputs(dir: &Path, plan: &Compilation, phases: &Phases) -> anyhow::Result<()> {
+/// Writes `saver_def.pbtxt` and each form `emit` accepts into `dir`.
+fn write_outputs(
+    dir: &Path,
+    plan: &Compilation,
+    phases: &Phases,
+    emit: impl Fn(Emit) -> bool,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
-    // The MetaGraphDef is encoded node by node and printed from its encoding a piece at a
-    // time: building its protobuf messages would take gigabytes for a large plan.
-    let meta = export::encode_meta_graph_def(&plan.meta_graph)
-        .map_err(|err| one_line(&err))
-        .context("cannot export the plan")?;
-    phases.enter("encoding the MetaGraphDef");
-    let write_encoded = |name: &str| {
-        phases.enter(format!("writing {name}"));
-        export::write_encoded_file(&dir.join(name), MessageKind::MetaGraphDef, &meta)
+    if emit(Emit::Pb) || emit(Emit::Pbtxt) {
+        // The MetaGraphDef is encoded node by node and printed from its encoding a piece at a
+        // time: building its protobuf messages would take gigabytes for a large plan.
+        phases.enter("encoding the MetaGraphDef");
+        let meta = export::encode_meta_graph_def(&plan.meta_graph)
             .map_err(|err| one_line(&err))
-    };
-    write_encoded("meta_graph.pb")?;
-    write_encoded("meta_graph.pbtxt")?;
+            .context("cannot export the plan")?;
+        for (form, name) in [
+            (Emit::Pb, "meta_graph.pb"),
+            (Emit::Pbtxt, "meta_graph.pbtxt"),
+        ] {
+            if emit(form) {
+                phases.enter(format!("writing {name}"));
+                export::write_encoded_file(&dir.join(name), MessageKind::MetaGraphDef, &meta)
+                    .map_err(|err| one_line(&err))?;
+            }
+        }
+    }
     let saver_def = plan
         .meta_graph
         .saver_def
@@ -108,12 +157,16 @@ fn write_outputs(dir: &Path, plan: &Compilation, phases: &Phases) -> anyhow::Res
     )
     .map_err(|err| one_line(&err))?;
     let module = &plan.meta_graph.module;
-    phases.enter("writing plan.txt");
-    write_text(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
-    phases.enter("writing plan.dot");
-    write_text(&dir.join("plan.dot"), |out| {
-        out.write_all(saveplan_ir::dot::to_dot(module).as_bytes())
-    })?;
+    if emit(Emit::Txt) {
+        phases.enter("writing plan.txt");
+        write_text(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
+    }
+    if emit(Emit::Dot) {
+        phases.enter("writing plan.dot");
+        write_text(&dir.join("plan.dot"), |out| {
+            out.write_all(saveplan_ir::dot::to_dot(module).as_bytes())
+        })?;
+    }
     Ok(())
 }
 

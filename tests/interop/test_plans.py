@@ -51,7 +51,7 @@ FUNCTION_SPECS = ["one_task", "two_cpus", "two_tasks", "sliced", "example_two_ta
 
 
 def compile_spec(spec, form, out):
-    run_saveplan("compile", str(spec), "-o", str(out), "--form", form)
+    run_saveplan("compile", str(spec), "-o", str(out), "--form", form, "--emit", "all")
     for name in ["meta_graph.pb", "meta_graph.pbtxt", "saver_def.pbtxt", "plan.txt", "plan.dot"]:
         assert (out / name).is_file(), name
     meta = meta_graph_pb2.MetaGraphDef()

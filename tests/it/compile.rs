@@ -47,6 +47,8 @@ fn compile_cli(spec: &Path, form: &str) -> tempfile::TempDir {
         out.path().to_str().unwrap(),
         "--form",
         form,
+        "--emit",
+        "all",
     ]);
     assert!(
         output.status.success(),
@@ -56,6 +58,82 @@ fn compile_cli(spec: &Path, form: &str) -> tempfile::TempDir {
     );
     assert!(output.stdout.is_empty() && output.stderr.is_empty());
     out
+}
+
+/// The files in `dir`, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Without `--emit`, `compile` writes what TensorFlow tooling needs and nothing else; `--emit`
+/// picks the forms (`saver_def.pbtxt` always), and an unknown form is a one-line error.
+#[test]
+fn compile_writes_only_what_is_asked() {
+    let spec = "tests/inputs/trace/g3_two_tasks.json";
+    for (emit, expected) in [
+        (None, &["meta_graph.pb", "saver_def.pbtxt"][..]),
+        (
+            Some("txt,dot"),
+            &["plan.dot", "plan.txt", "saver_def.pbtxt"][..],
+        ),
+        (
+            Some("pbtxt,pb"),
+            &["meta_graph.pb", "meta_graph.pbtxt", "saver_def.pbtxt"][..],
+        ),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec!["compile", spec, "-o", out.path().to_str().unwrap()];
+        args.extend(emit.iter().flat_map(|emit| ["--emit", emit]));
+        let output = saveplan(&args);
+        assert!(output.status.success(), "{emit:?}: {output:?}");
+        assert_eq!(file_names(out.path()), expected, "{emit:?}");
+    }
+    let out = tempfile::tempdir().unwrap();
+    let output = saveplan(&[
+        "compile",
+        spec,
+        "-o",
+        out.path().to_str().unwrap(),
+        "--emit",
+        "svg",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "clap's usage error");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid value 'svg'"));
+}
+
+/// A DOT of more ops than Graphviz lays out is refused before anything is written; the same
+/// plan compiles without `dot`.
+#[test]
+fn compile_refuses_a_dot_graphviz_cannot_lay_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("wide.json");
+    let variables: Vec<serde_json::Value> = (0..1500)
+        .map(|i| serde_json::json!({"checkpoint_key": format!("v{i}"), "dtype": "float32", "shape": [2]}))
+        .collect();
+    std::fs::write(
+        &spec,
+        serde_json::json!({ "variables": variables }).to_string(),
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let output = saveplan(&["compile", spec, "-o", out, "--emit", "pb,dot"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("more than Graphviz lays out (10000)"),
+        "{stderr}"
+    );
+    assert!(!Path::new(out).exists(), "wrote files before refusing");
+    let output = saveplan(&["compile", spec, "-o", out, "--emit", "pb,txt"]);
+    assert!(output.status.success(), "{output:?}");
 }
 
 fn read_meta_graph_def(path: &Path) -> tf::MetaGraphDef {
@@ -284,7 +362,14 @@ fn compile_reports_an_output_it_cannot_write() {
     let out = tempfile::tempdir().unwrap();
     std::fs::create_dir(out.path().join("meta_graph.pbtxt")).unwrap();
     let spec = "tests/inputs/trace/g1_single_cpu.json";
-    let output = saveplan(&["compile", spec, "-o", out.path().to_str().unwrap()]);
+    let output = saveplan(&[
+        "compile",
+        spec,
+        "-o",
+        out.path().to_str().unwrap(),
+        "--emit",
+        "pb,pbtxt",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8(output.stderr).unwrap();
     let expected = format!(
