@@ -49,7 +49,7 @@ fn closed_stdout_ends_quietly() {
         out.to_str().unwrap(),
     ]);
     assert!(compiled.status.success(), "{compiled:?}");
-    let graph = out.join("meta_graph.pbtxt");
+    let graph = out.join("meta_graph.pb");
     let graph = graph.to_str().unwrap();
     assert_quiet_when_pipe_closes(&["graph", "show", graph]);
     assert_quiet_when_pipe_closes(&["graph", "dot", graph]);
