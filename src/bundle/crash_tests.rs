@@ -193,7 +193,10 @@ fn crash_then_save(shape: Shape) -> u64 {
 }
 
 #[test]
-#[expect(clippy::print_stderr, reason = "prints the figures of the run, for people")]
+#[expect(
+    clippy::print_stderr,
+    reason = "prints the figures of the run, for people"
+)]
 fn a_crash_at_any_file_operation_leaves_the_old_or_the_new_checkpoint() {
     let mut figures = Vec::new();
     for shape in [Shape::Direct, Shape::Sharded(1), Shape::Sharded(3)] {
