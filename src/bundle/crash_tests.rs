@@ -12,7 +12,9 @@ use super::{
     WriteOptions, data_path, merge_bundles, recover,
 };
 
-const OPTIONS: WriteOptions = WriteOptions { fsync: true };
+/// With fsync (its fsyncs are crash points too) or without (faster).
+const FSYNC: WriteOptions = WriteOptions { fsync: true };
+const NO_FSYNC: WriteOptions = WriteOptions { fsync: false };
 
 /// How a save writes its tensors.
 #[derive(Clone, Copy, Debug)]
@@ -41,11 +43,11 @@ fn tensor(version: f32, i: u32) -> Vec<u8> {
 }
 
 /// A save as `Session::save` with `BundleIo` runs it: lock, parts, merge, unlock.
-fn save(prefix: &Path, shape: Shape, version: f32) -> super::Result<()> {
+fn save(prefix: &Path, shape: Shape, version: f32, options: WriteOptions) -> super::Result<()> {
     let _lock = SaveLock::acquire(prefix)?;
     match shape {
         Shape::Direct => {
-            let mut writer = BundleWriter::with_options(prefix, OPTIONS)?;
+            let mut writer = BundleWriter::with_options(prefix, options)?;
             for i in 0..3 {
                 writer.add(&format!("t{i}"), DType::Float, &[2], &tensor(version, i))?;
             }
@@ -55,7 +57,7 @@ fn save(prefix: &Path, shape: Shape, version: f32) -> super::Result<()> {
             let temp = PathBuf::from(super::temp_prefix(prefix.to_str().unwrap()));
             let parts: Vec<PathBuf> = (0..n).map(|shard| data_prefix(&temp, shard, n)).collect();
             for (shard, part) in (0..n).zip(&parts) {
-                let mut writer = BundleWriter::with_options(part, OPTIONS)?;
+                let mut writer = BundleWriter::with_options(part, options)?;
                 for i in (0..3).filter(|i| i % n == shard) {
                     writer.add(&format!("t{i}"), DType::Float, &[2], &tensor(version, i))?;
                 }
@@ -63,7 +65,7 @@ fn save(prefix: &Path, shape: Shape, version: f32) -> super::Result<()> {
             }
             let options = MergeOptions {
                 flags: MergeFlags::default(),
-                write: OPTIONS,
+                write: options,
             };
             merge_bundles(&parts, prefix, options)
         }
@@ -92,6 +94,14 @@ fn version(prefix: &Path) -> f32 {
         .collect();
     assert_eq!(versions.len(), 1, "a mix of saves: {versions:?}");
     versions.into_iter().next().unwrap() as f32
+}
+
+/// A fresh directory, in memory where there is a tmpfs: a crash is simulated by the failpoint,
+/// so a real disk's fsync latency would only slow the hundreds of trials down.
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
 }
 
 /// Every file and directory under `dir`, relative.
@@ -132,11 +142,11 @@ fn clean_listing(shape: Shape) -> BTreeSet<String> {
 fn crash_everywhere(shape: Shape) -> (u64, u64, u64) {
     let (mut old, mut new) = (0, 0);
     for allowed in 0.. {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = scratch_dir();
         let prefix = dir.path().join("ckpt");
-        save(&prefix, shape, 1.0).unwrap();
+        save(&prefix, shape, 1.0, FSYNC).unwrap();
         failpoint::arm(allowed);
-        let result = save(&prefix, shape, 2.0);
+        let result = save(&prefix, shape, 2.0, FSYNC);
         if !failpoint::disarm() {
             result.unwrap();
             assert_eq!(version(&prefix), 2.0);
@@ -162,7 +172,7 @@ fn crash_everywhere(shape: Shape) -> (u64, u64, u64) {
         assert_eq!(version(&prefix), found, "{context}");
         assert_eq!(listing(dir.path()), clean_listing(shape), "{context}");
         // The next save works over what the crash left.
-        save(&prefix, shape, 3.0).unwrap();
+        save(&prefix, shape, 3.0, FSYNC).unwrap();
         assert_eq!(version(&prefix), 3.0, "{context}");
         assert_eq!(listing(dir.path()), clean_listing(shape), "{context}");
     }
@@ -173,15 +183,15 @@ fn crash_everywhere(shape: Shape) -> (u64, u64, u64) {
 /// checkpoint (the leftovers of a crash in the middle of the merge included).
 fn crash_then_save(shape: Shape) -> u64 {
     for allowed in 0.. {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = scratch_dir();
         let prefix = dir.path().join("ckpt");
-        save(&prefix, shape, 1.0).unwrap();
+        save(&prefix, shape, 1.0, NO_FSYNC).unwrap();
         failpoint::arm(allowed);
-        let _ = save(&prefix, shape, 2.0);
+        let _ = save(&prefix, shape, 2.0, NO_FSYNC);
         if !failpoint::disarm() {
             return allowed;
         }
-        save(&prefix, shape, 3.0).unwrap();
+        save(&prefix, shape, 3.0, NO_FSYNC).unwrap();
         assert_eq!(version(&prefix), 3.0, "{shape:?}, crash at {allowed}");
         assert_eq!(
             listing(dir.path()),
@@ -190,6 +200,44 @@ fn crash_then_save(shape: Shape) -> u64 {
         );
     }
     unreachable!("the loop returns once a save runs without a crash")
+}
+
+/// One file operation fails (a full disk, a permission) and the save goes on to handle it:
+/// the save reports the failure or succeeds, the prefix holds the old or the new checkpoint,
+/// and no file of the failed save is left, with no recovery run.
+fn fail_each_once(shape: Shape) -> (u64, u64) {
+    let mut failed = 0;
+    for allowed in 0.. {
+        let dir = scratch_dir();
+        let prefix = dir.path().join("ckpt");
+        save(&prefix, shape, 1.0, NO_FSYNC).unwrap();
+        failpoint::fail_once(allowed);
+        let result = save(&prefix, shape, 2.0, NO_FSYNC);
+        if !failpoint::disarm() {
+            result.unwrap();
+            return (allowed, failed);
+        }
+        let context = format!("{shape:?}, failure at operation {allowed}");
+        // Checked before anything reads the prefix (a read would recover).
+        assert_eq!(listing(dir.path()), clean_listing(shape), "{context}");
+        let found = version(&prefix);
+        if result.is_err() {
+            failed += 1;
+        }
+        assert!(
+            found == 2.0 || (found == 1.0 && result.is_err()),
+            "{context}: version {found}, {result:?}"
+        );
+    }
+    unreachable!("the loop returns once a save runs without a failure")
+}
+
+#[test]
+fn a_failing_file_operation_leaves_the_old_or_the_new_checkpoint_and_no_leftovers() {
+    for shape in [Shape::Direct, Shape::Sharded(1), Shape::Sharded(3)] {
+        let (trials, failed) = fail_each_once(shape);
+        assert!(failed > 0 && failed <= trials, "{shape:?}");
+    }
 }
 
 #[test]
