@@ -24,9 +24,10 @@
 //! prefix (`<prefix>_temp/part-…`) and only `MergeV2Checkpoints` moves them to the final
 //! prefix, so a save that fails before the merge (a missing value is caught before anything
 //! runs; a failing `SaveV2`) leaves an existing checkpoint at the prefix untouched. The merge
-//! checks every source and destination name and writes the merged index to a temporary file
-//! before it renames the first data file; see [`crate::bundle::merge`] for the window that
-//! remains.
+//! checks every source and destination name, writes the merged index to a temporary file and
+//! moves the files into place as one journaled commit, so even a crash leaves the old
+//! checkpoint or the new one ([`crate::bundle::journal`]). A save holds the prefix's lock
+//! ([`CheckpointIo::begin_save`]): concurrent saves to one prefix run one after the other.
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
@@ -532,14 +533,19 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
-        if call == Call::Save {
-            self.io
-                .check_save_prefix(prefix)
+        // Held until the save ends: BundleIo's lock on the prefix.
+        let _guard = if call == Call::Save {
+            let guard = self
+                .io
+                .begin_save(prefix)
                 .map_err(|source| SessionError::BadPrefix {
                     prefix: prefix.to_owned(),
                     source: Box::new(source),
                 })?;
-        }
+            Some(guard)
+        } else {
+            None
+        };
         let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);

@@ -49,6 +49,14 @@ pub enum BundleError {
         /// Offset of the block within the file.
         offset: u64,
     },
+    /// The journal of an interrupted merge (`<prefix>.merging`) cannot be read or followed.
+    #[error("{}: bad merge journal: {detail}", path.display())]
+    BadJournal {
+        /// The journal file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
     /// The index's header entry (key `""`) is missing or invalid.
     #[error("{}: bad bundle header: {detail}", path.display())]
     BadHeader {

@@ -1,5 +1,6 @@
 //! Merging bundle parts into one checkpoint with MergeV2Checkpoints semantics (FORMATS.md §9.3):
-//! merged index, data files renamed to their final shard names, source indexes deleted.
+//! merged index, data files renamed to their final shard names, source indexes deleted. The
+//! renames are one journaled commit ([`super::journal`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,10 +8,11 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::error::{BundleError, Result};
+use super::journal::{self, unique_name};
 use super::proto::BundleEntryProto;
 use super::reader::{RawIndex, read_index};
-use super::writer::{WriteOptions, sync_dir, write_index};
-use super::{data_path, index_path};
+use super::writer::{WriteOptions, write_index};
+use super::{data_path, fsops, index_path};
 
 /// The attributes of `MergeV2Checkpoints`. The default is the op's: `delete_old_dirs = true`,
 /// `allow_missing_files = false`.
@@ -45,34 +47,20 @@ pub struct MergeOptions {
 /// Merges the bundles at `sources` into one bundle at `dest`. Unlike TensorFlow, merging a
 /// prefix onto itself is refused.
 ///
-/// A checkpoint already at `dest` survives a failed merge: everything is checked (sources,
-/// their data files, that no destination name is a directory) and the merged index is written
-/// under a temporary name before any file moves; then each old data file the merge replaces is
-/// first moved aside to a backup name, the new one renamed into place, and the index renamed
-/// last. If any rename fails, every completed step is undone in reverse order, so the old
-/// checkpoint is back as it was and the sources are where they were. Only a crash in the middle
-/// of the renames leaves a window: the old data files are then still on disk under their
-/// backup names (`<data file>.merging-old<pid>`), and readers of the old index report missing
-/// or mismatched data rather than returning wrong values.
+/// A checkpoint already at `dest` survives a failed merge, and a crash at any point leaves it
+/// or the new one: everything is checked (sources, their data files, that no destination name
+/// is a directory) and the merged index is written under a temporary name before any file
+/// moves; then the data files and the index are moved into place by one journaled commit
+/// ([`super::journal`]): a failure rolls every step back, and after a crash the journal
+/// (`<dest>.merging`) lets the next save, reader or `saveplan recover` finish or undo it.
+/// Concurrent merges into one prefix must be serialized by the caller
+/// ([`super::SaveLock`]).
 pub fn merge_bundles<P: AsRef<Path>>(
     sources: &[P],
     dest: impl AsRef<Path>,
     options: MergeOptions,
 ) -> Result<()> {
-    merge_with_rename(sources, dest.as_ref(), options, &|from, to| {
-        std::fs::rename(from, to)
-    })
-}
-
-/// The file rename the merge uses; tests inject failures through it.
-type Rename<'a> = &'a dyn Fn(&Path, &Path) -> std::io::Result<()>;
-
-fn merge_with_rename<P: AsRef<Path>>(
-    sources: &[P],
-    dest: &Path,
-    options: MergeOptions,
-    rename: Rename<'_>,
-) -> Result<()> {
+    let dest = dest.as_ref();
     super::check_write_prefix(dest)?;
     for source in sources {
         if same_prefix(source.as_ref(), dest) {
@@ -114,8 +102,7 @@ fn merge_with_rename<P: AsRef<Path>>(
     let merged = merge_entries(&present)?;
     let renames = plan_renames(&present, dest, total_shards)?;
     if let Some(dir) = dest.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|err| BundleError::io(dir, "create directory", err))?;
+        fsops::create_dir_all(dir).map_err(|err| BundleError::io(dir, "create directory", err))?;
     }
     // A directory where a file goes is refused before anything is written or moved (moved
     // aside, it could not be deleted as a backup and would be left behind).
@@ -135,9 +122,7 @@ fn merge_with_rename<P: AsRef<Path>>(
         .map(|(key, entry)| (key, entry.encode_to_vec()))
         .collect();
     // The index is complete on disk before any data file moves (see above).
-    let mut staged = index.clone().into_os_string();
-    staged.push(format!(".merging{}", std::process::id()));
-    let staged = PathBuf::from(staged);
+    let staged = unique_name(&index, ".merging");
     write_index(
         &staged,
         total_shards as i32,
@@ -146,23 +131,13 @@ fn merge_with_rename<P: AsRef<Path>>(
             .map(|(key, value)| (key.as_slice(), value.as_slice())),
         options.write,
     )?;
-    let mut moves = Moves::new(rename);
-    let moved = renames
-        .iter()
-        .try_for_each(|(from, to)| moves.replace(from, to))
-        .and_then(|()| moves.replace(&staged, &index));
-    if let Err(err) = moved {
-        moves.undo();
-        let _ = std::fs::remove_file(&staged);
+    if let Err(err) = journal::commit(dest, &renames, &staged, options.write.fsync) {
+        let _ = fsops::remove_file(&staged);
         return Err(err);
-    }
-    moves.drop_backups();
-    if options.write.fsync {
-        sync_dir(&index)?;
     }
     for (source, _) in &present {
         let index = index_path(source);
-        std::fs::remove_file(&index).map_err(|err| BundleError::io(&index, "delete", err))?;
+        fsops::remove_file(&index).map_err(|err| BundleError::io(&index, "delete", err))?;
     }
     if options.flags.delete_old_dirs {
         let dest_dir = parent_dir(dest);
@@ -170,68 +145,11 @@ fn merge_with_rename<P: AsRef<Path>>(
             let dir = parent_dir(source);
             if !same_dir(&dir, &dest_dir) {
                 // A directory that still holds files stays, as in TensorFlow; that is not an error.
-                let _ = std::fs::remove_dir(&dir);
+                let _ = fsops::remove_dir(&dir);
             }
         }
     }
     Ok(())
-}
-
-/// The renames a merge has done so far, so that a failure can undo them.
-struct Moves<'a> {
-    rename: Rename<'a>,
-    /// (from, to, backup of what was at `to`), in the order done.
-    done: Vec<(PathBuf, PathBuf, Option<PathBuf>)>,
-}
-
-impl<'a> Moves<'a> {
-    fn new(rename: Rename<'a>) -> Moves<'a> {
-        Moves {
-            rename,
-            done: Vec::new(),
-        }
-    }
-
-    /// Renames `from` to `to`, first moving an existing `to` aside to a backup name.
-    fn replace(&mut self, from: &Path, to: &Path) -> Result<()> {
-        let backup = if to.exists() {
-            let mut name = to.as_os_str().to_owned();
-            name.push(format!(".merging-old{}", std::process::id()));
-            let backup = PathBuf::from(name);
-            (self.rename)(to, &backup).map_err(|err| BundleError::io(to, "move aside", err))?;
-            Some(backup)
-        } else {
-            None
-        };
-        if let Err(err) = (self.rename)(from, to) {
-            if let Some(backup) = &backup {
-                let _ = (self.rename)(backup, to);
-            }
-            return Err(BundleError::io(from, "rename", err));
-        }
-        self.done
-            .push((from.to_path_buf(), to.to_path_buf(), backup));
-        Ok(())
-    }
-
-    /// Undoes every rename in reverse order (best effort: a failure here leaves the backups).
-    fn undo(&mut self) {
-        for (from, to, backup) in self.done.drain(..).rev() {
-            let _ = (self.rename)(&to, &from);
-            if let Some(backup) = backup {
-                let _ = (self.rename)(&backup, &to);
-            }
-        }
-    }
-
-    /// Deletes the backups once the new checkpoint is complete.
-    fn drop_backups(&mut self) {
-        for (_, _, backup) in self.done.drain(..) {
-            if let Some(backup) = backup {
-                let _ = std::fs::remove_file(backup);
-            }
-        }
-    }
 }
 
 /// Builds the merged (key → entry) table: shard ids shifted, sliced tensors' slice lists
@@ -312,8 +230,6 @@ fn same_prefix(a: &Path, b: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
-
     use super::*;
     use crate::bundle::{BundleReader, BundleWriter, DType, Values};
 
@@ -355,55 +271,44 @@ mod tests {
         names
     }
 
-    /// A rename failing at any point of the merge leaves the old checkpoint readable with its
-    /// old values and the source part where it was; then the merge succeeds and leaves no
-    /// backup behind.
+    /// A file operation failing at any point of the merge leaves the old checkpoint readable
+    /// with its old values and every file as it was, or (failing after the commit point) the
+    /// new checkpoint; the merge then leaves no staging or backup file behind.
     #[test]
-    fn a_failed_rename_rolls_back_and_keeps_the_old_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("ckpt");
-        let part = dir.path().join("ckpt_temp/part-00000-of-00001");
-        write(&dest, [1.0, 2.0]);
-        write(&part, [3.0, 4.0]);
-        let old = read(&dest);
-        let before = files(dir.path());
-        // The merge does four renames: old data aside, new data in, old index aside, new in.
-        for fail_at in 0..4 {
-            let calls = Cell::new(0);
-            let failing = |from: &Path, to: &Path| {
-                let call = calls.get();
-                calls.set(call + 1);
-                if call == fail_at {
-                    return Err(std::io::Error::other("injected failure"));
-                }
-                std::fs::rename(from, to)
-            };
-            let err =
-                merge_with_rename(&[&part], &dest, MergeOptions::default(), &failing).unwrap_err();
-            let cause = std::error::Error::source(&err).map(ToString::to_string);
-            assert_eq!(
-                cause.as_deref(),
-                Some("injected failure"),
-                "{fail_at}: {err}"
-            );
-            assert_eq!(
-                read(&dest),
-                old,
-                "old values after a failure at rename {fail_at}"
-            );
-            assert_eq!(
-                files(dir.path()),
-                before,
-                "files after a failure at rename {fail_at}"
+    fn a_failed_operation_rolls_back_or_keeps_the_new_checkpoint() {
+        use crate::bundle::fsops::failpoint;
+        let new: Vec<u8> = [3.0f32, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        for fail_at in 0.. {
+            let dir = tempfile::tempdir().unwrap();
+            let dest = dir.path().join("ckpt");
+            let part = dir.path().join("ckpt_temp/part-00000-of-00001");
+            write(&dest, [1.0, 2.0]);
+            write(&part, [3.0, 4.0]);
+            let old = read(&dest);
+            let before = files(dir.path());
+            failpoint::fail_once(fail_at);
+            let result = merge_bundles(&[&part], &dest, MergeOptions::default());
+            if !failpoint::disarm() {
+                result.unwrap();
+                assert_eq!(read(&dest), new);
+                assert!(fail_at > 8, "the merge makes more than 8 file operations");
+                break;
+            }
+            let values = read(&dest);
+            if result.is_err() && values == old {
+                assert_eq!(
+                    files(dir.path()),
+                    before,
+                    "files after a failure at {fail_at}"
+                );
+            } else {
+                assert_eq!(values, new, "values after a failure at {fail_at}");
+            }
+            let after = files(dir.path());
+            assert!(
+                after.iter().all(|name| !name.contains(".merging")),
+                "{fail_at}: {after:?}"
             );
         }
-        merge_bundles(&[&part], &dest, MergeOptions::default()).unwrap();
-        let new: Vec<u8> = [3.0f32, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(read(&dest), new);
-        let after = files(dir.path());
-        assert!(
-            after.iter().all(|name| !name.contains(".merging")),
-            "{after:?}"
-        );
     }
 }

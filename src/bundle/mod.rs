@@ -10,6 +10,10 @@
 //!   holds them in insertion order with no padding, the index holds entries sorted by key.
 //! - Files appear under their final names only when complete (temporary name, then rename;
 //!   the data file before the index). A failed or dropped writer leaves nothing behind.
+//! - Replacing a checkpoint is one journaled commit ([`journal`]): after a crash at any point
+//!   the prefix holds the old checkpoint or the new one once recovered, which every save,
+//!   [`BundleReader::open`] and [`recover`] do first. Saves hold [`SaveLock`] on the prefix,
+//!   which also deletes what killed saves left behind ([`lock`]).
 //! - Every read checks the CRC32C of every byte it returns; every index block is checked when
 //!   the bundle is opened. Bad input is a [`BundleError`] naming the file (and key), never a
 //!   panic, and never an allocation larger than the files it reads.
@@ -33,7 +37,7 @@
 //! Module map: [`crc`] (CRC32C, LevelDB mask), [`sstable`] (index table builder/reader),
 //! [`slice`](mod@slice) (slice specs, slice keys, region copies), [`dtype`] (which of the
 //! IR's [`DType`]s a bundle stores), [`string`](mod@string) (DT_STRING
-//! encoding), [`writer`], [`reader`], [`merge`], [`error`].
+//! encoding), [`writer`], [`reader`], [`merge`], [`journal`] (commit and recovery), [`lock`], [`error`].
 //!
 //! ```no_run
 //! use saveplan::bundle::{BundleReader, BundleWriter, DType};
@@ -52,6 +56,9 @@ pub mod crc;
 pub mod dtype;
 pub mod element;
 pub mod error;
+mod fsops;
+pub mod journal;
+pub mod lock;
 pub mod merge;
 mod proto;
 pub mod reader;
@@ -60,11 +67,16 @@ pub mod sstable;
 pub mod string;
 pub mod writer;
 
+#[cfg(test)]
+mod crash_tests;
+
 use std::path::{Path, PathBuf};
 
 pub use dtype::DType;
 pub use element::{Element, decode_element, element_json};
 pub use error::{BundleError, Result};
+pub use journal::Recovered;
+pub use lock::{Recovery, SaveLock, recover};
 pub use merge::{MergeFlags, MergeOptions, merge_bundles};
 pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};
 pub use slice::{Extent, ShapeAndSlice, SliceError, TensorSlice};

@@ -147,9 +147,11 @@ pub struct BundleReader {
 }
 
 impl BundleReader {
-    /// Opens the bundle at `prefix` (reads and checks `prefix.index`).
+    /// Opens the bundle at `prefix` (reads and checks `prefix.index`), first finishing or
+    /// rolling back a merge a crash interrupted there ([`super::journal`]).
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref().to_path_buf();
+        super::lock::recover_before_read(&prefix);
         let index_path = index_path(&prefix);
         let raw = read_index(&index_path)?;
         let mut entries = Vec::new();

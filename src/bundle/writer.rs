@@ -1,18 +1,18 @@
 //! `BundleWriter`: writes one `prefix.index` + `prefix.data-00000-of-00001` exactly as
 //! TensorFlow's SaveV2 does (data in insertion order, index sorted), through temporary files
-//! that are renamed into place.
-
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+//! that are moved into place by a journaled commit ([`super::journal`]), so a crash leaves
+//! the bundle that was at the prefix or the new one.
 
 use prost::Message;
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use super::crc;
 use super::dtype::{DType, num_elements};
 use super::error::{BundleError, Result};
+use super::fsops::{self, TrackedFile};
+use super::journal::{self, unique_name};
 use super::proto::{BundleEntryProto, BundleHeaderProto, VersionDef, shape_proto, slice_proto};
 use super::slice::{ShapeAndSlice, TensorSlice, encode_slice_key, overlap_volume};
 use super::sstable::TableBuilder;
@@ -45,7 +45,7 @@ pub struct BundleWriter {
     prefix: PathBuf,
     data_final: PathBuf,
     data_temp: PathBuf,
-    data: Option<BufWriter<File>>,
+    data: Option<BufWriter<TrackedFile>>,
     offset: u64,
     /// Encoded (key, BundleEntryProto) pairs in insertion order; sorted by `finish`.
     entries: Vec<(Vec<u8>, Vec<u8>)>,
@@ -82,13 +82,14 @@ impl BundleWriter {
         let prefix = prefix.as_ref().to_path_buf();
         check_write_prefix(&prefix)?;
         if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            fsops::create_dir_all(dir)
                 .map_err(|err| BundleError::io(dir, "create directory", err))?;
         }
         let data_final = data_path(&prefix, 0, 1);
-        let data_temp = temp_name(&data_final);
-        let file =
-            File::create(&data_temp).map_err(|err| BundleError::io(&data_temp, "create", err))?;
+        let data_temp = unique_name(&data_final, ".tempstate");
+        let file = fsops::create(&data_temp)
+            .map(TrackedFile)
+            .map_err(|err| BundleError::io(&data_temp, "create", err))?;
         Ok(BundleWriter {
             prefix,
             data_final,
@@ -253,12 +254,13 @@ impl BundleWriter {
         })
     }
 
-    /// Writes the index and renames both files into place. On failure no file of the bundle is
-    /// left behind.
+    /// Writes the index and moves both files into place (replacing a bundle at the prefix as
+    /// one step, see [`super::journal`]). On failure no new file of the bundle is left behind
+    /// and a bundle that was at the prefix is unchanged.
     pub fn finish(mut self) -> Result<()> {
         let result = self.finish_files();
         if result.is_err() {
-            let _ = std::fs::remove_file(&self.data_temp);
+            let _ = fsops::remove_file(&self.data_temp);
         }
         result
     }
@@ -278,8 +280,7 @@ impl BundleWriter {
             .into_inner()
             .map_err(|err| BundleError::io(&self.data_temp, "write", err.into_error()))?;
         if self.options.fsync {
-            file.sync_all()
-                .map_err(|err| BundleError::io(&self.data_temp, "fsync", err))?;
+            fsops::sync(&file.0).map_err(|err| BundleError::io(&self.data_temp, "fsync", err))?;
         }
         drop(file);
         let sliced = std::mem::take(&mut self.sliced);
@@ -295,18 +296,21 @@ impl BundleWriter {
         if entries.first().is_some_and(|(key, _)| key.is_empty()) {
             return Err(self.conflict("", "the empty key is reserved for the bundle header".into()));
         }
-        // The data file goes into place first: a reader that sees the index finds its data.
-        rename(&self.data_temp, &self.data_final)?;
-        let index = write_index(
-            &index_path(&self.prefix),
+        // The index is complete on disk before anything moves; the data file goes into place
+        // first, so a reader that sees the index finds its data.
+        let staged = unique_name(&index_path(&self.prefix), ".merging");
+        write_index(
+            &staged,
             1,
             entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
             self.options,
-        );
-        if index.is_err() {
-            let _ = std::fs::remove_file(&self.data_final);
+        )?;
+        let moves = [(self.data_temp.clone(), self.data_final.clone())];
+        let committed = journal::commit(&self.prefix, &moves, &staged, self.options.fsync);
+        if committed.is_err() {
+            let _ = fsops::remove_file(&staged);
         }
-        index
+        committed
     }
 
     fn conflict(&self, key: &str, detail: String) -> BundleError {
@@ -428,7 +432,7 @@ impl BundleWriter {
             .data
             .as_mut()
             .expect("the data file stays open until `finish`");
-        let write = |data: &mut BufWriter<File>| -> std::io::Result<u32> {
+        let write = |data: &mut BufWriter<TrackedFile>| -> std::io::Result<u32> {
             data.flush()?;
             let file = data.get_mut();
             // The write goes first: it is the critical path, and it runs at once on this
@@ -465,7 +469,7 @@ impl Drop for BundleWriter {
     fn drop(&mut self) {
         if self.data.take().is_some() {
             // The writer was not finished: its temporary data file is garbage.
-            let _ = std::fs::remove_file(&self.data_temp);
+            let _ = fsops::remove_file(&self.data_temp);
         }
     }
 }
@@ -520,8 +524,6 @@ impl TensorStream<'_> {
     }
 }
 
-/// Writes an index file: the header entry then `entries` (sorted, encoded `BundleEntryProto`s),
-/// through a temporary file renamed into place.
 /// Checks that a checkpoint can be written at `prefix`: it is not empty (that would write
 /// hidden `.index` and `.data-*` files in the current folder) and not an existing directory
 /// (`out/` would put hidden files inside it), and its `.index` is not a directory either.
@@ -542,6 +544,8 @@ pub fn check_write_prefix(prefix: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes an index file at `path` (a temporary name: the file is partial if this fails, and
+/// then deleted): the header entry then `entries` (sorted, encoded `BundleEntryProto`s).
 pub(crate) fn write_index<'a>(
     path: &Path,
     num_shards: i32,
@@ -563,49 +567,9 @@ pub(crate) fn write_index<'a>(
         table.add(key, value);
     }
     let bytes = table.finish();
-    let temp = temp_name(path);
-    let write = || -> std::io::Result<()> {
-        let mut file = File::create(&temp)?;
-        file.write_all(&bytes)?;
-        if options.fsync {
-            file.sync_all()?;
-        }
-        Ok(())
-    };
-    if let Err(err) = write() {
-        let _ = std::fs::remove_file(&temp);
-        return Err(BundleError::io(&temp, "write", err));
-    }
-    rename(&temp, path)?;
-    if options.fsync {
-        sync_dir(path)?;
+    if let Err(err) = fsops::write_file(path, &bytes, options.fsync) {
+        let _ = fsops::remove_file(path);
+        return Err(BundleError::io(path, "write", err));
     }
     Ok(())
-}
-
-/// A unique temporary name next to `path`.
-fn temp_name(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".tempstate{}-{count}", std::process::id()));
-    PathBuf::from(name)
-}
-
-fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|err| {
-        let _ = std::fs::remove_file(from);
-        BundleError::io(to, "rename", err)
-    })
-}
-
-/// Syncs the directory holding `path`, so a rename into it is durable.
-pub(crate) fn sync_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|dir_file| dir_file.sync_all())
-        .map_err(|err| BundleError::io(dir, "fsync directory", err))
 }

@@ -9,6 +9,7 @@ mod convert;
 mod graph;
 mod inspect;
 mod output;
+mod recover;
 mod restore;
 mod run;
 mod save;
@@ -32,6 +33,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Read every tensor of a checkpoint and check every checksum.
     Verify(verify::Args),
+    /// Finish or roll back a save a crash interrupted, and delete killed saves' leftovers.
+    Recover(recover::Args),
     /// Convert between a .safetensors file and a TF checkpoint prefix.
     Convert(convert::Args),
     /// Compile a spec file into a MetaGraphDef, SaverDef, IR text and DOT.
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Graph(args) => graph::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Verify(args) => verify::run(args),
+        Command::Recover(args) => recover::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Check(args) => check::run(args),

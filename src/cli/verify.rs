@@ -1,14 +1,17 @@
 //! `saveplan verify PREFIX`: reads every tensor of a checkpoint and checks every checksum;
 //! exits 0 only if all are good and names each bad key otherwise (a missing data file once,
-//! with the number of tensors stored there).
+//! with the number of tensors stored there). A save a crash interrupted at the prefix is first
+//! finished or rolled back, and the first line says which; leftovers of killed saves are
+//! counted.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use saveplan::bundle::{BundleError, BundleReader};
+use saveplan::bundle::{self, BundleError, BundleReader};
 
 use super::common::progress_bar;
 use super::output::{one_line, outln};
+use super::recover::describe;
 use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan verify`.
@@ -21,7 +24,18 @@ pub struct Args {
 
 /// Runs `saveplan verify`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let reader = BundleReader::open(checkpoint_prefix(&args.prefix)?)?;
+    let prefix = checkpoint_prefix(&args.prefix)?;
+    // An interrupted save is finished or rolled back first (as any open does), saying which.
+    let (interrupted, leftovers) = bundle::lock::unfinished(&prefix);
+    if interrupted {
+        outln!("{}", describe(bundle::recover(&prefix)?.merge))?;
+    } else if !leftovers.is_empty() {
+        outln!(
+            "note: {} leftover files of killed saves (`saveplan recover` deletes them)",
+            leftovers.len()
+        )?;
+    }
+    let reader = BundleReader::open(prefix)?;
     let total: u64 = reader
         .entries()
         .iter()

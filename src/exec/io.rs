@@ -84,6 +84,22 @@ pub trait CheckpointIo: Sync {
         let _ = prefix;
         Ok(())
     }
+
+    /// Starts a save at `prefix`: checks it ([`CheckpointIo::check_save_prefix`]) and returns
+    /// a guard the caller holds until the save has ended. The default guard holds nothing;
+    /// [`BundleIo`]'s holds the prefix's [`bundle::SaveLock`] (waiting while another save
+    /// holds it), so concurrent saves to one prefix run one after the other.
+    fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
+        self.check_save_prefix(prefix)?;
+        Ok(SaveGuard { _lock: None })
+    }
+}
+
+/// Held for the duration of one save ([`CheckpointIo::begin_save`]); dropping it ends the
+/// save (for [`BundleIo`]: cleans up and releases the prefix's lock).
+#[derive(Debug)]
+pub struct SaveGuard {
+    _lock: Option<bundle::SaveLock>,
 }
 
 /// One tensor (or slice) for [`CheckpointIo::save`].
@@ -121,6 +137,15 @@ impl CheckpointIo for BundleIo {
         Ok(crate::bundle::check_write_prefix(std::path::Path::new(
             prefix,
         ))?)
+    }
+
+    fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
+        self.check_save_prefix(prefix)?;
+        // Where no lock file can be made (the directory cannot be created or written), the
+        // save cannot write its files either: it runs unlocked and fails with its op's error.
+        Ok(SaveGuard {
+            _lock: bundle::SaveLock::acquire(prefix).ok(),
+        })
     }
 
     fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {

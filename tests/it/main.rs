@@ -5,6 +5,7 @@
 mod support;
 
 mod architecture;
+mod atomic;
 
 mod bundle_cli;
 mod bundle_errors;

@@ -1,0 +1,143 @@
+//! The file operations that change the disk when a bundle is written, merged or recovered:
+//! every create, write, fsync, rename and delete of [`super::writer`], [`super::merge`] and
+//! [`super::journal`] goes through here.
+//!
+//! In tests a thread-local failpoint ([`failpoint`], compiled only under `cfg(test)`) can stop
+//! the thread at any of them: the operation and every later one fail without touching the
+//! disk, which leaves the files as a crash (SIGKILL) at that point would.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Creates (or truncates) `path` for writing.
+pub(crate) fn create(path: &Path) -> io::Result<File> {
+    check()?;
+    File::create(path)
+}
+
+/// Creates `dir` and its parents.
+pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::create_dir_all(dir)
+}
+
+/// Renames `from` to `to`, replacing `to`.
+pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::rename(from, to)
+}
+
+/// Deletes the file `path`.
+pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::remove_file(path)
+}
+
+/// Deletes the empty directory `dir`.
+pub(crate) fn remove_dir(dir: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::remove_dir(dir)
+}
+
+/// Flushes `file`'s data and metadata to the disk.
+pub(crate) fn sync(file: &File) -> io::Result<()> {
+    check()?;
+    file.sync_all()
+}
+
+/// Flushes the directory `dir`, so renames into it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    check()?;
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` as the whole file `path` (fsynced if `fsync`); on failure the file may be
+/// partial, so callers write under a temporary name.
+pub(crate) fn write_file(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
+    let mut file = TrackedFile(create(path)?);
+    file.write_all(bytes)?;
+    if fsync {
+        sync(&file.0)?;
+    }
+    Ok(())
+}
+
+/// A file whose every `write` goes through the failpoint.
+#[derive(Debug)]
+pub(crate) struct TrackedFile(pub(crate) File);
+
+impl Write for TrackedFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        check()?;
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn check() -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+fn check() -> io::Result<()> {
+    failpoint::check()
+}
+
+/// A per-thread crash switch for tests: [`failpoint::arm`] lets a number of file operations
+/// through, then every later one on this thread fails.
+#[cfg(test)]
+pub(crate) mod failpoint {
+    use std::cell::Cell;
+    use std::io;
+
+    thread_local! {
+        /// Operations still allowed, or `None` when disarmed.
+        static LEFT: Cell<Option<u64>> = const { Cell::new(None) };
+        /// Whether an operation was refused since the last `arm`.
+        static CRASHED: Cell<bool> = const { Cell::new(false) };
+        /// Whether only one operation fails (then the failpoint disarms itself).
+        static ONCE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Lets `allowed` operations through, then "crashes" this thread's file operations.
+    pub(crate) fn arm(allowed: u64) {
+        LEFT.set(Some(allowed));
+        CRASHED.set(false);
+        ONCE.set(false);
+    }
+
+    /// Lets `allowed` operations through, fails the next one, and lets every later one through.
+    pub(crate) fn fail_once(allowed: u64) {
+        arm(allowed);
+        ONCE.set(true);
+    }
+
+    /// Disarms the failpoint; returns whether the crash happened.
+    pub(crate) fn disarm() -> bool {
+        LEFT.set(None);
+        CRASHED.get()
+    }
+
+    pub(super) fn check() -> io::Result<()> {
+        match LEFT.get() {
+            None => Ok(()),
+            Some(0) => {
+                if ONCE.get() {
+                    LEFT.set(None);
+                }
+                CRASHED.set(true);
+                Err(io::Error::other("injected crash"))
+            }
+            Some(left) => {
+                LEFT.set(Some(left - 1));
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! [`SaveLock`]: the exclusive lock a save holds on its prefix, and cleaning up what earlier,
+//! killed saves to the prefix left behind.
+//!
+//! The lock is an advisory `flock` on `<prefix>.lock`, a file that exists only while a save
+//! holds the lock: the holder deletes it before it unlocks, and a writer that got the lock on
+//! a file already deleted (its inode is no longer the one at the path) tries again. A second
+//! writer waits until the first is done. Every file a save writes for its prefix, at any stage, is named after it
+//! (`<prefix>.data-….tempstate<pid>-<n>`, `<prefix>.index.merging<pid>-<n>`, backups
+//! `….merging-old<pid>-<n>`, the journal `<prefix>.merging`, the parts under `<prefix>_temp/`
+//! or `<prefix>_temp_<id>/`), so whoever holds the lock knows that such files belong to saves
+//! whose writers are gone, and deletes them ([`SaveLock::acquire`] and when the lock is
+//! released, so a save that fails, say on a full disk, leaves no finished shard behind).
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use super::error::{BundleError, Result};
+use super::fsops;
+use super::journal::{Recovered, journal_path, recover_journal};
+
+/// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
+/// recovers an interrupted merge, deletes leftovers and releases the lock.
+#[derive(Debug)]
+pub struct SaveLock {
+    prefix: PathBuf,
+    /// The open, locked lock file.
+    file: File,
+}
+
+/// What [`recover`] found and did at a prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// What happened to an interrupted merge.
+    pub merge: Recovered,
+    /// The leftover files and directories of earlier saves that were deleted.
+    pub removed: Vec<PathBuf>,
+}
+
+/// The lock file of `prefix`: `<prefix>.lock`.
+pub fn lock_path(prefix: &Path) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+impl SaveLock {
+    /// Waits for the exclusive lock on `prefix` (creating its directory and lock file if
+    /// needed), then finishes or rolls back an interrupted merge and deletes the leftovers of
+    /// earlier saves.
+    pub fn acquire(prefix: impl AsRef<Path>) -> Result<SaveLock> {
+        let lock = SaveLock::wait(prefix.as_ref())?;
+        recover_journal(&lock.prefix)?;
+        remove_leftovers(&lock.prefix);
+        Ok(lock)
+    }
+
+    /// Takes the lock without recovering anything.
+    fn wait(prefix: &Path) -> Result<SaveLock> {
+        if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|err| BundleError::io(dir, "create directory", err))?;
+        }
+        let path = lock_path(prefix);
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|err| BundleError::io(&path, "open lock file", err))?;
+            file.lock()
+                .map_err(|err| BundleError::io(&path, "lock", err))?;
+            if still_at(&file, &path) {
+                return Ok(SaveLock {
+                    prefix: prefix.to_path_buf(),
+                    file,
+                });
+            }
+        }
+    }
+}
+
+impl Drop for SaveLock {
+    fn drop(&mut self) {
+        let _ = recover_journal(&self.prefix);
+        remove_leftovers(&self.prefix);
+        // Deleted while locked; closing the file then releases the lock.
+        let _ = std::fs::remove_file(lock_path(&self.prefix));
+        let _ = self.file.unlock();
+    }
+}
+
+/// Whether the locked `file` is still the one at `path` (not deleted by the holder before).
+#[cfg(unix)]
+fn still_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(ours), Ok(theirs)) => ours.dev() == theirs.dev() && ours.ino() == theirs.ino(),
+        _ => false,
+    }
+}
+
+/// Whether the locked `file` is still the one at `path`: without inode numbers, whether a
+/// file is there at all.
+#[cfg(not(unix))]
+fn still_at(_file: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+/// Takes the lock on `prefix`, finishes or rolls back an interrupted merge and deletes the
+/// leftovers of earlier saves (`saveplan recover`).
+pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
+    let lock = SaveLock::wait(prefix.as_ref())?;
+    let merge = recover_journal(&lock.prefix)?;
+    let removed = remove_leftovers(&lock.prefix);
+    Ok(Recovery { merge, removed })
+}
+
+/// Recovers an interrupted merge at `prefix` before it is read, if its journal exists (the
+/// lock and recovery are skipped otherwise, so reading never writes to a clean checkpoint's
+/// directory). Failures are left to the read to report.
+pub(crate) fn recover_before_read(prefix: &Path) {
+    if journal_path(prefix).exists()
+        && let Ok(lock) = SaveLock::wait(prefix)
+    {
+        let _ = recover_journal(&lock.prefix);
+    }
+}
+
+/// The leftovers of unfinished saves at `prefix` and whether a merge journal is there, without
+/// changing anything (for `saveplan verify`).
+pub fn unfinished(prefix: &Path) -> (bool, Vec<PathBuf>) {
+    (journal_path(prefix).exists(), leftovers(prefix))
+}
+
+/// Deletes the leftovers of earlier saves; returns what was deleted (best effort: what cannot
+/// be deleted stays for the next save).
+fn remove_leftovers(prefix: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for path in leftovers(prefix) {
+        if path.is_dir() {
+            // Only the `part*` files were listed inside; a directory holding more stays.
+            if fsops::remove_dir(&path).is_ok() {
+                removed.push(path);
+            }
+        } else if fsops::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+/// The leftover files of saves to `prefix`: temporary, staging and backup files next to it,
+/// and every `part*` file in its temporary directories, each directory after its files.
+fn leftovers(prefix: &Path) -> Vec<PathBuf> {
+    let Some(name) = prefix.file_name().and_then(|name| name.to_str()) else {
+        return Vec::new();
+    };
+    let dir = match prefix.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    for entry in names {
+        let path = dir.join(&entry);
+        if let Some(rest) = entry.strip_prefix(name).and_then(|r| r.strip_prefix('.')) {
+            if is_leftover_name(rest) && path.is_file() {
+                found.push(path);
+            }
+        } else if is_temp_dir_name(name, &entry) && path.is_dir() {
+            let Ok(parts) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            let mut parts: Vec<PathBuf> = parts
+                .filter_map(|part| part.ok())
+                .filter(|part| part.file_name().to_string_lossy().starts_with("part"))
+                .map(|part| part.path())
+                .filter(|part| part.is_file())
+                .collect();
+            parts.sort();
+            found.extend(parts);
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Whether `rest` (a file name after `<prefix>.`) is a save's temporary, staging or backup
+/// file: `index`, `merging` or `data-NNNNN-of-NNNNN`, then `.tempstate`, `.merging` or
+/// `.merging-old`, then `<pid>` or `<pid>-<n>`.
+fn is_leftover_name(rest: &str) -> bool {
+    let Some((base, tail)) = rest.split_once('.') else {
+        return false;
+    };
+    let base_ok = base == "index"
+        || base == "merging"
+        || base
+            .strip_prefix("data-")
+            .and_then(|shards| shards.split_once("-of-"))
+            .is_some_and(|(a, b)| is_number(a) && is_number(b));
+    let id = ["tempstate", "merging-old", "merging"]
+        .iter()
+        .find_map(|marker| tail.strip_prefix(marker));
+    base_ok
+        && id.is_some_and(|id| match id.split_once('-') {
+            Some((pid, n)) => is_number(pid) && is_number(n),
+            None => is_number(id),
+        })
+}
+
+/// Whether `entry` is `<name>_temp` or `<name>_temp_<id>` (`id` of letters, digits and `-`:
+/// a uuid or a `unique_temp_id` without `_`).
+fn is_temp_dir_name(name: &str, entry: &str) -> bool {
+    match entry
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix("_temp"))
+    {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix('_').is_some_and(|id| {
+            !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        }),
+        None => false,
+    }
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leftover_names() {
+        for name in [
+            "index.merging12",
+            "index.merging12-3",
+            "index.tempstate5-0",
+            "data-00000-of-00002.tempstate5-1",
+            "data-00001-of-00002.merging-old77",
+            "index.merging-old7-2",
+            "merging.tempstate9-9",
+        ] {
+            assert!(is_leftover_name(name), "{name}");
+        }
+        for name in [
+            "index",
+            "merging",
+            "lock",
+            "data-00000-of-00001",
+            "v2.index.merging1",
+            "index.merging",
+        ] {
+            assert!(!is_leftover_name(name), "{name}");
+        }
+        assert!(is_temp_dir_name("ckpt", "ckpt_temp"));
+        assert!(is_temp_dir_name("ckpt", "ckpt_temp_0f-1a"));
+        assert!(!is_temp_dir_name("ckpt", "ckpt_temp_x_temp"));
+        assert!(!is_temp_dir_name("ckpt", "ckpt2_temp"));
+    }
+}
