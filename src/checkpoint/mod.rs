@@ -24,6 +24,7 @@
 mod build;
 mod latest;
 mod save;
+mod spec;
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ pub use save::{Checkpoint, SAVE_COUNTER, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
+pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
 
 use saveplan_ir::device::DeviceError;
 

@@ -35,13 +35,14 @@ pub const SAVE_COUNTER: &str = "save_counter";
 /// [`Checkpoint::write`] writes exactly what TensorFlow's `write(prefix)` writes for the same
 /// tree and values; [`Checkpoint::save`] also counts (`save_counter`, a child of the root once
 /// it exists, written by every later write) and rewrites the directory's `checkpoint` file.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Checkpoint {
     graph: ObjectGraph,
     values: BTreeMap<String, HostTensor>,
     devices: BTreeMap<String, String>,
     save_counter: Option<i64>,
     write_options: WriteOptions,
+    options: TraceOptions,
 }
 
 impl Checkpoint {
@@ -77,6 +78,7 @@ impl Checkpoint {
             devices: BTreeMap::new(),
             save_counter: None,
             write_options: WriteOptions::default(),
+            options: TraceOptions::default(),
         })
     }
 
@@ -90,6 +92,13 @@ impl Checkpoint {
     /// The same checkpoint writing files with `options` (fsync or not).
     pub fn with_write_options(mut self, options: WriteOptions) -> Checkpoint {
         self.write_options = options;
+        self
+    }
+
+    /// The same checkpoint written with `options` (TensorFlow's `CheckpointOptions`: io device,
+    /// sharding policy).
+    pub fn with_options(mut self, options: TraceOptions) -> Checkpoint {
+        self.options = options;
         self
     }
 
@@ -199,7 +208,7 @@ impl Checkpoint {
             .map_err(|source| write_error(WriteFailure::Trace(source)))?;
         let run = RunContext::new(&variables).with_io(&io);
         saver
-            .save(&run, prefix, &TraceOptions::default())
+            .save(&run, prefix, &self.options)
             .map_err(|source| write_error(WriteFailure::Eager(source)))?;
         Ok(prefix.to_owned())
     }
