@@ -7,7 +7,9 @@
 //! ([`ReadKind::Constant`]). Tensors are saved in node order with the object graph last, so
 //! the data file holds them in that order; the bundle writer is the only code writing the
 //! files. Devices are resolved as eager TensorFlow places its tensors (against
-//! [`DEFAULT_DEVICE`]), so local variables and the object graph share one task and one shard.
+//! [`DEFAULT_DEVICE`]), so local variables and the object graph share one task and one shard;
+//! [`Checkpoint::write_traced`] places the object graph as a traced `write` does, on a task of
+//! its own (two shards).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -143,6 +145,18 @@ impl Checkpoint {
     /// `tf.train.Checkpoint.write(prefix)`: writes `prefix.index` and its data file(s), creating
     /// the parent directory. Returns the prefix.
     pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
+        create_parent(Path::new(prefix))?;
+        self.write_with(prefix, false)
+    }
+
+    /// `write(prefix)` as a `tf.function` wrapping it runs (FORMATS.md 13.5, 13.6): the object
+    /// graph constant is on the bare `/device:CPU:0`, a task of its own, so the checkpoint has
+    /// two shards (the variables, then the object graph); the parent directory is not created.
+    pub fn write_traced(&self, prefix: &str) -> Result<String, CheckpointError> {
+        self.write_with(prefix, true)
+    }
+
+    fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
         let graph = self.object_graph();
         let mut values: Vec<(&str, HostTensor)> = Vec::new();
         let counter = self.save_counter.unwrap_or(0).to_le_bytes().to_vec();
@@ -177,7 +191,11 @@ impl Checkpoint {
                 slice_spec: String::new(),
                 dtype: saveplan_ir::DType::String,
                 shape: Vec::new(),
-                device: eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?,
+                device: if traced {
+                    "/device:CPU:0".to_owned()
+                } else {
+                    eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?
+                },
                 variable: VariableDef {
                     name: None,
                     init: Init::Values(vec![Scalar::Bytes(encode(&graph))]),
@@ -201,7 +219,6 @@ impl Checkpoint {
             prefix: prefix.to_owned(),
             source: Box::new(source),
         };
-        create_parent(Path::new(prefix))?;
         io.check_save_prefix(prefix)
             .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
         let mut saver = EagerSaver::new(trackables)

@@ -291,3 +291,27 @@ fn cli_save_object_spec_errors() {
         "entry 1: `(root).m.v` is already a variable"
     );
 }
+
+/// `o9`: m.a on CPU:0, m.b on CPU:1 (one task). Eager `write` gives one shard (`eager/`);
+/// `write` traced in a `tf.function` puts the object graph on the bare `/device:CPU:0`, a task
+/// of its own, and gives two shards (`fn/`), byte for byte.
+#[test]
+fn o9_eager_and_traced_write() {
+    let fixtures = fixture("obj/o9_write_graphs");
+    let model = Object::new()
+        .child("a", &Object::variable("Variable"))
+        .child("b", &Object::variable("Variable"));
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    let ckpt = Checkpoint::new(graph, fixture_values(&fixtures.join("eager/ckpt")))
+        .unwrap()
+        .with_device("model/a/.ATTRIBUTES/VARIABLE_VALUE", "/device:CPU:0")
+        .with_device("model/b/.ATTRIBUTES/VARIABLE_VALUE", "/device:CPU:1");
+    let dir = tempfile::tempdir().unwrap();
+    let eager = dir.path().join("eager/ckpt");
+    ckpt.write(eager.to_str().unwrap()).unwrap();
+    assert_same_bundle(&eager, &fixtures.join("eager/ckpt"));
+    std::fs::create_dir(dir.path().join("fn")).unwrap();
+    let traced = dir.path().join("fn/ckpt");
+    ckpt.write_traced(traced.to_str().unwrap()).unwrap();
+    assert_same_bundle(&traced, &fixtures.join("fn/ckpt"));
+}
