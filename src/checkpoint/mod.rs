@@ -5,7 +5,8 @@
 //!
 //! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
-//! so every layer can speak of it. Saving and restoring by object come later.
+//! so every layer can speak of it. [`Checkpoint`] writes and saves by object
+//! (`tf.train.Checkpoint.write`/`save`); restoring by object comes later.
 //!
 //! ```
 //! use saveplan::checkpoint::{Object, build_object_graph};
@@ -22,6 +23,8 @@
 
 mod build;
 mod latest;
+mod save;
+mod spec;
 
 use std::path::{Path, PathBuf};
 
@@ -29,11 +32,16 @@ pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
+pub use save::{Checkpoint, SAVE_COUNTER, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
+pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
+
+use saveplan_ir::device::DeviceError;
 
 use crate::bundle::{BundleError, BundleReader, DType};
+use crate::exec::VariableError;
 use crate::export::CheckpointStateError;
 use crate::export::object_graph::{ObjectGraphDecodeError, decode};
 
@@ -137,6 +145,68 @@ pub enum CheckpointError {
         path: PathBuf,
         /// The prefix it names, resolved against its directory.
         prefix: PathBuf,
+    },
+    /// The root already has a child named `save_counter`.
+    #[error("the root already has a child named `save_counter`")]
+    SaveCounterTaken,
+    /// An attribute of the object graph has no value.
+    #[error("no value for `{key}`")]
+    MissingValue {
+        /// Its checkpoint key.
+        key: String,
+    },
+    /// A value is given for a key no attribute has.
+    #[error("a value for `{key}`, which is no attribute of the object graph")]
+    UnknownValue {
+        /// The key given.
+        key: String,
+    },
+    /// A variable's device does not parse.
+    #[error("`{key}`: invalid device `{device}`")]
+    BadDevice {
+        /// Its checkpoint key.
+        key: String,
+        /// The device given.
+        device: String,
+        /// Why.
+        #[source]
+        source: DeviceError,
+    },
+    /// A value cannot be stored in its variable.
+    #[error("`{key}`: bad value")]
+    Variable {
+        /// Its checkpoint key.
+        key: String,
+        /// Why.
+        #[source]
+        source: VariableError,
+    },
+    /// The directory of a prefix cannot be created.
+    #[error("{}: cannot create the directory", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the checkpoint failed.
+    #[error("writing checkpoint {prefix} failed")]
+    Write {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: Box<WriteFailure>,
+    },
+    /// The `checkpoint` state file cannot be written.
+    #[error("{}: cannot write", path.display())]
+    WriteStateFile {
+        /// The state file.
+        path: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
     },
 }
 

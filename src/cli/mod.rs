@@ -41,7 +41,8 @@ enum Command {
     Compile(compile::Args),
     /// Check a plan (spec, GraphDef, MetaGraphDef or FunctionDef) and report every problem.
     Check(check::Args),
-    /// Trace a spec and save values (a .safetensors file) as a TF checkpoint.
+    /// Trace a spec and save values (a .safetensors file) as a TF checkpoint; with an object spec,
+    /// write them as `tf.train.Checkpoint(**children).write` does.
     Save(save::Args),
     /// Trace a spec, restore a TF checkpoint and write the values as .safetensors.
     Restore(restore::Args),

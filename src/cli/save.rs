@@ -3,10 +3,16 @@
 //!
 //! Values are keyed by checkpoint key. A partitioned variable (several spec entries with one
 //! key and slice specs) takes the full tensor under its key; the plan saves its slices.
+//!
+//! An object spec (a JSON object with an `objects` key, see
+//! [`saveplan::checkpoint::ObjectSpec`]) writes what `tf.train.Checkpoint(**children).write(P)`
+//! writes for the tree it describes: the variables and the object graph, eagerly (the mode
+//! and backend options do not apply).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 
 use super::common::{ModeArgs, load_spec_session, save};
 use super::values::read_values;
@@ -14,7 +20,8 @@ use super::values::read_values;
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The spec file (JSON: variables and options).
+    /// The spec file (JSON: variables and options), or an object spec (JSON: `objects`, the
+    /// variables of a `tf.train.Checkpoint` tree by path, and options).
     spec: PathBuf,
     /// The values: a `.safetensors` file keyed by checkpoint key, or a checkpoint prefix
     /// (a directory or `checkpoint` state file: its latest checkpoint).
@@ -29,6 +36,12 @@ pub struct Args {
 
 /// Runs `saveplan save`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    let text = std::fs::read_to_string(&args.spec)
+        .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    if ObjectSpec::is_object_spec(&text) {
+        save_objects(&args.spec, &text, &args.values, &args.prefix)?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let session = load_spec_session(&args.spec, args.run.options()?)?;
     let values = read_values(&args.values)?;
     session
@@ -36,4 +49,17 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         .with_context(|| format!("{}", args.values.display()))?;
     save(&session, &args.prefix)?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `tf.train.Checkpoint(**children).write(prefix)` for an object spec. A values checkpoint's
+/// own object graph is not a value.
+fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> anyhow::Result<()> {
+    let spec = ObjectSpec::parse(text).with_context(|| format!("{}", spec_path.display()))?;
+    let mut values = read_values(values)?;
+    values.remove(OBJECT_GRAPH_KEY);
+    let checkpoint = spec
+        .checkpoint(values)
+        .with_context(|| format!("{}", spec_path.display()))?;
+    checkpoint.write(prefix)?;
+    Ok(())
 }

@@ -178,6 +178,11 @@ pub enum ReadKind {
     /// the restored tensor on the restoring task, without an `Identity`. See
     /// [`parallel_variable`].
     ParallelComponent,
+    /// Not a variable: a `Const` holding the initial value ([`Init`]) on the tensor's device,
+    /// saved as it is and never restored, as `tf.train.Checkpoint` saves its serialized object
+    /// graph (`_CHECKPOINTABLE_OBJECT_GRAPH`, FORMATS.md 13.6). The graph traces the `Const`
+    /// where a variable would be created or attached.
+    Constant,
 }
 
 /// The checkpoint key suffix of a variable's value (`VARIABLE_VALUE_KEY`).

@@ -30,14 +30,24 @@ impl<B: Builder> Tracer<B> {
         let mut restore_op_of: FxHashMap<&str, usize> =
             FxHashMap::with_capacity_and_hasher(inputs.tensors.len(), Default::default());
         for task in &inputs.tasks {
+            // Constants are saved, never restored.
+            let tensors: Vec<usize> = task
+                .tensors
+                .iter()
+                .copied()
+                .filter(|&index| inputs.tensors[index].variable.read != ReadKind::Constant)
+                .collect();
+            if tensors.is_empty() {
+                continue;
+            }
             // The restore device of each tensor device on this task, built once.
             let mut merged: FxHashMap<u32, String> = FxHashMap::default();
             let device = task.spec.make_merged_spec(io).to_string();
-            let restore = self.restore_v2(inputs, &device, prefix.clone(), &task.tensors)?;
-            for (slot, &index) in task.tensors.iter().enumerate() {
+            let restore = self.restore_v2(inputs, &device, prefix.clone(), &tensors)?;
+            for (slot, &index) in tensors.iter().enumerate() {
                 restored[index] = Some((restore, Port::Index(slot as u32)));
             }
-            for index in group_by_key(inputs, &task.tensors) {
+            for index in group_by_key(inputs, &tensors) {
                 let trackable = inputs.trackable_of[index];
                 pending[trackable] -= 1;
                 if pending[trackable] > 0 {

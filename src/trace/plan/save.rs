@@ -66,7 +66,7 @@ impl<B: Builder> Tracer<B> {
         for task in &inputs.tasks {
             for &index in &task.tensors {
                 save_tensors[index] = match inputs.tensors[index].variable.read {
-                    ReadKind::Graph => continue,
+                    ReadKind::Graph | ReadKind::Constant => continue,
                     ReadKind::Saveable => SaveSource::Op(self.saveable_read(inputs, index)?),
                     ReadKind::ParallelComponent => {
                         SaveSource::Op(self.component_read(inputs, index)?)

@@ -5,7 +5,7 @@ use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape};
 
 use super::{Inputs, Tracer, Variable};
 use crate::trace::builder::{Builder, attrs, out};
-use crate::trace::{ConstError, Init, SaveableTensor, TraceError, consts};
+use crate::trace::{ConstError, Init, ReadKind, SaveableTensor, TraceError, consts};
 
 /// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
 const ZEROS_FILL_THRESHOLD: i64 = 1000;
@@ -42,6 +42,9 @@ impl<B: Builder> Tracer<B> {
         inputs: &Inputs<'_>,
         index: usize,
     ) -> Result<Variable, TraceError> {
+        if inputs.tensors[index].variable.read == ReadKind::Constant {
+            return self.saved_constant(inputs, index);
+        }
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
         let base = handle_base_name(tensor);
@@ -94,6 +97,9 @@ impl<B: Builder> Tracer<B> {
         index: usize,
         read: bool,
     ) -> Result<Variable, TraceError> {
+        if inputs.tensors[index].variable.read == ReadKind::Constant {
+            return self.saved_constant(inputs, index);
+        }
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
         let handle_name = self.names.unique(handle_base_name(tensor));
@@ -107,6 +113,39 @@ impl<B: Builder> Tracer<B> {
             });
         }
         self.variable_read(handle, handle_name, tensor, device)
+    }
+
+    /// A [`ReadKind::Constant`] tensor: one `Const` (named `Const`, uniqued) on its device
+    /// holding its initial value, standing in for both the handle and the read.
+    fn saved_constant(
+        &mut self,
+        inputs: &Inputs<'_>,
+        index: usize,
+    ) -> Result<Variable, TraceError> {
+        let tensor = inputs.tensors[index];
+        let device = inputs.device(index).to_owned();
+        let zero;
+        let values = match &tensor.variable.init {
+            Init::Values(values) => values.as_slice(),
+            Init::Zeros => {
+                zero = [consts::zero(tensor.dtype)];
+                &zero
+            }
+        };
+        let value = consts::make_tensor(tensor.dtype, &tensor.shape, values).map_err(|reason| {
+            TraceError::BadInit {
+                key: tensor.checkpoint_key.clone(),
+                reason,
+            }
+        })?;
+        let name = self.names.unique("Const");
+        let constant = self.constant(name.clone(), &device, value)?;
+        Ok(Variable {
+            handle: constant,
+            handle_name: name.clone(),
+            read: constant,
+            read_name: name,
+        })
     }
 
     /// The `VarHandleOp` of a graph-mode `ResourceVariable` named `handle_name`.

@@ -1,0 +1,349 @@
+//! Writing object-based checkpoints: [`Checkpoint`], `tf.train.Checkpoint.write` and `.save`
+//! in eager mode (FORMATS.md 13.5–13.8).
+//!
+//! A write goes through the traced `MultiDeviceSaver` plan, run eagerly
+//! ([`EagerSaver`]): every attribute of the object graph is one saveable (a variable read at
+//! save time), and the serialized object graph is one more, a string `Const` on `/cpu:0`
+//! ([`ReadKind::Constant`]). Tensors are saved in node order with the object graph last, so
+//! the data file holds them in that order; the bundle writer is the only code writing the
+//! files. Devices are resolved as eager TensorFlow places its tensors (against
+//! [`DEFAULT_DEVICE`]), so local variables and the object graph share one task and one shard;
+//! [`Checkpoint::write_traced`] places the object graph as a traced `write` does, on a task of
+//! its own (two shards).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use saveplan_ir::device::DeviceSpec;
+use saveplan_ir::object_graph::{
+    Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, VARIABLE_VALUE,
+};
+
+use super::{CheckpointError, STATE_FILE, parent_dir};
+use crate::bundle::WriteOptions;
+use crate::exec::VariableStore;
+use crate::exec::{BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, RunContext, VarKey};
+use crate::export::object_graph::encode;
+use crate::export::{CheckpointState, checkpoint_state_text};
+use crate::session::EagerSaver;
+use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, TraceOptions, Trackable, VariableDef};
+
+/// The local name and shared name of `tf.train.Checkpoint`'s save counter.
+pub const SAVE_COUNTER: &str = "save_counter";
+
+/// A `tf.train.Checkpoint` in eager mode: an object graph (as [`super::build_object_graph`]
+/// builds it, without `save_counter`) and the value of every attribute, by checkpoint key.
+///
+/// [`Checkpoint::write`] writes exactly what TensorFlow's `write(prefix)` writes for the same
+/// tree and values; [`Checkpoint::save`] also counts (`save_counter`, a child of the root once
+/// it exists, written by every later write) and rewrites the directory's `checkpoint` file.
+#[derive(Debug)]
+pub struct Checkpoint {
+    graph: ObjectGraph,
+    values: BTreeMap<String, HostTensor>,
+    devices: BTreeMap<String, String>,
+    save_counter: Option<i64>,
+    write_options: WriteOptions,
+    options: TraceOptions,
+}
+
+impl Checkpoint {
+    /// A checkpoint of `graph` with `values` (checkpoint key → tensor): every attribute of the
+    /// graph needs a value, and every value an attribute.
+    pub fn new(
+        graph: ObjectGraph,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Checkpoint, CheckpointError> {
+        if graph.nodes().first().is_some_and(|root| {
+            root.children
+                .iter()
+                .any(|child| child.local_name == SAVE_COUNTER)
+        }) {
+            return Err(CheckpointError::SaveCounterTaken);
+        }
+        let keys: Vec<&str> = attributes(&graph)
+            .map(|attribute| attribute.checkpoint_key.as_str())
+            .collect();
+        for key in &keys {
+            if !values.contains_key(*key) {
+                return Err(CheckpointError::MissingValue {
+                    key: (*key).to_owned(),
+                });
+            }
+        }
+        if let Some(key) = values.keys().find(|key| !keys.contains(&key.as_str())) {
+            return Err(CheckpointError::UnknownValue { key: key.clone() });
+        }
+        Ok(Checkpoint {
+            graph,
+            values,
+            devices: BTreeMap::new(),
+            save_counter: None,
+            write_options: WriteOptions::default(),
+            options: TraceOptions::default(),
+        })
+    }
+
+    /// Places the variable saved under `key` on `device` (a TensorFlow device string; by
+    /// default the local CPU). Variables on other tasks make more shards.
+    pub fn with_device(mut self, key: impl Into<String>, device: impl Into<String>) -> Checkpoint {
+        self.devices.insert(key.into(), device.into());
+        self
+    }
+
+    /// The same checkpoint writing files with `options` (fsync or not).
+    pub fn with_write_options(mut self, options: WriteOptions) -> Checkpoint {
+        self.write_options = options;
+        self
+    }
+
+    /// The same checkpoint written with `options` (TensorFlow's `CheckpointOptions`: io device,
+    /// sharding policy).
+    pub fn with_options(mut self, options: TraceOptions) -> Checkpoint {
+        self.options = options;
+        self
+    }
+
+    /// The value of `save_counter`; `None` until the first [`Checkpoint::save`] or
+    /// [`Checkpoint::set_save_counter`].
+    pub fn save_counter(&self) -> Option<i64> {
+        self.save_counter
+    }
+
+    /// Creates `save_counter` with `value` (as a restore does), or removes it with `None`.
+    pub fn set_save_counter(&mut self, value: Option<i64>) {
+        self.save_counter = value;
+    }
+
+    /// The values, by checkpoint key (without `save_counter`).
+    pub fn values(&self) -> &BTreeMap<String, HostTensor> {
+        &self.values
+    }
+
+    /// Replaces the value saved under `key` (same rules as [`Checkpoint::new`]).
+    pub fn set_value(&mut self, key: &str, value: HostTensor) -> Result<(), CheckpointError> {
+        match self.values.get_mut(key) {
+            Some(slot) => {
+                *slot = value;
+                Ok(())
+            }
+            None => Err(CheckpointError::UnknownValue {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    /// The object graph a write stores: the graph given, with `save_counter` (a child of the
+    /// root, after its other children) once it exists.
+    pub fn object_graph(&self) -> ObjectGraph {
+        match self.save_counter {
+            None => self.graph.clone(),
+            Some(_) => with_save_counter(&self.graph),
+        }
+    }
+
+    /// `tf.train.Checkpoint.write(prefix)`: writes `prefix.index` and its data file(s), creating
+    /// the parent directory. Returns the prefix.
+    pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
+        create_parent(Path::new(prefix))?;
+        self.write_with(prefix, false)
+    }
+
+    /// `write(prefix)` as a `tf.function` wrapping it runs (FORMATS.md 13.5, 13.6): the object
+    /// graph constant is on the bare `/device:CPU:0`, a task of its own, so the checkpoint has
+    /// two shards (the variables, then the object graph); the parent directory is not created.
+    pub fn write_traced(&self, prefix: &str) -> Result<String, CheckpointError> {
+        self.write_with(prefix, true)
+    }
+
+    fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
+        let graph = self.object_graph();
+        let mut values: Vec<(&str, HostTensor)> = Vec::new();
+        let counter = self.save_counter.unwrap_or(0).to_le_bytes().to_vec();
+        let counter_value = HostTensor::from_bytes(saveplan_ir::DType::Int64, Vec::new(), counter)
+            .expect("eight bytes are one int64");
+        let mut trackables = Vec::new();
+        for attribute in attributes(&graph) {
+            let key = attribute.checkpoint_key.as_str();
+            // The only attribute without a value is `save_counter`'s.
+            let value = self.values.get(key).unwrap_or(&counter_value);
+            let name = format!("var_{}", values.len());
+            let device = self.devices.get(key).map_or("/cpu:0", String::as_str);
+            trackables.push(Trackable {
+                tensors: vec![SaveableTensor {
+                    checkpoint_key: key.to_owned(),
+                    slice_spec: String::new(),
+                    dtype: value.dtype(),
+                    shape: value.shape().iter().map(|&dim| dim as i64).collect(),
+                    device: eager_device(key, device)?,
+                    variable: VariableDef {
+                        name: Some(name),
+                        init: Init::Zeros,
+                        read: ReadKind::Saveable,
+                    },
+                }],
+            });
+            values.push((key, value.clone()));
+        }
+        trackables.push(Trackable {
+            tensors: vec![SaveableTensor {
+                checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
+                slice_spec: String::new(),
+                dtype: saveplan_ir::DType::String,
+                shape: Vec::new(),
+                device: if traced {
+                    "/device:CPU:0".to_owned()
+                } else {
+                    eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?
+                },
+                variable: VariableDef {
+                    name: None,
+                    init: Init::Values(vec![Scalar::Bytes(encode(&graph))]),
+                    read: ReadKind::Constant,
+                },
+            }],
+        });
+        let variables = VariableStore::new();
+        for (index, (key, value)) in values.into_iter().enumerate() {
+            variables
+                .put(&VarKey::new("", format!("var_{index}")), value)
+                .map_err(|source| CheckpointError::Variable {
+                    key: key.to_owned(),
+                    source,
+                })?;
+        }
+        let io = BundleIo {
+            write: self.write_options,
+        };
+        let write_error = |source| CheckpointError::Write {
+            prefix: prefix.to_owned(),
+            source: Box::new(source),
+        };
+        io.check_save_prefix(prefix)
+            .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
+        let mut saver = EagerSaver::new(trackables)
+            .map_err(|source| write_error(WriteFailure::Trace(source)))?;
+        let run = RunContext::new(&variables).with_io(&io);
+        saver
+            .save(&run, prefix, &self.options)
+            .map_err(|source| write_error(WriteFailure::Eager(source)))?;
+        Ok(prefix.to_owned())
+    }
+
+    /// `tf.train.Checkpoint.save(file_prefix)`: creates `save_counter` at 0 if needed, adds one,
+    /// writes `<file_prefix>-<counter>` and rewrites the `checkpoint` file of its directory
+    /// (FORMATS.md 13.8) through a temporary file and a rename. Returns the path written.
+    pub fn save(&mut self, file_prefix: &str) -> Result<String, CheckpointError> {
+        let counter = self.save_counter.unwrap_or(0) + 1;
+        self.save_counter = Some(counter);
+        let path = self.write(&format!("{file_prefix}-{counter}"))?;
+        write_state_file(Path::new(&path))?;
+        Ok(path)
+    }
+}
+
+/// Why writing a checkpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailure {
+    /// The prefix cannot be written.
+    #[error(transparent)]
+    Prefix(crate::exec::IoError),
+    /// The plan could not be traced.
+    #[error(transparent)]
+    Trace(crate::trace::TraceError),
+    /// Running the plan failed.
+    #[error(transparent)]
+    Eager(crate::session::EagerError),
+}
+
+/// Every attribute of `graph`, in node order.
+fn attributes(graph: &ObjectGraph) -> impl Iterator<Item = &Attribute> {
+    graph.nodes().iter().flat_map(|node| node.attributes.iter())
+}
+
+/// `device` as eager TensorFlow places a tensor: merged onto the local CPU.
+fn eager_device(key: &str, device: &str) -> Result<String, CheckpointError> {
+    let spec = DeviceSpec::parse(device).map_err(|source| CheckpointError::BadDevice {
+        key: key.to_owned(),
+        device: device.to_owned(),
+        source,
+    })?;
+    let default = DeviceSpec::parse(DEFAULT_DEVICE).expect("the default device is valid");
+    Ok(default.make_merged_spec(&spec).to_string())
+}
+
+/// `graph` with a `save_counter` variable as the root's last child: its node id is the next
+/// after the root's other children (breadth-first order), later nodes move up by one.
+fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
+    let mut nodes = graph.clone().into_nodes();
+    let id = nodes[0]
+        .children
+        .iter()
+        .map(|child| child.node_id.0)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let shift = |node: &mut NodeId| {
+        if node.0 >= id {
+            node.0 += 1;
+        }
+    };
+    for node in &mut nodes {
+        node.children.iter_mut().for_each(|c| shift(&mut c.node_id));
+        for slot in &mut node.slot_variables {
+            shift(&mut slot.original_variable_node_id);
+            shift(&mut slot.slot_variable_node_id);
+        }
+    }
+    nodes[0].children.push(ChildRef {
+        node_id: NodeId(id),
+        local_name: SAVE_COUNTER.to_owned(),
+    });
+    let counter = ObjectNode {
+        attributes: vec![Attribute {
+            name: VARIABLE_VALUE.to_owned(),
+            full_name: SAVE_COUNTER.to_owned(),
+            checkpoint_key: String::new(),
+        }],
+        ..ObjectNode::default()
+    };
+    nodes.insert(id as usize, counter);
+    let mut graph = ObjectGraph::new(nodes).expect("ids were shifted consistently");
+    graph.fill_checkpoint_keys();
+    graph.fill_has_values();
+    graph
+}
+
+fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {
+    let dir = parent_dir(prefix);
+    std::fs::create_dir_all(dir).map_err(|source| CheckpointError::CreateDir {
+        dir: dir.to_owned(),
+        source,
+    })
+}
+
+/// Writes the `checkpoint` state file next to `prefix`, naming it (relative) as the latest
+/// and only checkpoint, through a temporary file and a rename.
+fn write_state_file(prefix: &Path) -> Result<(), CheckpointError> {
+    let dir = parent_dir(prefix);
+    let name = prefix
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let text = checkpoint_state_text(&CheckpointState {
+        model_checkpoint_path: name.clone(),
+        all_model_checkpoint_paths: vec![name],
+        ..CheckpointState::default()
+    });
+    let path = dir.join(STATE_FILE);
+    let temp: PathBuf = dir.join(format!(".{STATE_FILE}.tmp{}", std::process::id()));
+    let error = |source| CheckpointError::WriteStateFile {
+        path: path.clone(),
+        source,
+    };
+    std::fs::write(&temp, text).map_err(error)?;
+    std::fs::rename(&temp, &path).map_err(|source| {
+        let _ = std::fs::remove_file(&temp);
+        error(source)
+    })
+}

@@ -1,0 +1,402 @@
+//! Object specs: the JSON input of `saveplan save` for object-based checkpoints, a
+//! `tf.train.Checkpoint(**children)` of `tf.Module` trees described by the paths of its
+//! variables:
+//!
+//! ```json
+//! {
+//!   "objects": [
+//!     {"path": ["model", "dense", "kernel"], "dtype": "float32", "shape": [3, 4]},
+//!     {"path": ["model", "dense", "bias"], "dtype": "float32", "shape": [4], "name": "bias"},
+//!     {"slot": {"variable": ["model", "dense", "kernel"], "optimizer": ["optimizer"],
+//!               "name": "m"}, "dtype": "float32", "shape": [3, 4]}
+//!   ],
+//!   "options": null
+//! }
+//! ```
+//!
+//! Each entry with a `path` is a variable reached from the checkpoint through the named
+//! children (unescaped local names): the checkpoint's own children (its keyword arguments)
+//! sorted by name, every deeper level in the order of first appearance in the list (as
+//! `tf.Module` attribute assignment orders them). Objects on the way are plain modules.
+//! `name` is what `tf.Variable(name=…)` was given (default `Variable`), stored as the
+//! attribute's `full_name`; `device` places the variable (default the local CPU).
+//! An entry with `slot` instead is slot variable `name` of the variable at `variable`, held by
+//! the optimizer at `optimizer` (a module path, created like the others); an optimizer's slot
+//! names are sorted, as TensorFlow's v1 optimizers list them. `options` is the spec file's
+//! `options` object (TensorFlow's `CheckpointOptions`).
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+
+use saveplan_ir::DType;
+use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use serde::Deserialize;
+
+use super::{Checkpoint, CheckpointError, Object, build_object_graph, display_path};
+use crate::exec::HostTensor;
+use crate::trace::TraceOptions;
+use crate::trace::spec::{OptionsSpec, SpecFile};
+
+/// A parsed object spec.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectSpec {
+    /// The variables, in order.
+    pub objects: Vec<ObjectEntry>,
+    /// `CheckpointOptions`; `null` or absent for the defaults.
+    #[serde(default)]
+    pub options: Option<OptionsSpec>,
+}
+
+/// One variable of an object spec.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectEntry {
+    /// The local names from the checkpoint to the variable; empty for a slot variable.
+    #[serde(default)]
+    pub path: Vec<String>,
+    /// The dtype by TensorFlow name (`float32`, `int64`, …).
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<i64>,
+    /// The device; the local CPU when absent.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// The variable's name (`full_name`); `Variable` when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Set for a slot variable (then `path` is empty).
+    #[serde(default)]
+    pub slot: Option<SlotSpec>,
+}
+
+/// Which slot a slot variable is.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotSpec {
+    /// The path of the variable it is a slot of.
+    pub variable: Vec<String>,
+    /// The path of the optimizer holding it.
+    pub optimizer: Vec<String>,
+    /// The slot name (`m`, `v`).
+    pub name: String,
+}
+
+/// What an object spec entry is wrong about.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectSpecError {
+    /// The text is not an object spec.
+    #[error("invalid object spec")]
+    Json(#[source] serde_json::Error),
+    /// An entry has neither a path nor a slot, or both.
+    #[error("entry {index}: give either a non-empty `path` or a `slot`")]
+    PathOrSlot {
+        /// The entry's index.
+        index: usize,
+    },
+    /// A dtype name is unknown.
+    #[error("entry {index}: unknown dtype `{dtype}`")]
+    UnknownDType {
+        /// The entry's index.
+        index: usize,
+        /// The name given.
+        dtype: String,
+    },
+    /// A shape has a negative dimension.
+    #[error("entry {index}: invalid shape {shape:?}")]
+    BadShape {
+        /// The entry's index.
+        index: usize,
+        /// The shape given.
+        shape: Vec<i64>,
+    },
+    /// Two entries name one object, or a path goes through a variable.
+    #[error("entry {index}: `{path}` is already a {existing}")]
+    PathTaken {
+        /// The entry's index.
+        index: usize,
+        /// The path (`(root).a.b`).
+        path: String,
+        /// What is there: `variable` or `module`.
+        existing: &'static str,
+    },
+    /// A slot names a variable no entry creates.
+    #[error("entry {index}: slot of `{path}`, which is no variable of the spec")]
+    NoSuchVariable {
+        /// The entry's index.
+        index: usize,
+        /// The variable path.
+        path: String,
+    },
+    /// A variable has two slots of one name from one optimizer.
+    #[error("entry {index}: `{path}` already has slot `{name}`")]
+    DuplicateSlot {
+        /// The entry's index.
+        index: usize,
+        /// The variable path.
+        path: String,
+        /// The slot name.
+        name: String,
+    },
+    /// The `options` object is invalid.
+    #[error("invalid options")]
+    Options(#[source] crate::trace::TraceError),
+    /// A value does not have the spec's dtype and shape.
+    #[error("`{key}`: the value is {found_dtype} {found_shape:?}, the spec says {dtype} {shape:?}")]
+    ValueType {
+        /// The checkpoint key.
+        key: String,
+        /// The spec's dtype.
+        dtype: DType,
+        /// The spec's shape.
+        shape: Vec<i64>,
+        /// The value's dtype.
+        found_dtype: DType,
+        /// The value's shape.
+        found_shape: Vec<u64>,
+    },
+    /// Building the object graph or the checkpoint failed.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+/// One object of the spec's tree while it is being built.
+#[derive(Default)]
+struct TreeNode {
+    /// Children in first-appearance order: (local name, node index).
+    children: Vec<(String, usize)>,
+    by_name: BTreeMap<String, usize>,
+    /// The entry this node is the variable of.
+    variable: Option<usize>,
+}
+
+impl ObjectSpec {
+    /// Parses an object spec's text.
+    pub fn parse(text: &str) -> Result<ObjectSpec, ObjectSpecError> {
+        serde_json::from_str(text).map_err(ObjectSpecError::Json)
+    }
+
+    /// Whether a JSON text is an object spec (has a top-level `objects` key) rather than a
+    /// plain spec file.
+    pub fn is_object_spec(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+            .is_ok_and(|map| map.contains_key("objects"))
+    }
+
+    /// The trace options of `options`.
+    pub fn trace_options(&self) -> Result<TraceOptions, ObjectSpecError> {
+        SpecFile {
+            variables: Vec::new(),
+            options: self.options.clone(),
+        }
+        .options()
+        .map_err(ObjectSpecError::Options)
+    }
+
+    /// The object graph of the spec and each entry's checkpoint key, in entry order.
+    pub fn object_graph(&self) -> Result<(ObjectGraph, Vec<String>), ObjectSpecError> {
+        let mut tree = vec![TreeNode::default()];
+        // Pass 1: every path, in list order (optimizers of slots included).
+        for (index, entry) in self.objects.iter().enumerate() {
+            match (&entry.slot, entry.path.is_empty()) {
+                (None, false) => {
+                    let node = walk(&mut tree, index, &entry.path)?;
+                    if tree[node].variable.is_some() || !tree[node].children.is_empty() {
+                        return Err(taken(&tree, index, &entry.path, node));
+                    }
+                    tree[node].variable = Some(index);
+                }
+                (Some(slot), true) => {
+                    walk(&mut tree, index, &slot.optimizer)?;
+                }
+                _ => return Err(ObjectSpecError::PathOrSlot { index }),
+            }
+        }
+        // The checkpoint's keyword arguments are set in sorted order.
+        tree[0].children.sort_by(|a, b| a.0.cmp(&b.0));
+        // Pass 2: the objects, leaves first, then modules from the deepest.
+        let name = |index: usize| {
+            self.objects[index]
+                .name
+                .clone()
+                .unwrap_or_else(|| "Variable".to_owned())
+        };
+        let mut objects: Vec<Option<Object>> = vec![None; tree.len()];
+        let mut slot_objects: BTreeMap<usize, Object> = BTreeMap::new();
+        // (optimizer node, slot name, variable node) → slot entry.
+        let mut slots: BTreeMap<(usize, String, usize), usize> = BTreeMap::new();
+        for (node, tree_node) in tree.iter().enumerate() {
+            if let Some(index) = tree_node.variable {
+                objects[node] = Some(Object::variable(name(index)));
+            }
+        }
+        for (index, entry) in self.objects.iter().enumerate() {
+            let Some(slot) = &entry.slot else { continue };
+            let variable = find(&tree, &slot.variable)
+                .filter(|&node| tree[node].variable.is_some())
+                .ok_or_else(|| ObjectSpecError::NoSuchVariable {
+                    index,
+                    path: path_text(&slot.variable),
+                })?;
+            let optimizer = find(&tree, &slot.optimizer).expect("pass 1 created it");
+            match slots.entry((optimizer, slot.name.clone(), variable)) {
+                Entry::Occupied(_) => {
+                    return Err(ObjectSpecError::DuplicateSlot {
+                        index,
+                        path: path_text(&slot.variable),
+                        name: slot.name.clone(),
+                    });
+                }
+                Entry::Vacant(vacant) => {
+                    vacant.insert(index);
+                }
+            }
+            slot_objects.insert(index, Object::variable(name(index)));
+        }
+        for node in (0..tree.len()).rev() {
+            if objects[node].is_some() {
+                continue;
+            }
+            let mut object = Object::new();
+            for (child_name, child) in &tree[node].children {
+                let child = objects[*child].as_ref().expect("children are built first");
+                object = object.child(child_name.clone(), child);
+            }
+            for ((optimizer, slot_name, variable), index) in &slots {
+                if *optimizer == node {
+                    let variable = objects[*variable].as_ref().expect("variables are built");
+                    object = object.slot(slot_name, variable, &slot_objects[index]);
+                }
+            }
+            objects[node] = Some(object);
+        }
+        let root = objects[0].take().expect("the root is built");
+        let graph = build_object_graph(&root)?;
+        let keys = self.keys(&graph)?;
+        Ok((graph, keys))
+    }
+
+    /// Each entry's checkpoint key in `graph`.
+    fn keys(&self, graph: &ObjectGraph) -> Result<Vec<String>, ObjectSpecError> {
+        let node_at = |path: &[String]| {
+            path.iter().try_fold(NodeId::ROOT, |node, name| {
+                graph
+                    .node(node)
+                    .children
+                    .iter()
+                    .find(|child| &child.local_name == name)
+                    .map(|child| child.node_id)
+            })
+        };
+        let mut keys = Vec::with_capacity(self.objects.len());
+        for (index, entry) in self.objects.iter().enumerate() {
+            let node = match &entry.slot {
+                None => node_at(&entry.path),
+                Some(slot) => node_at(&slot.optimizer).and_then(|optimizer| {
+                    let variable = node_at(&slot.variable)?;
+                    graph
+                        .node(optimizer)
+                        .slot_variables
+                        .iter()
+                        .find(|s| {
+                            s.original_variable_node_id == variable && s.slot_name == slot.name
+                        })
+                        .map(|s| s.slot_variable_node_id)
+                }),
+            };
+            let key = node
+                .and_then(|node| graph.node(node).attributes.first())
+                .map(|attribute| attribute.checkpoint_key.clone())
+                .ok_or(ObjectSpecError::PathOrSlot { index })?;
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+
+    /// A [`Checkpoint`] of the spec with `values` (by checkpoint key), each checked against
+    /// its entry's dtype and shape, variables on their devices, written with the spec's
+    /// options.
+    pub fn checkpoint(
+        &self,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Checkpoint, ObjectSpecError> {
+        let (graph, keys) = self.object_graph()?;
+        for (index, (entry, key)) in self.objects.iter().zip(&keys).enumerate() {
+            let dtype =
+                DType::parse(&entry.dtype).ok_or_else(|| ObjectSpecError::UnknownDType {
+                    index,
+                    dtype: entry.dtype.clone(),
+                })?;
+            if entry.shape.iter().any(|&dim| dim < 0) {
+                return Err(ObjectSpecError::BadShape {
+                    index,
+                    shape: entry.shape.clone(),
+                });
+            }
+            if let Some(value) = values.get(key) {
+                let shape: Vec<i64> = value.shape().iter().map(|&dim| dim as i64).collect();
+                if value.dtype() != dtype || shape != entry.shape {
+                    return Err(ObjectSpecError::ValueType {
+                        key: key.clone(),
+                        dtype,
+                        shape: entry.shape.clone(),
+                        found_dtype: value.dtype(),
+                        found_shape: value.shape().to_vec(),
+                    });
+                }
+            }
+        }
+        let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
+        for (entry, key) in self.objects.iter().zip(keys) {
+            if let Some(device) = &entry.device {
+                checkpoint = checkpoint.with_device(key, device.clone());
+            }
+        }
+        Ok(checkpoint)
+    }
+}
+
+/// The node at `path`, creating modules on the way; a variable on the way is an error.
+fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize, ObjectSpecError> {
+    let mut node = 0;
+    for (depth, name) in path.iter().enumerate() {
+        if tree[node].variable.is_some() {
+            return Err(taken(tree, index, &path[..depth], node));
+        }
+        node = match tree[node].by_name.get(name) {
+            Some(&child) => child,
+            None => {
+                let child = tree.len();
+                tree.push(TreeNode::default());
+                tree[node].by_name.insert(name.clone(), child);
+                tree[node].children.push((name.clone(), child));
+                child
+            }
+        };
+    }
+    if tree[node].variable.is_some() {
+        return Err(taken(tree, index, path, node));
+    }
+    Ok(node)
+}
+
+fn find(tree: &[TreeNode], path: &[String]) -> Option<usize> {
+    path.iter()
+        .try_fold(0, |node, name| tree[node].by_name.get(name).copied())
+}
+
+fn taken(tree: &[TreeNode], index: usize, path: &[String], node: usize) -> ObjectSpecError {
+    ObjectSpecError::PathTaken {
+        index,
+        path: path_text(path),
+        existing: if tree[node].variable.is_some() {
+            "variable"
+        } else {
+            "module"
+        },
+    }
+}
+
+fn path_text(path: &[String]) -> String {
+    display_path(&path.iter().map(String::as_str).collect::<Vec<_>>())
+}

@@ -1,0 +1,317 @@
+//! Writing object-based checkpoints ([`saveplan::checkpoint::Checkpoint`], FORMATS.md
+//! 13.5–13.8) against TensorFlow's `obj/` fixtures: for the same tree and values, `write` and
+//! `save` give the same `.index`, data file and `checkpoint` file bytes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use saveplan::bundle::{BundleReader, Values};
+use saveplan::checkpoint::{
+    Checkpoint, CheckpointError, NodeId, OBJECT_GRAPH_KEY, Object, ObjectGraph, ObjectSpec,
+    SAVE_COUNTER, build_object_graph, read_object_graph,
+};
+use saveplan::exec::HostTensor;
+
+use crate::support::{fixture, saveplan};
+
+const COUNTER_KEY: &str = "save_counter/.ATTRIBUTES/VARIABLE_VALUE";
+
+/// The values of a fixture bundle by key, without the object graph and the save counter.
+fn fixture_values(prefix: &Path) -> BTreeMap<String, HostTensor> {
+    let reader = BundleReader::open(prefix).unwrap();
+    let mut values = BTreeMap::new();
+    for entry in reader.entries() {
+        if entry.key == OBJECT_GRAPH_KEY || entry.key == COUNTER_KEY {
+            continue;
+        }
+        let tensor = reader.read(&entry.key).unwrap();
+        let shape = tensor.shape.iter().map(|&dim| dim as u64).collect();
+        let value = match tensor.values {
+            Values::Bytes(bytes) => HostTensor::from_bytes(tensor.dtype, shape, bytes),
+            Values::Strings(strings) => HostTensor::from_strings(shape, strings),
+        };
+        values.insert(entry.key.clone(), value.unwrap());
+    }
+    values
+}
+
+/// A fixture's stored object graph without its `save_counter` node (the graph a
+/// `Checkpoint` is made from).
+fn without_save_counter(graph: ObjectGraph) -> ObjectGraph {
+    let mut nodes = graph.into_nodes();
+    let position = nodes[0]
+        .children
+        .iter()
+        .position(|child| child.local_name == SAVE_COUNTER)
+        .expect("the graph has a save counter");
+    let id = nodes[0].children.remove(position).node_id;
+    nodes.remove(id.index());
+    let shift = |node: &mut NodeId| {
+        if node.0 > id.0 {
+            node.0 -= 1;
+        }
+    };
+    for node in &mut nodes {
+        node.children.iter_mut().for_each(|c| shift(&mut c.node_id));
+        for slot in &mut node.slot_variables {
+            shift(&mut slot.original_variable_node_id);
+            shift(&mut slot.slot_variable_node_id);
+        }
+    }
+    let mut graph = ObjectGraph::new(nodes).unwrap();
+    graph.fill_has_values();
+    graph
+}
+
+/// Asserts that the bundle at `ours` has the files and bytes of the fixture bundle at `theirs`.
+fn assert_same_bundle(ours: &Path, theirs: &Path) {
+    let name = theirs.file_name().unwrap().to_str().unwrap();
+    let dir = theirs.parent().unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|file| {
+            file.strip_prefix(name)
+                .is_some_and(|rest| rest == ".index" || rest.starts_with(".data-"))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{}: no bundle", theirs.display());
+    for file in files {
+        let suffix = &file[name.len()..];
+        let ours_file = format!("{}{suffix}", ours.display());
+        let ours_bytes =
+            std::fs::read(&ours_file).unwrap_or_else(|err| panic!("{ours_file}: {err}"));
+        let theirs_bytes = std::fs::read(dir.join(&file)).unwrap();
+        assert!(
+            ours_bytes == theirs_bytes,
+            "{ours_file} differs from {}",
+            dir.join(&file).display()
+        );
+    }
+}
+
+fn assert_same_state_file(ours: &Path, theirs: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(ours.join("checkpoint")).unwrap(),
+        std::fs::read_to_string(theirs.join("checkpoint")).unwrap()
+    );
+}
+
+/// `o6/sync`: `Checkpoint(model=m)`, m.a f32[2], m.b int64: write, save twice, write after
+/// saving (now with `save_counter`), built with the Rust tree API.
+#[test]
+fn o6_sync_write_save_write_after_save() {
+    let fixtures = fixture("obj/o6_options_async/sync");
+    let model = Object::new()
+        .child("a", &Object::variable("Variable"))
+        .child("b", &Object::variable("Variable"));
+    let root = Object::new().child("model", &model);
+    let graph = build_object_graph(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+
+    let mut ckpt = Checkpoint::new(graph, fixture_values(&fixtures.join("w"))).unwrap();
+    assert_eq!(ckpt.write(&at("w")).unwrap(), at("w"));
+    assert_same_bundle(Path::new(&at("w")), &fixtures.join("w"));
+
+    assert_eq!(ckpt.save(&at("s")).unwrap(), at("s-1"));
+    assert_eq!(ckpt.save_counter(), Some(1));
+    assert_same_bundle(Path::new(&at("s-1")), &fixtures.join("s-1"));
+    for (key, value) in fixture_values(&fixtures.join("s-2")) {
+        ckpt.set_value(&key, value).unwrap();
+    }
+    assert_eq!(ckpt.save(&at("s")).unwrap(), at("s-2"));
+    assert_same_bundle(Path::new(&at("s-2")), &fixtures.join("s-2"));
+    assert_same_state_file(dir.path(), &fixtures);
+
+    for (key, value) in fixture_values(&fixtures.join("w_after_save")) {
+        ckpt.set_value(&key, value).unwrap();
+    }
+    ckpt.write(&at("w_after_save")).unwrap();
+    assert_same_bundle(
+        Path::new(&at("w_after_save")),
+        &fixtures.join("w_after_save"),
+    );
+}
+
+/// `o1/write`: the whole module tree (shared variables, escaped names, every dtype) with
+/// `Checkpoint(root=r).write`.
+#[test]
+fn o1_write() {
+    let theirs = fixture("obj/o1_module_tree/write/ckpt");
+    let graph = read_object_graph(&BundleReader::open(&theirs).unwrap()).unwrap();
+    let ckpt = Checkpoint::new(graph, fixture_values(&theirs)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A missing parent directory is created, as eager TensorFlow does.
+    let ours = dir.path().join("sub/ckpt");
+    ckpt.write(ours.to_str().unwrap()).unwrap();
+    assert_same_bundle(&ours, &theirs);
+}
+
+/// `o1/save`: `Checkpoint(root=r, extra=v).save` twice (`save_counter` after `root`) and the
+/// `checkpoint` file.
+#[test]
+fn o1_save_twice() {
+    let fixtures = fixture("obj/o1_module_tree/save");
+    let stored = read_object_graph(&BundleReader::open(fixtures.join("ckpt-1")).unwrap()).unwrap();
+    let mut ckpt = Checkpoint::new(
+        without_save_counter(stored.clone()),
+        fixture_values(&fixtures.join("ckpt-1")),
+    )
+    .unwrap();
+    ckpt.set_save_counter(Some(0));
+    assert_eq!(ckpt.object_graph(), stored);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    ckpt.save(prefix.to_str().unwrap()).unwrap();
+    assert_same_bundle(&dir.path().join("ckpt-1"), &fixtures.join("ckpt-1"));
+    for (key, value) in fixture_values(&fixtures.join("ckpt-2")) {
+        ckpt.set_value(&key, value).unwrap();
+    }
+    ckpt.save(prefix.to_str().unwrap()).unwrap();
+    assert_same_bundle(&dir.path().join("ckpt-2"), &fixtures.join("ckpt-2"));
+    assert_same_state_file(dir.path(), &fixtures);
+}
+
+/// `o2/v1_adam`: slot variables (nodes after the breadth-first ones) and `save_counter`.
+#[test]
+fn o2_v1_adam_save() {
+    let fixtures = fixture("obj/o2_optimizer/v1_adam");
+    let stored = read_object_graph(&BundleReader::open(fixtures.join("ckpt-1")).unwrap()).unwrap();
+    let mut ckpt = Checkpoint::new(
+        without_save_counter(stored.clone()),
+        fixture_values(&fixtures.join("ckpt-1")),
+    )
+    .unwrap();
+    assert_eq!(ckpt.save_counter(), None);
+    let dir = tempfile::tempdir().unwrap();
+    ckpt.save(dir.path().join("ckpt").to_str().unwrap())
+        .unwrap();
+    assert_eq!(ckpt.object_graph(), stored);
+    assert_same_bundle(&dir.path().join("ckpt-1"), &fixtures.join("ckpt-1"));
+    assert_same_state_file(dir.path(), &fixtures);
+}
+
+/// Values must match the graph's attributes one to one; a root child named `save_counter`
+/// is refused.
+#[test]
+fn checkpoint_values_match_attributes() {
+    let root = Object::new().child("v", &Object::variable("Variable"));
+    let graph = build_object_graph(&root).unwrap();
+    let missing = Checkpoint::new(graph.clone(), BTreeMap::new()).unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        "no value for `v/.ATTRIBUTES/VARIABLE_VALUE`"
+    );
+    let one = HostTensor::from_f32s(vec![], &[1.0]).unwrap();
+    let values = BTreeMap::from([
+        ("v/.ATTRIBUTES/VARIABLE_VALUE".to_owned(), one.clone()),
+        ("w".to_owned(), one.clone()),
+    ]);
+    let unknown = Checkpoint::new(graph, values).unwrap_err();
+    assert!(matches!(unknown, CheckpointError::UnknownValue { key } if key == "w"));
+    let taken = Object::new().child(SAVE_COUNTER, &Object::variable(SAVE_COUNTER));
+    let values = BTreeMap::from([(COUNTER_KEY.to_owned(), one)]);
+    let err = Checkpoint::new(build_object_graph(&taken).unwrap(), values).unwrap_err();
+    assert!(matches!(err, CheckpointError::SaveCounterTaken));
+}
+
+/// An object spec's tree, values and slots give `o2/v1_adam`'s checkpoint byte for byte once
+/// `save_counter` exists (entries listed out of order: the root's children are sorted, slot
+/// names sorted).
+#[test]
+fn object_spec_rebuilds_o2_v1_adam() {
+    let fixtures = fixture("obj/o2_optimizer/v1_adam");
+    let text = std::fs::read_to_string(crate::support::root().join(SPEC_O2)).unwrap();
+    assert!(ObjectSpec::is_object_spec(&text));
+    let spec = ObjectSpec::parse(&text).unwrap();
+    let mut ckpt = spec
+        .checkpoint(fixture_values(&fixtures.join("ckpt-1")))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    ckpt.save(dir.path().join("ckpt").to_str().unwrap())
+        .unwrap();
+    assert_same_bundle(&dir.path().join("ckpt-1"), &fixtures.join("ckpt-1"));
+}
+
+const SPEC_O2: &str = "tests/inputs/objects/o2_v1_adam.json";
+const SPEC_O6: &str = "tests/inputs/objects/o6_sync.json";
+
+/// `saveplan save OBJSPEC` writes `Checkpoint(model=m).write(P)`'s bytes (`o6/sync/w`), values
+/// from a checkpoint (whose object graph is not a value).
+#[test]
+fn cli_save_object_spec_o6() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("w");
+    let values = fixture("obj/o6_options_async/sync/w");
+    let out = saveplan(&[
+        "save",
+        SPEC_O6,
+        "--values",
+        values.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same_bundle(&prefix, &values);
+    assert!(!dir.path().join("checkpoint").exists());
+}
+
+/// Object spec errors are one line naming the spec.
+#[test]
+fn cli_save_object_spec_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("w");
+    // o1's values do not fit o6's tree.
+    let values = fixture("obj/o1_module_tree/write/ckpt");
+    let out = saveplan(&[
+        "save",
+        SPEC_O6,
+        "--values",
+        values.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(SPEC_O6), "{stderr}");
+    let spec = ObjectSpec::parse(
+        r#"{"objects": [{"path": ["m", "v"], "dtype": "float32", "shape": []},
+                        {"path": ["m", "v", "w"], "dtype": "float32", "shape": []}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        spec.object_graph().unwrap_err().to_string(),
+        "entry 1: `(root).m.v` is already a variable"
+    );
+}
+
+/// `o9`: m.a on CPU:0, m.b on CPU:1 (one task). Eager `write` gives one shard (`eager/`);
+/// `write` traced in a `tf.function` puts the object graph on the bare `/device:CPU:0`, a task
+/// of its own, and gives two shards (`fn/`), byte for byte.
+#[test]
+fn o9_eager_and_traced_write() {
+    let fixtures = fixture("obj/o9_write_graphs");
+    let model = Object::new()
+        .child("a", &Object::variable("Variable"))
+        .child("b", &Object::variable("Variable"));
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    let ckpt = Checkpoint::new(graph, fixture_values(&fixtures.join("eager/ckpt")))
+        .unwrap()
+        .with_device("model/a/.ATTRIBUTES/VARIABLE_VALUE", "/device:CPU:0")
+        .with_device("model/b/.ATTRIBUTES/VARIABLE_VALUE", "/device:CPU:1");
+    let dir = tempfile::tempdir().unwrap();
+    let eager = dir.path().join("eager/ckpt");
+    ckpt.write(eager.to_str().unwrap()).unwrap();
+    assert_same_bundle(&eager, &fixtures.join("eager/ckpt"));
+    std::fs::create_dir(dir.path().join("fn")).unwrap();
+    let traced = dir.path().join("fn/ckpt");
+    ckpt.write_traced(traced.to_str().unwrap()).unwrap();
+    assert_same_bundle(&traced, &fixtures.join("fn/ckpt"));
+}
