@@ -23,6 +23,7 @@
 
 mod build;
 mod latest;
+mod restore;
 mod save;
 mod spec;
 
@@ -32,6 +33,10 @@ pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
+pub use restore::{
+    Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
+    RestoreReport, TensorType, ValueStatus,
+};
 pub use save::{Checkpoint, SAVE_COUNTER, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
@@ -193,6 +198,57 @@ pub enum CheckpointError {
     /// Writing the checkpoint failed.
     #[error("writing checkpoint {prefix} failed")]
     Write {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: Box<WriteFailure>,
+    },
+    /// No checkpoint at a prefix to restore.
+    #[error(
+        "{prefix}: no checkpoint (no .index file); you may be missing the checkpoint suffix (e.g. the '-1' in 'path/to/ckpt-1')"
+    )]
+    NotFound {
+        /// The prefix.
+        prefix: String,
+    },
+    /// A matched value's key is not in the checkpoint.
+    #[error("`{path}`: key {key} not found in checkpoint")]
+    RestoreKeyMissing {
+        /// The object's path (`(root).model.c`).
+        path: String,
+        /// The key the object graph names.
+        key: String,
+    },
+    /// A matched value has another dtype in the checkpoint.
+    #[error(
+        "`{path}`: tensor_name = {key}; expected dtype {expected} does not equal original dtype {found}"
+    )]
+    RestoreDType {
+        /// The object's path (`(root).model.c`).
+        path: String,
+        /// The checkpoint key.
+        key: String,
+        /// Our dtype.
+        expected: DType,
+        /// The checkpoint's.
+        found: DType,
+    },
+    /// A matched value has another shape in the checkpoint.
+    #[error(
+        "`{path}`: received incompatible tensor with shape {found} when attempting to restore variable with shape {expected}"
+    )]
+    RestoreShape {
+        /// The object's path (`(root).model.c`).
+        path: String,
+        /// Our shape, as Python prints it (`(2,)`).
+        expected: String,
+        /// The checkpoint's.
+        found: String,
+    },
+    /// Reading the matched values failed.
+    #[error("restoring from checkpoint {prefix} failed")]
+    Read {
         /// The prefix.
         prefix: String,
         /// Why.

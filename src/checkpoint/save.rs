@@ -115,6 +115,11 @@ impl Checkpoint {
         self.save_counter = value;
     }
 
+    /// The object graph of the objects (without `save_counter`).
+    pub fn graph(&self) -> &ObjectGraph {
+        &self.graph
+    }
+
     /// The values, by checkpoint key (without `save_counter`).
     pub fn values(&self) -> &BTreeMap<String, HostTensor> {
         &self.values
@@ -159,9 +164,7 @@ impl Checkpoint {
     fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
         let graph = self.object_graph();
         let mut values: Vec<(&str, HostTensor)> = Vec::new();
-        let counter = self.save_counter.unwrap_or(0).to_le_bytes().to_vec();
-        let counter_value = HostTensor::from_bytes(saveplan_ir::DType::Int64, Vec::new(), counter)
-            .expect("eight bytes are one int64");
+        let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
         let mut trackables = Vec::new();
         for attribute in attributes(&graph) {
             let key = attribute.checkpoint_key.as_str();
@@ -242,7 +245,17 @@ impl Checkpoint {
     }
 }
 
-/// Why writing a checkpoint failed.
+/// `save_counter`'s value as a tensor (an int64 scalar).
+pub(super) fn counter_tensor(value: i64) -> HostTensor {
+    HostTensor::from_bytes(
+        saveplan_ir::DType::Int64,
+        Vec::new(),
+        value.to_le_bytes().to_vec(),
+    )
+    .expect("eight bytes are one int64")
+}
+
+/// Why writing (or reading) a checkpoint failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteFailure {
     /// The prefix cannot be written.
@@ -262,7 +275,7 @@ fn attributes(graph: &ObjectGraph) -> impl Iterator<Item = &Attribute> {
 }
 
 /// `device` as eager TensorFlow places a tensor: merged onto the local CPU.
-fn eager_device(key: &str, device: &str) -> Result<String, CheckpointError> {
+pub(super) fn eager_device(key: &str, device: &str) -> Result<String, CheckpointError> {
     let spec = DeviceSpec::parse(device).map_err(|source| CheckpointError::BadDevice {
         key: key.to_owned(),
         device: device.to_owned(),
@@ -274,7 +287,7 @@ fn eager_device(key: &str, device: &str) -> Result<String, CheckpointError> {
 
 /// `graph` with a `save_counter` variable as the root's last child: its node id is the next
 /// after the root's other children (breadth-first order), later nodes move up by one.
-fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
+pub(super) fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
     let mut nodes = graph.clone().into_nodes();
     let id = nodes[0]
         .children

@@ -49,48 +49,54 @@ pub fn decode(bytes: &[u8]) -> Result<ObjectGraph, ObjectGraphDecodeError> {
     Ok(ObjectGraph::new(nodes)?)
 }
 
+/// One node in protobuf text format, as Python prints a `TrackableObject` (`str(node)`:
+/// one field per line, trailing newline), the form TensorFlow's load-status messages quote.
+pub fn node_text(node: &ObjectNode) -> String {
+    saveplan_proto::text::to_text(&node_to_proto(node))
+}
+
 fn to_proto(graph: &ObjectGraph) -> pb::TrackableObjectGraph {
-    let nodes = graph
-        .nodes()
-        .iter()
-        .map(|node| tog::TrackableObject {
-            children: node
-                .children
-                .iter()
-                .map(|child| tog::trackable_object::ObjectReference {
-                    node_id: id_to_proto(child.node_id),
-                    local_name: child.local_name.clone(),
-                })
-                .collect(),
-            attributes: node
-                .attributes
-                .iter()
-                .map(|attribute| tog::trackable_object::SerializedTensor {
-                    name: attribute.name.clone(),
-                    full_name: attribute.full_name.clone(),
-                    checkpoint_key: attribute.checkpoint_key.clone(),
-                })
-                .collect(),
-            slot_variables: node
-                .slot_variables
-                .iter()
-                .map(|slot| tog::trackable_object::SlotVariableReference {
-                    original_variable_node_id: id_to_proto(slot.original_variable_node_id),
-                    slot_name: slot.slot_name.clone(),
-                    slot_variable_node_id: id_to_proto(slot.slot_variable_node_id),
-                })
-                .collect(),
-            registered_saver: node
-                .registered_saver
-                .as_ref()
-                .map(|saver| pb::RegisteredSaver {
-                    name: saver.name.clone(),
-                    object_name: saver.object_name.clone(),
-                }),
-            has_checkpoint_values: node.has_checkpoint_values,
-        })
-        .collect();
+    let nodes = graph.nodes().iter().map(node_to_proto).collect();
     pb::TrackableObjectGraph { nodes }
+}
+
+fn node_to_proto(node: &ObjectNode) -> tog::TrackableObject {
+    tog::TrackableObject {
+        children: node
+            .children
+            .iter()
+            .map(|child| tog::trackable_object::ObjectReference {
+                node_id: id_to_proto(child.node_id),
+                local_name: child.local_name.clone(),
+            })
+            .collect(),
+        attributes: node
+            .attributes
+            .iter()
+            .map(|attribute| tog::trackable_object::SerializedTensor {
+                name: attribute.name.clone(),
+                full_name: attribute.full_name.clone(),
+                checkpoint_key: attribute.checkpoint_key.clone(),
+            })
+            .collect(),
+        slot_variables: node
+            .slot_variables
+            .iter()
+            .map(|slot| tog::trackable_object::SlotVariableReference {
+                original_variable_node_id: id_to_proto(slot.original_variable_node_id),
+                slot_name: slot.slot_name.clone(),
+                slot_variable_node_id: id_to_proto(slot.slot_variable_node_id),
+            })
+            .collect(),
+        registered_saver: node
+            .registered_saver
+            .as_ref()
+            .map(|saver| pb::RegisteredSaver {
+                name: saver.name.clone(),
+                object_name: saver.object_name.clone(),
+            }),
+        has_checkpoint_values: node.has_checkpoint_values,
+    }
 }
 
 /// Node ids come from a `Vec` index; a graph with more than `i32::MAX` nodes cannot exist in

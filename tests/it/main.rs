@@ -27,6 +27,7 @@ mod export_roundtrip;
 mod graph_cli;
 mod objects;
 mod objects_cli;
+mod objects_restore;
 mod objects_save;
 mod run_cli;
 mod session;

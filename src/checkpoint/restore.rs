@@ -1,0 +1,968 @@
+//! Restoring object-based checkpoints by object: `tf.train.Checkpoint.restore` / `.read` in
+//! eager mode (FORMATS.md 13.10–13.11), the load status and its assertions with TensorFlow's
+//! exact messages, and a [`RestoreReport`] listing every value once.
+//!
+//! Matching walks the checkpoint's object graph breadth-first against ours: node 0 is bound to
+//! our root; for each bound node, each child edge to a node not yet bound is looked up among
+//! our object's children **by local name** (an edge to an already bound node is skipped, so a
+//! node shared in the checkpoint restores only the object found first); slot variables are
+//! bound through their optimizer, variable and slot name. Each bound pair's attributes match by
+//! attribute name, and values are read from the `checkpoint_key` the checkpoint stores, never
+//! from a key recomputed from our graph. Values are read with one `RestoreV2` through the
+//! eager `MultiDeviceSaver` plan ([`EagerSaver`]); dtypes and shapes are checked against the
+//! bundle's index first, so a failed restore changes nothing.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+
+use saveplan_ir::DType;
+use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use serde::Serialize;
+
+use super::save::{SAVE_COUNTER, counter_tensor, eager_device, with_save_counter};
+use super::{Checkpoint, CheckpointError, read_object_graph};
+use crate::bundle::{BundleError, BundleReader};
+use crate::exec::{BundleIo, HostTensor, RunContext, TensorData, VarKey, VariableStore};
+use crate::export::object_graph::node_text;
+use crate::session::EagerSaver;
+use crate::trace::{Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef};
+
+/// `restore()` (creates `save_counter`, which is then restored or left unbound) or `read()`
+/// (does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreKind {
+    /// `Checkpoint.restore(path)`.
+    Restore,
+    /// `Checkpoint.read(path)`.
+    Read,
+}
+
+/// One of the load status's assertions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Assertion {
+    /// `assert_consumed()`.
+    Consumed,
+    /// `assert_existing_objects_matched()`.
+    ExistingObjectsMatched,
+    /// `assert_nontrivial_match()`.
+    NontrivialMatch,
+}
+
+impl Assertion {
+    /// TensorFlow's method name (`assert_consumed`).
+    pub fn method(self) -> &'static str {
+        match self {
+            Assertion::Consumed => "assert_consumed",
+            Assertion::ExistingObjectsMatched => "assert_existing_objects_matched",
+            Assertion::NontrivialMatch => "assert_nontrivial_match",
+        }
+    }
+}
+
+/// A failed assertion; its text is TensorFlow's `AssertionError` message, byte for byte
+/// (multi-line where TensorFlow's is).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AssertionError {
+    /// Which assertion failed.
+    pub assertion: Assertion,
+    /// TensorFlow's message.
+    pub message: String,
+}
+
+/// What `restore()`/`read()` return: TensorFlow's `CheckpointLoadStatus`, or for
+/// `restore(None)` its `InitializationOnlyStatus`.
+#[derive(Clone, Debug)]
+pub struct LoadStatus {
+    checks: Option<Checks>,
+    warnings: Vec<String>,
+    partial: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Checks {
+    consumed: Option<String>,
+    existing: Option<String>,
+    nontrivial: Option<String>,
+}
+
+const NO_CHECKPOINT: &str = "No checkpoint specified (save_path=None); nothing is being restored.";
+
+impl LoadStatus {
+    fn initialization_only() -> LoadStatus {
+        LoadStatus {
+            checks: None,
+            warnings: Vec::new(),
+            partial: false,
+        }
+    }
+
+    /// Whether this is `restore(None)`'s `InitializationOnlyStatus`.
+    pub fn is_initialization_only(&self) -> bool {
+        self.checks.is_none()
+    }
+
+    /// Runs one assertion.
+    pub fn check(&self, assertion: Assertion) -> Result<(), AssertionError> {
+        let failure = match &self.checks {
+            None => Some(NO_CHECKPOINT),
+            Some(checks) => match assertion {
+                Assertion::Consumed => checks.consumed.as_deref(),
+                Assertion::ExistingObjectsMatched => checks.existing.as_deref(),
+                Assertion::NontrivialMatch => checks.nontrivial.as_deref(),
+            },
+        };
+        match failure {
+            None => Ok(()),
+            Some(message) => Err(AssertionError {
+                assertion,
+                message: message.to_owned(),
+            }),
+        }
+    }
+
+    /// `assert_consumed()`: every object matched, every checkpoint value used.
+    pub fn assert_consumed(&self) -> Result<&LoadStatus, AssertionError> {
+        self.check(Assertion::Consumed).map(|()| self)
+    }
+
+    /// `assert_existing_objects_matched()`: every object with values matched (extra checkpoint
+    /// values are fine).
+    pub fn assert_existing_objects_matched(&self) -> Result<&LoadStatus, AssertionError> {
+        self.check(Assertion::ExistingObjectsMatched).map(|()| self)
+    }
+
+    /// `assert_nontrivial_match()`: something besides the root matched.
+    pub fn assert_nontrivial_match(&self) -> Result<&LoadStatus, AssertionError> {
+        self.check(Assertion::NontrivialMatch).map(|()| self)
+    }
+
+    /// `expect_partial()`: silences [`LoadStatus::warnings`]; the assertions are unaffected.
+    pub fn expect_partial(mut self) -> LoadStatus {
+        self.partial = true;
+        self
+    }
+
+    /// The warnings TensorFlow logs when this status is dropped with values unrestored (none
+    /// after [`LoadStatus::expect_partial`]).
+    pub fn warnings(&self) -> &[String] {
+        if self.partial { &[] } else { &self.warnings }
+    }
+}
+
+/// Where a value stands after matching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueStatus {
+    /// In both; restored.
+    Matched,
+    /// In both, but the dtype or shape differs; restoring fails.
+    Mismatched,
+    /// In the checkpoint, but no object of ours takes it.
+    Unused,
+    /// An object of ours with no value in the checkpoint.
+    Missing,
+}
+
+impl ValueStatus {
+    fn label(self) -> &'static str {
+        match self {
+            ValueStatus::Matched => "matched",
+            ValueStatus::Mismatched => "mismatched",
+            ValueStatus::Unused => "unused",
+            ValueStatus::Missing => "missing",
+        }
+    }
+}
+
+/// A dtype and shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TensorType {
+    /// The dtype's Python name.
+    pub dtype: String,
+    /// The shape.
+    pub shape: Vec<i64>,
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(i64::to_string).collect();
+        write!(f, "{}[{}]", self.dtype, dims.join(","))
+    }
+}
+
+/// One value of a [`RestoreReport`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReportValue {
+    /// The object's path: local names from the root (ours, or the checkpoint's for unused
+    /// values); a slot variable ends with `<slot> of <optimizer path>`.
+    pub path: Vec<String>,
+    /// The attribute name (`VARIABLE_VALUE` for a variable).
+    pub attribute: String,
+    /// Where it stands.
+    pub status: ValueStatus,
+    /// The key the checkpoint stores it under (absent for missing values).
+    pub checkpoint_key: Option<String>,
+    /// Our dtype and shape (absent for unused values).
+    pub program: Option<TensorType>,
+    /// The checkpoint's dtype and shape (absent for missing values).
+    pub checkpoint: Option<TensorType>,
+}
+
+/// Counts of a report, by status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReportCounts {
+    /// Restored values.
+    pub matched: usize,
+    /// Values whose dtype or shape differs.
+    pub mismatched: usize,
+    /// Checkpoint values nobody takes.
+    pub unused: usize,
+    /// Our values the checkpoint lacks.
+    pub missing: usize,
+}
+
+impl ReportCounts {
+    fn add(&mut self, status: ValueStatus) {
+        *match status {
+            ValueStatus::Matched => &mut self.matched,
+            ValueStatus::Mismatched => &mut self.mismatched,
+            ValueStatus::Unused => &mut self.unused,
+            ValueStatus::Missing => &mut self.missing,
+        } += 1;
+    }
+}
+
+impl fmt::Display for ReportCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} matched, {} mismatched, {} unused, {} missing",
+            self.matched, self.mismatched, self.unused, self.missing
+        )
+    }
+}
+
+/// Every value of a restore, once: matched, mismatched, in the checkpoint only (unused) or in
+/// the program only (missing), by object path. [`fmt::Display`] prints it as a tree with
+/// counts per object; it serializes to JSON with `serde`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RestoreReport {
+    /// The checkpoint prefix.
+    pub prefix: String,
+    /// The totals.
+    pub counts: ReportCounts,
+    /// The values, sorted by path and attribute.
+    pub values: Vec<ReportValue>,
+}
+
+impl fmt::Display for RestoreReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "restore of {}: {}", self.prefix, self.counts)?;
+        writeln!(f, "(root)")?;
+        let mut open: Vec<&str> = Vec::new();
+        for (index, value) in self.values.iter().enumerate() {
+            let common = open
+                .iter()
+                .zip(&value.path)
+                .take_while(|(a, b)| **a == b.as_str())
+                .count();
+            open.truncate(common);
+            // Objects opened here (every path element but a variable's own name).
+            let leaf_is_object = value.attribute == saveplan_ir::object_graph::VARIABLE_VALUE;
+            let inner = value.path.len() - usize::from(leaf_is_object && !value.path.is_empty());
+            while open.len() < inner {
+                let depth = open.len();
+                let name = value.path[depth].as_str();
+                let mut counts = ReportCounts::default();
+                self.values[index..]
+                    .iter()
+                    .take_while(|v| {
+                        v.path.len() > depth && v.path[..=depth] == value.path[..=depth]
+                    })
+                    .for_each(|v| counts.add(v.status));
+                writeln!(f, "{}{name}  ({counts})", "  ".repeat(depth + 1))?;
+                open.push(name);
+            }
+            let label = if leaf_is_object && !value.path.is_empty() {
+                value.path[value.path.len() - 1].clone()
+            } else {
+                format!("[{}]", value.attribute)
+            };
+            let detail = match (&value.program, &value.checkpoint) {
+                (Some(ours), Some(theirs)) if ours != theirs => {
+                    format!("{ours} in the program, {theirs} in the checkpoint")
+                }
+                (Some(ours), _) => ours.to_string(),
+                (None, Some(theirs)) => theirs.to_string(),
+                (None, None) => String::new(),
+            };
+            writeln!(
+                f,
+                "{}{label}: {} {detail}",
+                "  ".repeat(open.len() + 1),
+                value.status.label()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A matched attribute: where to read it and where it goes.
+#[derive(Clone, Debug)]
+struct Pair {
+    checkpoint_key: String,
+    our_key: String,
+    /// The object's path for messages (`(root).model.c`).
+    name: String,
+    value: HostTensor,
+    stored: Option<(DType, Vec<i64>)>,
+}
+
+/// The outcome of matching a checkpoint against a [`Checkpoint`]'s objects, before any value is
+/// read: the report, the load status the restore will return, and the values to read.
+#[derive(Clone, Debug)]
+pub struct RestoreMatch {
+    prefix: String,
+    kind: RestoreKind,
+    pairs: Vec<Pair>,
+    report: RestoreReport,
+    status: LoadStatus,
+}
+
+impl RestoreMatch {
+    /// The report of every value.
+    pub fn report(&self) -> &RestoreReport {
+        &self.report
+    }
+
+    /// The load status the restore returns.
+    pub fn status(&self) -> &LoadStatus {
+        &self.status
+    }
+
+    /// The first problem that makes the restore fail, as TensorFlow orders them: a dtype
+    /// mismatch or missing key (the batched `RestoreV2` fails), then a shape mismatch (at
+    /// assignment).
+    fn failure(&self) -> Option<CheckpointError> {
+        let dtype = self.pairs.iter().find_map(|pair| match &pair.stored {
+            None => Some(CheckpointError::RestoreKeyMissing {
+                path: pair.name.clone(),
+                key: pair.checkpoint_key.clone(),
+            }),
+            Some((dtype, _)) if *dtype != pair.value.dtype() => {
+                Some(CheckpointError::RestoreDType {
+                    path: pair.name.clone(),
+                    key: pair.checkpoint_key.clone(),
+                    expected: pair.value.dtype(),
+                    found: *dtype,
+                })
+            }
+            _ => None,
+        });
+        dtype.or_else(|| {
+            self.pairs.iter().find_map(|pair| {
+                let (_, shape) = pair.stored.as_ref()?;
+                (shape != &shape_of(&pair.value)).then(|| CheckpointError::RestoreShape {
+                    path: pair.name.clone(),
+                    expected: python_shape(&shape_of(&pair.value)),
+                    found: python_shape(shape),
+                })
+            })
+        })
+    }
+}
+
+impl Checkpoint {
+    /// `tf.train.Checkpoint.restore(save_path)`: matches the checkpoint at `prefix` against
+    /// this checkpoint's objects, restores every matched value and creates `save_counter`
+    /// (restored when the checkpoint has one). `None` restores nothing and returns the
+    /// initialization-only status. A dtype or shape mismatch is an error naming the object,
+    /// and then nothing changes (not even `save_counter`).
+    pub fn restore(&mut self, prefix: Option<&str>) -> Result<LoadStatus, CheckpointError> {
+        let Some(prefix) = prefix else {
+            return Ok(LoadStatus::initialization_only());
+        };
+        let matched = self.match_checkpoint(prefix, RestoreKind::Restore)?;
+        self.apply(matched)
+    }
+
+    /// `tf.train.Checkpoint.read(save_path)`: [`Checkpoint::restore`] without creating
+    /// `save_counter`.
+    pub fn read(&mut self, prefix: &str) -> Result<LoadStatus, CheckpointError> {
+        let matched = self.match_checkpoint(prefix, RestoreKind::Read)?;
+        self.apply(matched)
+    }
+
+    /// Matches the checkpoint at `prefix` against this checkpoint's objects without reading a
+    /// value: the report and status a restore of `kind` would give.
+    pub fn match_checkpoint(
+        &self,
+        prefix: &str,
+        kind: RestoreKind,
+    ) -> Result<RestoreMatch, CheckpointError> {
+        let reader = BundleReader::open(prefix).map_err(|err| match err {
+            BundleError::IndexNotFound { .. } => CheckpointError::NotFound {
+                prefix: prefix.to_owned(),
+            },
+            other => CheckpointError::Bundle(other),
+        })?;
+        let theirs = read_object_graph(&reader)?;
+        let counter = match (kind, self.save_counter()) {
+            (_, Some(value)) => Some(value),
+            (RestoreKind::Restore, None) => Some(0),
+            (RestoreKind::Read, None) => None,
+        };
+        let ours = match counter {
+            Some(_) => with_save_counter(self.graph()),
+            None => self.graph().clone(),
+        };
+        let counter_value = counter_tensor(counter.unwrap_or(0));
+        let value_of = |key: &str| -> HostTensor {
+            self.values()
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| counter_value.clone())
+        };
+        let bound = bind(&theirs, &ours);
+        let mut ours_bound = vec![None; ours.nodes().len()];
+        for (their, our) in bound.iter().enumerate() {
+            if let Some(our) = our {
+                ours_bound[our.index()] = Some(NodeId(their as u32));
+            }
+        }
+        let their_names = node_names(&theirs);
+        let our_names = node_names(&ours);
+        let their_paths = segment_paths(&theirs);
+        let our_paths = segment_paths(&ours);
+        let stored = |key: &str| {
+            reader
+                .entry(key)
+                .map(|entry| (entry.dtype, entry.shape.clone()))
+        };
+        let repr = |node: NodeId| -> String {
+            let our = ours.node(node);
+            match our.attributes.first() {
+                Some(attribute) if our.attributes.len() == 1 => {
+                    variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
+                }
+                _ => format!("<object {}>", our_names[node.index()]),
+            }
+        };
+
+        let mut pairs = Vec::new();
+        let mut values = Vec::new();
+        let mut unused_attributes: Vec<(usize, Vec<String>)> = Vec::new();
+        let mut warnings = Vec::new();
+        for (index, node) in theirs.nodes().iter().enumerate() {
+            let Some(our_id) = bound[index] else {
+                for attribute in &node.attributes {
+                    values.push(ReportValue {
+                        path: their_paths[index].clone(),
+                        attribute: attribute.name.clone(),
+                        status: ValueStatus::Unused,
+                        checkpoint_key: Some(attribute.checkpoint_key.clone()),
+                        program: None,
+                        checkpoint: stored(&attribute.checkpoint_key).map(tensor_type),
+                    });
+                }
+                if !node.attributes.is_empty() {
+                    warnings.push(format!(
+                        "Value in checkpoint could not be found in the restored object: {}",
+                        their_names[index]
+                    ));
+                }
+                continue;
+            };
+            let our = ours.node(our_id);
+            let mut unused = Vec::new();
+            for attribute in &node.attributes {
+                let found = stored(&attribute.checkpoint_key);
+                match our.attributes.iter().find(|a| a.name == attribute.name) {
+                    Some(our_attribute) => {
+                        let value = value_of(&our_attribute.checkpoint_key);
+                        let program = (value.dtype(), shape_of(&value));
+                        let status = match &found {
+                            Some(found) if *found == program => ValueStatus::Matched,
+                            _ => ValueStatus::Mismatched,
+                        };
+                        values.push(ReportValue {
+                            path: our_paths[our_id.index()].clone(),
+                            attribute: attribute.name.clone(),
+                            status,
+                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
+                            program: Some(tensor_type(program)),
+                            checkpoint: found.clone().map(tensor_type),
+                        });
+                        pairs.push(Pair {
+                            checkpoint_key: attribute.checkpoint_key.clone(),
+                            our_key: our_attribute.checkpoint_key.clone(),
+                            name: our_names[our_id.index()].clone(),
+                            value,
+                            stored: found,
+                        });
+                    }
+                    None => {
+                        unused.push(attribute.name.clone());
+                        values.push(ReportValue {
+                            path: their_paths[index].clone(),
+                            attribute: attribute.name.clone(),
+                            status: ValueStatus::Unused,
+                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
+                            program: None,
+                            checkpoint: found.map(tensor_type),
+                        });
+                    }
+                }
+            }
+            if !unused.is_empty() {
+                unused_attributes.push((index, unused));
+            }
+            let mut missing: Vec<&str> = Vec::new();
+            for attribute in &our.attributes {
+                if node.attributes.iter().any(|t| t.name == attribute.name) {
+                    continue;
+                }
+                missing.push(&attribute.name);
+                let value = value_of(&attribute.checkpoint_key);
+                values.push(ReportValue {
+                    path: our_paths[our_id.index()].clone(),
+                    attribute: attribute.name.clone(),
+                    status: ValueStatus::Missing,
+                    checkpoint_key: None,
+                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
+                    checkpoint: None,
+                });
+            }
+            if !missing.is_empty() {
+                warnings.push(format!(
+                    "An attribute in the restored object could not be found in the checkpoint. Object: {}, attribute: {}",
+                    their_names[index],
+                    python_list(&missing)
+                ));
+            }
+        }
+        let mut unbound_reprs = Vec::new();
+        for (index, node) in ours.nodes().iter().enumerate() {
+            if ours_bound[index].is_some() || node.attributes.is_empty() {
+                continue;
+            }
+            unbound_reprs.push(repr(NodeId(index as u32)));
+            for attribute in &node.attributes {
+                let value = value_of(&attribute.checkpoint_key);
+                values.push(ReportValue {
+                    path: our_paths[index].clone(),
+                    attribute: attribute.name.clone(),
+                    status: ValueStatus::Missing,
+                    checkpoint_key: None,
+                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
+                    checkpoint: None,
+                });
+            }
+        }
+        unbound_reprs.sort();
+        values.sort_by(|a, b| (&a.path, &a.attribute).cmp(&(&b.path, &b.attribute)));
+        let mut counts = ReportCounts::default();
+        values.iter().for_each(|value| counts.add(value.status));
+
+        let existing = (!unbound_reprs.is_empty()).then(|| {
+            let shown = unbound_reprs.len().min(10);
+            format!(
+                "Found {} Python objects that were not bound to checkpointed values, likely due to changes in the Python program. Showing {shown} of {} unmatched objects: [{}]",
+                unbound_reprs.len(),
+                unbound_reprs.len(),
+                unbound_reprs[..shown].join(", ")
+            )
+        });
+        let unresolved = theirs.nodes().iter().enumerate().find_map(|(index, node)| {
+            (!node.attributes.is_empty() && bound[index].is_none()).then(|| {
+                format!(
+                    "Unresolved object in checkpoint {}: {}",
+                    their_names[index],
+                    node_text(node)
+                )
+            })
+        });
+        let unused_message = (!unused_attributes.is_empty()).then(|| {
+            let lines: Vec<String> = unused_attributes
+                .iter()
+                .map(|(index, names)| {
+                    let our = bound[*index].expect("unused attributes are of bound nodes");
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    format!(
+                        "{} ({}): {}",
+                        their_names[*index],
+                        repr(our),
+                        python_list(&names)
+                    )
+                })
+                .collect();
+            format!(
+                "Unused attributes in these objects (the attributes exist in the checkpoint but were not restored):\n{}",
+                lines.join("\n")
+            )
+        });
+        let n_bound = bound.iter().filter(|b| b.is_some()).count();
+        let nontrivial = (n_bound <= 1).then(|| {
+            if unbound_reprs.is_empty() {
+                "Nothing to load.\n\nNo dependencies have been added to <tf.train.Checkpoint> yet."
+                    .to_owned()
+            } else {
+                format!(
+                    "Nothing except the root object matched a checkpointed value. Typically this means that the checkpoint does not match the Python program. The following objects have no matching checkpointed value: [{}]",
+                    unbound_reprs.join(", ")
+                )
+            }
+        });
+        if !warnings.is_empty() {
+            warnings.insert(0, "Detecting that an object or model or tf.train.Checkpoint is being deleted with unrestored values. See the following logs for the specific values in question. To silence these warnings, use `status.expect_partial()`. See https://www.tensorflow.org/api_docs/python/tf/train/Checkpoint#restorefor details about the status object returned by the restore function.".to_owned());
+        }
+        let checks = Checks {
+            consumed: existing.clone().or(unresolved).or(unused_message),
+            existing,
+            nontrivial,
+        };
+        Ok(RestoreMatch {
+            prefix: prefix.to_owned(),
+            kind,
+            pairs,
+            report: RestoreReport {
+                prefix: prefix.to_owned(),
+                counts,
+                values,
+            },
+            status: LoadStatus {
+                checks: Some(checks),
+                warnings,
+                partial: false,
+            },
+        })
+    }
+
+    /// Reads and assigns the values of a match (made on this checkpoint, unchanged since):
+    /// checks every dtype and shape first, then one `RestoreV2` for all of them; on any error
+    /// nothing changes.
+    pub fn apply(&mut self, matched: RestoreMatch) -> Result<LoadStatus, CheckpointError> {
+        if let Some(error) = matched.failure() {
+            return Err(error);
+        }
+        let prefix = matched.prefix.as_str();
+        let mut trackables = Vec::with_capacity(matched.pairs.len());
+        let variables = VariableStore::new();
+        for (index, pair) in matched.pairs.iter().enumerate() {
+            let name = format!("var_{index}");
+            trackables.push(Trackable {
+                tensors: vec![SaveableTensor {
+                    checkpoint_key: pair.checkpoint_key.clone(),
+                    slice_spec: String::new(),
+                    dtype: pair.value.dtype(),
+                    shape: shape_of(&pair.value),
+                    device: eager_device(&pair.checkpoint_key, "/cpu:0")?,
+                    variable: VariableDef {
+                        name: Some(name.clone()),
+                        init: Init::Zeros,
+                        read: ReadKind::Saveable,
+                    },
+                }],
+            });
+            variables
+                .put(&VarKey::new("", name), pair.value.clone())
+                .map_err(|source| CheckpointError::Variable {
+                    key: pair.our_key.clone(),
+                    source,
+                })?;
+        }
+        let mut restored = BTreeMap::new();
+        if !trackables.is_empty() {
+            let read_error = |source| CheckpointError::Read {
+                prefix: prefix.to_owned(),
+                source: Box::new(source),
+            };
+            let io = BundleIo::default();
+            let mut saver = EagerSaver::new(trackables)
+                .map_err(|source| read_error(super::WriteFailure::Trace(source)))?;
+            saver
+                .restore(
+                    &RunContext::new(&variables).with_io(&io),
+                    prefix,
+                    &TraceOptions::default(),
+                )
+                .map_err(|source| read_error(super::WriteFailure::Eager(source)))?;
+            for (index, pair) in matched.pairs.iter().enumerate() {
+                let value = variables
+                    .get(&VarKey::new("", format!("var_{index}")))
+                    .map_err(|source| CheckpointError::Variable {
+                        key: pair.our_key.clone(),
+                        source,
+                    })?;
+                restored.insert(pair.our_key.clone(), value);
+            }
+        }
+        if matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
+            self.set_save_counter(Some(0));
+        }
+        for (key, value) in restored {
+            if key == format!("{SAVE_COUNTER}/.ATTRIBUTES/VARIABLE_VALUE")
+                && !self.values().contains_key(&key)
+            {
+                let counter = match value.bytes() {
+                    Some(bytes) if bytes.len() == 8 => {
+                        i64::from_le_bytes(bytes.try_into().expect("eight bytes"))
+                    }
+                    _ => 0,
+                };
+                self.set_save_counter(Some(counter));
+            } else {
+                self.set_value(&key, value)?;
+            }
+        }
+        Ok(matched.status)
+    }
+}
+
+/// Binds checkpoint nodes to our nodes (13.10): breadth-first by local name, then slot
+/// variables through bound optimizers and variables, until nothing more binds.
+fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
+    let mut bound: Vec<Option<NodeId>> = vec![None; theirs.nodes().len()];
+    let mut taken = vec![false; ours.nodes().len()];
+    bound[0] = Some(NodeId::ROOT);
+    taken[0] = true;
+    let mut queue = VecDeque::from([NodeId::ROOT]);
+    loop {
+        while let Some(their) = queue.pop_front() {
+            let our = bound[their.index()].expect("queued nodes are bound");
+            for edge in &theirs.node(their).children {
+                if bound[edge.node_id.index()].is_some() {
+                    continue;
+                }
+                let Some(child) = ours
+                    .node(our)
+                    .children
+                    .iter()
+                    .find(|c| c.local_name == edge.local_name)
+                else {
+                    continue;
+                };
+                if taken[child.node_id.index()] {
+                    continue;
+                }
+                bound[edge.node_id.index()] = Some(child.node_id);
+                taken[child.node_id.index()] = true;
+                queue.push_back(edge.node_id);
+            }
+        }
+        for (their_optimizer, node) in theirs.nodes().iter().enumerate() {
+            let Some(our_optimizer) = bound[their_optimizer] else {
+                continue;
+            };
+            for slot in &node.slot_variables {
+                let Some(our_variable) = bound[slot.original_variable_node_id.index()] else {
+                    continue;
+                };
+                if bound[slot.slot_variable_node_id.index()].is_some() {
+                    continue;
+                }
+                let Some(our_slot) = ours.node(our_optimizer).slot_variables.iter().find(|s| {
+                    s.original_variable_node_id == our_variable && s.slot_name == slot.slot_name
+                }) else {
+                    continue;
+                };
+                if taken[our_slot.slot_variable_node_id.index()] {
+                    continue;
+                }
+                bound[slot.slot_variable_node_id.index()] = Some(our_slot.slot_variable_node_id);
+                taken[our_slot.slot_variable_node_id.index()] = true;
+                queue.push_back(slot.slot_variable_node_id);
+            }
+        }
+        if queue.is_empty() {
+            return bound;
+        }
+    }
+}
+
+/// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
+/// first-discovered path's local names joined with `.`; a slot variable
+/// `<optimizer>'s state '<slot>' for <variable>`.
+fn node_names(graph: &ObjectGraph) -> Vec<String> {
+    let mut names: Vec<String> = graph
+        .paths()
+        .iter()
+        .map(|path| match path {
+            Some(path) => super::display_path(path),
+            None => String::new(),
+        })
+        .collect();
+    for (optimizer, node) in graph.nodes().iter().enumerate() {
+        for slot in &node.slot_variables {
+            names[slot.slot_variable_node_id.index()] = format!(
+                "{}'s state '{}' for {}",
+                names[optimizer],
+                slot.slot_name,
+                names[slot.original_variable_node_id.index()]
+            );
+        }
+    }
+    names
+}
+
+/// Each node's path as local names; a slot variable's is its variable's path and
+/// `<slot> of <optimizer path>`.
+fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
+    let mut paths: Vec<Vec<String>> = graph
+        .paths()
+        .into_iter()
+        .map(|path| {
+            path.unwrap_or_default()
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
+    for (optimizer, node) in graph.nodes().iter().enumerate() {
+        for slot in &node.slot_variables {
+            let optimizer_path = super::display_path(
+                &paths[optimizer]
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            let mut path = paths[slot.original_variable_node_id.index()].clone();
+            path.push(format!("{} of {optimizer_path}", slot.slot_name));
+            paths[slot.slot_variable_node_id.index()] = path;
+        }
+    }
+    paths
+}
+
+fn shape_of(value: &HostTensor) -> Vec<i64> {
+    value.shape().iter().map(|&dim| dim as i64).collect()
+}
+
+fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
+    TensorType {
+        dtype: dtype.to_string(),
+        shape,
+    }
+}
+
+/// A shape as Python prints a tuple: `()`, `(2,)`, `(2, 3)`.
+fn python_shape(shape: &[i64]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A list of strings as Python prints it: `['a', 'b']`.
+fn python_list(names: &[&str]) -> String {
+    let items: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// `repr()` of an eager `tf.Variable`:
+/// `<tf.Variable 'Variable:0' shape=(2,) dtype=float32, numpy=array([0., 0.], dtype=float32)>`.
+fn variable_repr(full_name: &str, value: &HostTensor) -> String {
+    format!(
+        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={}>",
+        python_shape(&shape_of(value)),
+        value.dtype(),
+        numpy_repr(value)
+    )
+}
+
+/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, without
+/// numpy's line wrapping).
+fn numpy_repr(value: &HostTensor) -> String {
+    let Some(elements) = elements(value) else {
+        return "...".to_owned();
+    };
+    if value.shape().is_empty() {
+        return elements
+            .first()
+            .map_or_else(String::new, |e| e.scalar.clone());
+    }
+    let items: Vec<&str> = elements.iter().map(|e| e.array.as_str()).collect();
+    let body = nest(value.shape(), &items);
+    let dtype = value.dtype();
+    if matches!(dtype, DType::Double | DType::Int64 | DType::Bool) {
+        format!("array({body})")
+    } else {
+        format!("array({body}, dtype={dtype})")
+    }
+}
+
+struct Element {
+    scalar: String,
+    array: String,
+}
+
+fn nest(shape: &[u64], items: &[&str]) -> String {
+    match shape {
+        [] => items.first().copied().unwrap_or_default().to_owned(),
+        [_] => format!("[{}]", items.join(", ")),
+        [first, rest @ ..] => {
+            let stride = items.len() / (*first).max(1) as usize;
+            let parts: Vec<String> = (0..*first as usize)
+                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride]))
+                .collect();
+            format!("[{}]", parts.join(", "))
+        }
+    }
+}
+
+fn elements(value: &HostTensor) -> Option<Vec<Element>> {
+    let TensorData::Bytes(_) = value.data() else {
+        return None;
+    };
+    let bytes = value.bytes()?;
+    let float = |x: f64, text: String| Element {
+        array: if x.fract() == 0.0 && x.is_finite() && x.abs() < 1e16 {
+            format!("{}.", x as i64)
+        } else {
+            text.clone()
+        },
+        scalar: text,
+    };
+    let int = |text: String| Element {
+        array: text.clone(),
+        scalar: text,
+    };
+    Some(match value.dtype() {
+        DType::Float => bytes
+            .chunks_exact(4)
+            .map(|c| {
+                let x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                float(f64::from(x), format!("{x:?}"))
+            })
+            .collect(),
+        DType::Double => bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let x = f64::from_le_bytes(c.try_into().expect("8 bytes"));
+                float(x, format!("{x:?}"))
+            })
+            .collect(),
+        DType::Int32 => bytes
+            .chunks_exact(4)
+            .map(|c| int(i32::from_le_bytes(c.try_into().expect("4 bytes")).to_string()))
+            .collect(),
+        DType::Int64 => bytes
+            .chunks_exact(8)
+            .map(|c| int(i64::from_le_bytes(c.try_into().expect("8 bytes")).to_string()))
+            .collect(),
+        DType::Bool => bytes
+            .iter()
+            .map(|b| int(if *b != 0 { "True" } else { "False" }.to_owned()))
+            .collect(),
+        _ => return None,
+    })
+}

@@ -1,0 +1,389 @@
+//! Restoring by object ([`saveplan::checkpoint::Checkpoint::restore`] / `read`, FORMATS.md
+//! 13.10–13.11) against TensorFlow's `obj/o4_restore_semantics` scenarios: the same trees
+//! restore the same values, and the load-status assertions pass or fail with TensorFlow's
+//! exact messages (`expected.json`).
+
+use std::collections::BTreeMap;
+
+use saveplan::checkpoint::{
+    Assertion, Checkpoint, CheckpointError, LoadStatus, Object, ObjectSpec, RestoreKind,
+    ValueStatus, build_object_graph,
+};
+use saveplan::exec::HostTensor;
+use saveplan_ir::DType;
+use serde_json::Value;
+
+use crate::support::{fixture, fixture_json};
+
+const O4: &str = "obj/o4_restore_semantics";
+
+fn prefix(name: &str) -> String {
+    fixture(&format!("{O4}/{name}"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn scenario(name: &str) -> Value {
+    fixture_json(&format!("{O4}/expected.json"))["scenarios"][name].clone()
+}
+
+fn f32s(values: &[f32]) -> HostTensor {
+    let shape = if values.len() == 1 {
+        vec![]
+    } else {
+        vec![values.len() as u64]
+    };
+    HostTensor::from_f32s(shape, values).unwrap()
+}
+
+fn i64s(shape: Vec<u64>, values: &[i64]) -> HostTensor {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    HostTensor::from_bytes(DType::Int64, shape, bytes).unwrap()
+}
+
+/// A `Checkpoint(model=…)` of variables by path (from the checkpoint) with initial values.
+fn tree(variables: &[(&[&str], HostTensor)]) -> Checkpoint {
+    let entries: Vec<Value> = variables
+        .iter()
+        .map(|(path, value)| {
+            serde_json::json!({
+                "path": path,
+                "dtype": value.dtype().to_string(),
+                "shape": value.shape(),
+            })
+        })
+        .collect();
+    let spec = ObjectSpec::parse(&serde_json::json!({ "objects": entries }).to_string()).unwrap();
+    let (_, keys) = spec.object_graph().unwrap();
+    let values = keys
+        .into_iter()
+        .zip(variables.iter().map(|(_, value)| value.clone()))
+        .collect();
+    spec.checkpoint(values).unwrap()
+}
+
+/// `_zero_tree`: model.a.w f32[2], model.a.b f32, model.c i64, model.lst[0] f32[3], zeros.
+fn zero_tree() -> Checkpoint {
+    tree(&[
+        (&["model", "a", "w"], f32s(&[0.0, 0.0])),
+        (&["model", "a", "b"], f32s(&[0.0])),
+        (&["model", "c"], i64s(vec![], &[0])),
+        (&["model", "lst", "0"], f32s(&[0.0, 0.0, 0.0])),
+    ])
+}
+
+fn value(checkpoint: &Checkpoint, key: &str) -> HostTensor {
+    checkpoint.values()[&format!("model/{key}/.ATTRIBUTES/VARIABLE_VALUE")].clone()
+}
+
+/// The three assertions of `status` against a `status_checks` record of `expected.json`.
+fn assert_status(status: &LoadStatus, expected: &Value, what: &str) {
+    for (assertion, field) in [
+        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
+        (
+            Assertion::ExistingObjectsMatched,
+            "assert_existing_objects_matched",
+        ),
+        (Assertion::Consumed, "assert_consumed"),
+    ] {
+        let expected = &expected[field];
+        let got = status.check(assertion);
+        assert_eq!(
+            got.is_ok(),
+            expected["ok"] == true,
+            "{what} {field}: {got:?}"
+        );
+        if let Err(err) = got {
+            assert_eq!(
+                err.to_string(),
+                expected["message"].as_str().unwrap(),
+                "{what} {field}"
+            );
+        }
+    }
+}
+
+#[test]
+fn s01_same_structure_restores_everything() {
+    let mut checkpoint = zero_tree();
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    assert_status(&status, &scenario("s01_same_structure")["status"], "s01");
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[1.0, 2.0]));
+    assert_eq!(value(&checkpoint, "a/b"), f32s(&[3.0]));
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[4]));
+    assert_eq!(value(&checkpoint, "lst/0"), f32s(&[5.0, 6.0, 7.0]));
+    assert_eq!(checkpoint.save_counter(), Some(1));
+    assert!(status.warnings().is_empty());
+}
+
+#[test]
+fn s02_s03_subset_fails_consumed_and_warns_unless_partial() {
+    let mut checkpoint = tree(&[(&["model", "a", "w"], f32s(&[0.0, 0.0]))]);
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    let expected = scenario("s02_subset");
+    assert_status(&status, &expected["status"], "s02");
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[1.0, 2.0]));
+    let warnings: Vec<&str> = expected["warnings_logged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert_eq!(status.warnings(), warnings);
+    let status = status.expect_partial();
+    assert_status(
+        &status,
+        &scenario("s03_subset_expect_partial")["status"],
+        "s03",
+    );
+    assert!(status.warnings().is_empty());
+}
+
+#[test]
+fn s04_superset_and_s05_disjoint_fail_existing_objects_matched() {
+    let mut checkpoint = tree(&[
+        (&["model", "a", "w"], f32s(&[0.0, 0.0])),
+        (&["model", "a", "b"], f32s(&[0.0])),
+        (&["model", "c"], i64s(vec![], &[0])),
+        (&["model", "lst", "0"], f32s(&[0.0, 0.0, 0.0])),
+        (&["model", "extra"], f32s(&[-1.0])),
+    ]);
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    assert_status(&status, &scenario("s04_superset")["status"], "s04");
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[4]));
+    assert_eq!(value(&checkpoint, "extra"), f32s(&[-1.0]));
+
+    let mut checkpoint = tree(&[(&["model", "zzz"], f32s(&[0.0]))]);
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    assert_status(&status, &scenario("s05_disjoint")["status"], "s05");
+}
+
+#[test]
+fn s06_empty_checkpoint_matches_its_save_counter() {
+    let mut checkpoint = tree(&[]);
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    assert_status(
+        &status,
+        &scenario("s06_empty_checkpoint_object")["status"],
+        "s06",
+    );
+    assert_eq!(checkpoint.save_counter(), Some(1));
+}
+
+#[test]
+fn s10_s11_mismatches_are_errors_and_change_nothing() {
+    let mut checkpoint = tree(&[(&["model", "c"], HostTensor::int32_scalar(0))]);
+    let err = checkpoint
+        .restore(Some(&prefix("base/ckpt-1")))
+        .unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::RestoreDType { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "`(root).model.c`: tensor_name = model/c/.ATTRIBUTES/VARIABLE_VALUE; expected dtype int32 does not equal original dtype int64"
+    );
+    let tf = scenario("s10_dtype_mismatch")["restore"]["message"].clone();
+    assert!(tf.as_str().unwrap().contains(
+        "tensor_name = model/c/.ATTRIBUTES/VARIABLE_VALUE; expected dtype int32 does not equal original dtype int64"
+    ));
+    assert_eq!(checkpoint.save_counter(), None);
+
+    let mut checkpoint = tree(&[(&["model", "c"], i64s(vec![2], &[0, 0]))]);
+    let err = checkpoint
+        .restore(Some(&prefix("base/ckpt-1")))
+        .unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::RestoreShape { .. }),
+        "{err:?}"
+    );
+    let tf = scenario("s11_shape_mismatch")["restore"]["message"].clone();
+    assert!(
+        tf.as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains(&err.to_string().split(": ").nth(1).unwrap().to_owned()),
+        "{err} vs {tf}"
+    );
+    assert_eq!(checkpoint.save_counter(), None);
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![2], &[0, 0]));
+}
+
+#[test]
+fn s13_read_and_restore_differ_by_save_counter() {
+    let expected = scenario("s13_read_vs_restore");
+    for (label, name, kind) in [
+        ("restore_of_save", "base/ckpt-1", RestoreKind::Restore),
+        ("read_of_save", "base/ckpt-1", RestoreKind::Read),
+        ("restore_of_write", "write/ckpt", RestoreKind::Restore),
+        ("read_of_write", "write/ckpt", RestoreKind::Read),
+    ] {
+        let mut checkpoint = zero_tree();
+        let status = match kind {
+            RestoreKind::Restore => checkpoint.restore(Some(&prefix(name))),
+            RestoreKind::Read => checkpoint.read(&prefix(name)),
+        }
+        .unwrap();
+        assert_status(&status, &expected[label]["status"], label);
+        assert_eq!(
+            checkpoint.save_counter().is_some(),
+            expected[label]["save_counter_created"] == true,
+            "{label}"
+        );
+    }
+}
+
+#[test]
+fn s14_restore_none_is_initialization_only() {
+    let mut checkpoint = zero_tree();
+    let status = checkpoint.restore(None).unwrap();
+    assert!(status.is_initialization_only());
+    assert_status(&status, &scenario("s14_restore_none")["status"], "s14");
+    assert_eq!(checkpoint.save_counter(), None);
+}
+
+#[test]
+fn s15_missing_prefix_is_not_found() {
+    let mut checkpoint = zero_tree();
+    let err = checkpoint.restore(Some(&prefix("base/ckpt"))).unwrap_err();
+    assert!(matches!(err, CheckpointError::NotFound { .. }), "{err:?}");
+    assert!(err.to_string().contains("the '-1' in 'path/to/ckpt-1'"));
+}
+
+#[test]
+fn s16_a_node_shared_in_the_checkpoint_restores_the_first_object_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join("shared/ckpt")
+        .to_string_lossy()
+        .into_owned();
+    let v = Object::variable("Variable");
+    let root = Object::new().child("model", &Object::new().child("x", &v).child("y", &v));
+    let graph = build_object_graph(&root).unwrap();
+    let key = graph.nodes()[2].attributes[0].checkpoint_key.clone();
+    Checkpoint::new(graph, BTreeMap::from([(key, f32s(&[5.0]))]))
+        .unwrap()
+        .write(&path)
+        .unwrap();
+    let mut checkpoint = tree(&[
+        (&["model", "x"], f32s(&[0.0])),
+        (&["model", "y"], f32s(&[0.0])),
+    ]);
+    let status = checkpoint.read(&path).unwrap();
+    let expected = scenario("s16_shared_in_ckpt_distinct_in_python");
+    assert_status(&status, &expected["status"], "s16");
+    assert_eq!(value(&checkpoint, "x"), f32s(&[5.0]));
+    assert_eq!(value(&checkpoint, "y"), f32s(&[0.0]));
+}
+
+/// `Checkpoint(root=r)` of `_zero_tree`'s module: the root is the module, with a `root` self
+/// edge.
+fn zero_tree_as_root() -> Checkpoint {
+    let [w, b, c, l0] = std::array::from_fn(|_| Object::variable("Variable"));
+    let root = Object::new()
+        .child("a", &Object::new().child("w", &w).child("b", &b))
+        .child("c", &c)
+        .child("lst", &Object::new().child("0", &l0))
+        .child_self("root");
+    let graph = build_object_graph(&root).unwrap();
+    let keys: Vec<(String, HostTensor)> = [
+        ("a/w", f32s(&[0.0, 0.0])),
+        ("a/b", f32s(&[0.0])),
+        ("c", i64s(vec![], &[0])),
+        ("lst/0", f32s(&[0.0, 0.0, 0.0])),
+    ]
+    .into_iter()
+    .map(|(path, value)| (format!("{path}/.ATTRIBUTES/VARIABLE_VALUE"), value))
+    .collect();
+    Checkpoint::new(graph, keys.into_iter().collect()).unwrap()
+}
+
+#[test]
+fn s17_root_and_keyword_layouts_do_not_match() {
+    let expected = scenario("s17_root_vs_kwarg");
+    let mut checkpoint = zero_tree_as_root();
+    let status = checkpoint.read(&prefix("write/ckpt")).unwrap();
+    assert_status(
+        &status,
+        &expected["write_model_read_root"]["status"],
+        "write_model_read_root",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rootw/ckpt").to_string_lossy().into_owned();
+    let mut written = zero_tree_as_root();
+    for (key, value) in [
+        ("a/w", f32s(&[1.0, 2.0])),
+        ("a/b", f32s(&[3.0])),
+        ("c", i64s(vec![], &[4])),
+        ("lst/0", f32s(&[5.0, 6.0, 7.0])),
+    ] {
+        written
+            .set_value(&format!("{key}/.ATTRIBUTES/VARIABLE_VALUE"), value)
+            .unwrap();
+    }
+    written.write(&path).unwrap();
+    let mut checkpoint = zero_tree();
+    let status = checkpoint.read(&path).unwrap();
+    assert_status(
+        &status,
+        &expected["write_root_read_model"]["status"],
+        "write_root_read_model",
+    );
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[0.0, 0.0]));
+    let mut checkpoint = zero_tree_as_root();
+    let status = checkpoint.read(&path).unwrap();
+    assert_status(
+        &status,
+        &expected["write_root_read_root"]["status"],
+        "write_root_read_root",
+    );
+    assert_eq!(
+        checkpoint.values()["lst/0/.ATTRIBUTES/VARIABLE_VALUE"],
+        f32s(&[5.0, 6.0, 7.0])
+    );
+}
+
+#[test]
+fn s18_two_restores_apply_in_order() {
+    let expected = scenario("s18_restore_twice");
+    let mut checkpoint = zero_tree();
+    let first = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    let second = checkpoint.restore(Some(&prefix("base/ckpt-2"))).unwrap();
+    assert_status(&first, &expected["status_of_first_restore"], "first");
+    assert_status(&second, &expected["status_of_second_restore"], "second");
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[10.0, 20.0]));
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[40]));
+    assert_eq!(checkpoint.save_counter(), Some(2));
+}
+
+#[test]
+fn the_report_lists_every_value_once() {
+    let checkpoint = tree(&[
+        (&["model", "a", "w"], f32s(&[0.0, 0.0])),
+        (&["model", "c"], i64s(vec![2], &[0, 0])),
+        (&["model", "extra"], f32s(&[-1.0])),
+    ]);
+    let matched = checkpoint
+        .match_checkpoint(&prefix("base/ckpt-1"), RestoreKind::Read)
+        .unwrap();
+    let report = matched.report();
+    let by_status = |status| {
+        report
+            .values
+            .iter()
+            .filter(|v| v.status == status)
+            .map(|v| v.path.join("."))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by_status(ValueStatus::Matched), ["model.a.w"]);
+    assert_eq!(by_status(ValueStatus::Mismatched), ["model.c"]);
+    assert_eq!(
+        by_status(ValueStatus::Unused),
+        ["model.a.b", "model.lst.0", "save_counter"]
+    );
+    assert_eq!(by_status(ValueStatus::Missing), ["model.extra"]);
+    assert_eq!(report.counts.matched + report.counts.mismatched, 2);
+}
