@@ -235,12 +235,23 @@ impl ReportCounts {
 }
 
 impl fmt::Display for ReportCounts {
+    /// The non-zero counts (`3 matched, 1 unused`), or `nothing`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} matched, {} mismatched, {} unused, {} missing",
-            self.matched, self.mismatched, self.unused, self.missing
-        )
+        let parts: Vec<String> = [
+            (self.matched, "matched"),
+            (self.mismatched, "mismatched"),
+            (self.unused, "unused"),
+            (self.missing, "missing"),
+        ]
+        .iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, label)| format!("{count} {label}"))
+        .collect();
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
     }
 }
 
@@ -260,53 +271,78 @@ pub struct RestoreReport {
 impl fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "restore of {}: {}", self.prefix, self.counts)?;
-        writeln!(f, "(root)")?;
-        let mut open: Vec<&str> = Vec::new();
-        for (index, value) in self.values.iter().enumerate() {
-            let common = open
-                .iter()
-                .zip(&value.path)
-                .take_while(|(a, b)| **a == b.as_str())
-                .count();
-            open.truncate(common);
-            // Objects opened here (every path element but a variable's own name).
-            let leaf_is_object = value.attribute == saveplan_ir::object_graph::VARIABLE_VALUE;
-            let inner = value.path.len() - usize::from(leaf_is_object && !value.path.is_empty());
-            while open.len() < inner {
-                let depth = open.len();
-                let name = value.path[depth].as_str();
-                let mut counts = ReportCounts::default();
-                self.values[index..]
-                    .iter()
-                    .take_while(|v| {
-                        v.path.len() > depth && v.path[..=depth] == value.path[..=depth]
-                    })
-                    .for_each(|v| counts.add(v.status));
-                writeln!(f, "{}{name}  ({counts})", "  ".repeat(depth + 1))?;
-                open.push(name);
-            }
-            let label = if leaf_is_object && !value.path.is_empty() {
-                value.path[value.path.len() - 1].clone()
-            } else {
-                format!("[{}]", value.attribute)
-            };
-            let detail = match (&value.program, &value.checkpoint) {
-                (Some(ours), Some(theirs)) if ours != theirs => {
-                    format!("{ours} in the program, {theirs} in the checkpoint")
-                }
-                (Some(ours), _) => ours.to_string(),
-                (None, Some(theirs)) => theirs.to_string(),
-                (None, None) => String::new(),
-            };
-            writeln!(
-                f,
-                "{}{label}: {} {detail}",
-                "  ".repeat(open.len() + 1),
-                value.status.label()
-            )?;
+        let mut root = ReportTree::default();
+        for value in &self.values {
+            let node = value.path.iter().fold(&mut root, |node, name| {
+                node.children.entry(name.as_str()).or_default()
+            });
+            node.values.push(value);
+        }
+        root.write(f, "(root)", 0)
+    }
+}
+
+/// The report's values by object: each object's own values and its children by name.
+#[derive(Default)]
+struct ReportTree<'a> {
+    values: Vec<&'a ReportValue>,
+    children: BTreeMap<&'a str, ReportTree<'a>>,
+}
+
+impl ReportTree<'_> {
+    fn counts(&self, counts: &mut ReportCounts) {
+        self.values
+            .iter()
+            .for_each(|value| counts.add(value.status));
+        self.children
+            .values()
+            .for_each(|child| child.counts(counts));
+    }
+
+    /// `name`, a variable's own value on its line, the counts of the subtree when there is
+    /// more below, then other attributes as `[name]` and the children.
+    fn write(&self, f: &mut fmt::Formatter<'_>, name: &str, depth: usize) -> fmt::Result {
+        let indent = "  ".repeat(depth);
+        let is_variable =
+            |value: &ReportValue| value.attribute == saveplan_ir::object_graph::VARIABLE_VALUE;
+        let own = self.values.iter().find(|v| is_variable(v));
+        let others: Vec<&ReportValue> = self
+            .values
+            .iter()
+            .copied()
+            .filter(|v| !is_variable(v))
+            .collect();
+        write!(f, "{indent}{name}")?;
+        if let Some(value) = own {
+            write!(f, ": {}", value_text(value))?;
+        }
+        if !self.children.is_empty() || !others.is_empty() {
+            let mut counts = ReportCounts::default();
+            self.counts(&mut counts);
+            write!(f, "  ({counts})")?;
+        }
+        writeln!(f)?;
+        for value in others {
+            writeln!(f, "{indent}  [{}]: {}", value.attribute, value_text(value))?;
+        }
+        for (name, child) in &self.children {
+            child.write(f, name, depth + 1)?;
         }
         Ok(())
     }
+}
+
+/// `matched float32[2]`, `mismatched int32[] in the program, int64[] in the checkpoint`.
+fn value_text(value: &ReportValue) -> String {
+    let detail = match (&value.program, &value.checkpoint) {
+        (Some(ours), Some(theirs)) if ours != theirs => {
+            format!("{ours} in the program, {theirs} in the checkpoint")
+        }
+        (Some(ours), _) => ours.to_string(),
+        (None, Some(theirs)) => theirs.to_string(),
+        (None, None) => "not in the checkpoint index".to_owned(),
+    };
+    format!("{} {detail}", value.status.label())
 }
 
 /// A matched attribute: where to read it and where it goes.
@@ -335,6 +371,12 @@ impl RestoreMatch {
     /// The report of every value.
     pub fn report(&self) -> &RestoreReport {
         &self.report
+    }
+
+    /// The keys (in our objects' graph) of the values the restore assigns, `save_counter`'s
+    /// included when it is restored.
+    pub fn restored_keys(&self) -> Vec<String> {
+        self.pairs.iter().map(|pair| pair.our_key.clone()).collect()
     }
 
     /// The load status the restore returns.

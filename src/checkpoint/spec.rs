@@ -356,6 +356,48 @@ impl ObjectSpec {
     }
 }
 
+impl ObjectSpec {
+    /// A fresh `tf.train.Checkpoint(**children)` of the spec: every variable zero (empty
+    /// strings for `string`), as `tf.Variable(np.zeros(shape, dtype))` creates it; the
+    /// starting point of a restore by object.
+    pub fn fresh_checkpoint(&self) -> Result<Checkpoint, ObjectSpecError> {
+        let (_, keys) = self.object_graph()?;
+        let mut values = BTreeMap::new();
+        for (index, (entry, key)) in self.objects.iter().zip(keys).enumerate() {
+            let dtype =
+                DType::parse(&entry.dtype).ok_or_else(|| ObjectSpecError::UnknownDType {
+                    index,
+                    dtype: entry.dtype.clone(),
+                })?;
+            let bad_shape = || ObjectSpecError::BadShape {
+                index,
+                shape: entry.shape.clone(),
+            };
+            let shape = entry
+                .shape
+                .iter()
+                .map(|&dim| u64::try_from(dim).map_err(|_| bad_shape()))
+                .collect::<Result<Vec<u64>, _>>()?;
+            let count = crate::exec::tensor::element_count(&shape).map_err(|_| bad_shape())?;
+            let value = match dtype.element_size() {
+                _ if dtype == DType::String => {
+                    HostTensor::from_strings(shape, vec![Vec::new(); count])
+                }
+                Some(size) => HostTensor::from_bytes(dtype, shape, vec![0; count * size]),
+                None => {
+                    return Err(ObjectSpecError::UnknownDType {
+                        index,
+                        dtype: entry.dtype.clone(),
+                    });
+                }
+            }
+            .map_err(|_| bad_shape())?;
+            values.insert(key, value);
+        }
+        self.checkpoint(values)
+    }
+}
+
 /// The node at `path`, creating modules on the way; a variable on the way is an error.
 fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize, ObjectSpecError> {
     let mut node = 0;

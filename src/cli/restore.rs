@@ -1,15 +1,29 @@
 //! `saveplan restore SPEC --prefix P --out FILE.safetensors`: traces a spec, runs its restore
 //! plan on the checkpoint at the prefix and writes the restored values by checkpoint key
 //! (partitioned variables assembled into their full tensors).
+//!
+//! With an object spec (a JSON object with an `objects` key, see
+//! [`saveplan::checkpoint::ObjectSpec`]) it restores by object, as
+//! `tf.train.Checkpoint(**children).restore(P)` does on a fresh checkpoint (`--read`:
+//! `Checkpoint.read(P)`, no `save_counter`): it prints the restore report (every value once:
+//! matched, mismatched, unused, missing; `--json` for JSON), writes the restored values keyed by
+//! our objects' checkpoint keys and, with `--expect`, fails (exit 1, TensorFlow's message on one
+//! line) when that load-status assertion fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use saveplan::checkpoint::{Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER};
 
 use super::common::{ModeArgs, load_spec_session, restore_to_file};
+use super::output::out;
+use super::values::{checkpoint_prefix, write_safetensors};
 
 /// Arguments of `saveplan restore`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The spec file (JSON: variables and options).
+    /// The spec file (JSON: variables and options), or an object spec (JSON: `objects`, the
+    /// variables of a `tf.train.Checkpoint` tree by path): then restore by object.
     spec: PathBuf,
     /// The checkpoint prefix to read (the path without `.index`), or a directory or
     /// `checkpoint` state file, meaning its latest checkpoint.
@@ -18,13 +32,101 @@ pub struct Args {
     /// The `.safetensors` file to write.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
+    /// Object spec only: `Checkpoint.read(P)` instead of `restore(P)` (no `save_counter`).
+    #[arg(long)]
+    read: bool,
+    /// Object spec only: print the restore report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Object spec only: fail (exit 1) when this load-status assertion fails:
+    /// `consumed` (assert_consumed), `existing` (assert_existing_objects_matched),
+    /// `nontrivial` (assert_nontrivial_match).
+    #[arg(long, value_name = "WHAT")]
+    expect: Option<Expect>,
     #[command(flatten)]
     run: ModeArgs,
 }
 
+/// `--expect`: which assertion.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Expect {
+    /// `assert_consumed()`.
+    Consumed,
+    /// `assert_existing_objects_matched()`.
+    Existing,
+    /// `assert_nontrivial_match()`.
+    Nontrivial,
+}
+
 /// Runs `saveplan restore`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    let text = std::fs::read_to_string(&args.spec)
+        .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    if ObjectSpec::is_object_spec(&text) {
+        return restore_objects(&args, &text);
+    }
+    if args.read || args.json || args.expect.is_some() {
+        anyhow::bail!("--read, --json and --expect need an object spec");
+    }
     let session = load_spec_session(&args.spec, args.run.options()?)?;
     restore_to_file(&session, &args.prefix, &args.out)?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Restore by object: report, values, assertion.
+fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::ExitCode> {
+    let spec_error = || format!("{}", args.spec.display());
+    let spec = ObjectSpec::parse(text).with_context(spec_error)?;
+    let mut checkpoint = spec.fresh_checkpoint().with_context(spec_error)?;
+    let prefix = checkpoint_prefix(Path::new(&args.prefix))?;
+    let prefix = prefix.to_string_lossy();
+    let kind = if args.read {
+        RestoreKind::Read
+    } else {
+        RestoreKind::Restore
+    };
+    let matched = checkpoint.match_checkpoint(&prefix, kind)?;
+    let report = matched.report().clone();
+    let keys = matched.restored_keys();
+    if args.json {
+        out!("{}\n", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        out!("{report}")?;
+    }
+    let status = checkpoint.apply(matched)?;
+    let mut restored = checkpoint.values().clone();
+    restored.retain(|key, _| keys.contains(key));
+    if let Some(counter) = checkpoint.save_counter() {
+        let key = format!("{SAVE_COUNTER}/.ATTRIBUTES/VARIABLE_VALUE");
+        if keys.contains(&key) {
+            restored.insert(key, counter_value(counter));
+        }
+    }
+    write_safetensors(&args.out, &restored)?;
+    if let Some(expect) = args.expect {
+        let assertion = match expect {
+            Expect::Consumed => Assertion::Consumed,
+            Expect::Existing => Assertion::ExistingObjectsMatched,
+            Expect::Nontrivial => Assertion::NontrivialMatch,
+        };
+        if let Err(err) = status.check(assertion) {
+            let message: Vec<&str> = err
+                .message
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect();
+            anyhow::bail!("{} failed: {}", assertion.method(), message.join(" "));
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn counter_value(counter: i64) -> saveplan::exec::HostTensor {
+    saveplan::exec::HostTensor::from_bytes(
+        saveplan::bundle::DType::Int64,
+        Vec::new(),
+        counter.to_le_bytes().to_vec(),
+    )
+    .expect("eight bytes are one int64")
 }

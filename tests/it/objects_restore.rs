@@ -13,7 +13,7 @@ use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 use serde_json::Value;
 
-use crate::support::{fixture, fixture_json};
+use crate::support::{fixture, fixture_json, for_each_case, manifest_path, saveplan, settings};
 
 const O4: &str = "obj/o4_restore_semantics";
 
@@ -386,4 +386,118 @@ fn the_report_lists_every_value_once() {
     );
     assert_eq!(by_status(ValueStatus::Missing), ["model.extra"]);
     assert_eq!(report.counts.matched + report.counts.mismatched, 2);
+}
+
+/// `saveplan restore OBJSPEC` inputs under `tests/inputs/objects/restore/`, each with the
+/// fixture checkpoint it restores.
+const CLI_CASES: &[(&str, &str)] = &[
+    ("o4_same", "o4_restore_semantics/base/ckpt-1"),
+    ("o4_mixed", "o4_restore_semantics/base/ckpt-1"),
+    ("o4_mismatch", "o4_restore_semantics/base/ckpt-1"),
+    ("o2_v1_adam", "o2_optimizer/v1_adam"),
+    ("o2_v1_adam_partial", "o2_optimizer/v1_adam"),
+    ("o6_sync", "o6_options_async/sync/w"),
+];
+
+fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let output = saveplan(args);
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn every_restore_input_has_a_case() {
+    let mut inputs: Vec<String> = std::fs::read_dir(manifest_path("tests/inputs/objects/restore"))
+        .unwrap()
+        .map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".json").unwrap().to_owned()
+        })
+        .collect();
+    inputs.sort();
+    let mut cases: Vec<&str> = CLI_CASES.iter().map(|(input, _)| *input).collect();
+    cases.sort_unstable();
+    assert_eq!(inputs, cases);
+}
+
+/// Per input: the report (tree and JSON) and, per `--expect`, the exit code and message.
+#[test]
+fn cli_restore_by_object_reports_and_expects() {
+    for_each_case(CLI_CASES.iter().map(|(input, _)| *input), |input| {
+        let prefix = CLI_CASES.iter().find(|(i, _)| *i == input).unwrap().1;
+        let spec = format!("tests/inputs/objects/restore/{input}.json");
+        let prefix = format!("tests/fixtures/tf-2.21/obj/{prefix}");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.safetensors");
+        let out = out.to_str().unwrap();
+        let args = ["restore", &spec, "--prefix", &prefix, "--out", out];
+        let (code, tree, stderr) = run_cli(&args);
+        let (_, json, _) = run_cli(&[&args[..], &["--json"]].concat());
+        let report: Value = serde_json::from_str(&json).unwrap();
+        let mismatched = report["counts"]["mismatched"].as_u64().unwrap();
+        assert_eq!(code, i32::from(mismatched > 0), "{input}: {stderr}");
+        let mut text = format!("## report (exit {code})\n{tree}{stderr}\n## json\n{json}\n");
+        for expect in ["consumed", "existing", "nontrivial"] {
+            let (code, _, stderr) = run_cli(&[&args[..], &["--expect", expect]].concat());
+            assert!(stderr.lines().count() <= 1, "{input}: {stderr}");
+            text.push_str(&format!("## --expect {expect}: exit {code}\n{stderr}"));
+        }
+        settings().bind(|| {
+            insta::assert_snapshot!(format!("restore_objects@{input}"), text);
+        });
+    });
+}
+
+#[test]
+fn cli_restore_writes_the_restored_values_and_read_skips_the_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let out = out.to_str().unwrap();
+    let spec = "tests/inputs/objects/restore/o4_mixed.json";
+    let base = "tests/fixtures/tf-2.21/obj/o4_restore_semantics/base";
+    // A directory: its latest checkpoint, ckpt-2.
+    let (code, _, stderr) = run_cli(&["restore", spec, "--prefix", base, "--out", out]);
+    assert_eq!(code, 0, "{stderr}");
+    let bytes = std::fs::read(out).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = tensors.names();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "model/a/w/.ATTRIBUTES/VARIABLE_VALUE",
+            "model/lst/0/.ATTRIBUTES/VARIABLE_VALUE",
+            "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+        ]
+    );
+    let w = tensors
+        .tensor("model/a/w/.ATTRIBUTES/VARIABLE_VALUE")
+        .unwrap();
+    let w: Vec<f32> = w
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(w, [10.0, 20.0]);
+    let counter = tensors
+        .tensor("save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+        .unwrap();
+    assert_eq!(counter.data(), 2i64.to_le_bytes());
+
+    let spec = "tests/inputs/objects/restore/o4_same.json";
+    let args = ["restore", spec, "--prefix", base, "--out", out, "--read"];
+    let (code, _, stderr) = run_cli(&[&args[..], &["--expect", "consumed"]].concat());
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr,
+        "error: assert_consumed failed: Unresolved object in checkpoint (root).save_counter: attributes { name: \"VARIABLE_VALUE\" full_name: \"save_counter\" checkpoint_key: \"save_counter/.ATTRIBUTES/VARIABLE_VALUE\" } has_checkpoint_values { value: true }\n"
+    );
+    let (code, _, stderr) = run_cli(&[&args[..], &["--expect", "existing"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let bytes = std::fs::read(out).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(tensors.len(), 4);
 }
