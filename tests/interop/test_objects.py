@@ -13,6 +13,11 @@ non-default names and dtypes) writes what TensorFlow then restores into the equi
 equal, and TensorFlow writing that tree gives the same bytes; the values file is a
 name-based checkpoint TensorFlow writes with raw `SaveV2`.
 
+`saveplan restore OBJSPEC` restores by object what TensorFlow saves (the spec tree with a v1
+Adam slot, `save()`) and writes (the plain tree, `--read`) with `--expect consumed` passing and
+every value equal; for a tree with one variable more and one fewer, each `--expect` passes or
+fails as TensorFlow's assertion does, with TensorFlow's message.
+
 Usage: python tests/interop/test_objects.py PATH/TO/saveplan
 """
 
@@ -191,6 +196,105 @@ def tf_restores_object_spec_save():
         for suffix in (".index", ".data-00000-of-00001"):
             with open(out + suffix, "rb") as a, open(theirs + suffix, "rb") as b:
                 assert a.read() == b.read(), "%s differs from TensorFlow's" % suffix
+
+
+def read_safetensors(path):
+    """`{key: np.ndarray}` of a `.safetensors` file (the format by hand: u64 header size,
+    JSON header, data)."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        raw = f.read()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + size])
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+              "BOOL": np.bool_, "I16": np.int16}
+    out = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        data = raw[8 + size + start:8 + size + end]
+        out[key] = np.frombuffer(data, dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def random_spec_values(children, by_key):
+    rng = np.random.default_rng(11)
+    for var in by_key.values():
+        value = rng.normal(size=var.shape.as_list()) * 10
+        var.assign(value.astype(var.dtype.as_numpy_dtype))
+    return {key: var.numpy() for key, var in by_key.items()}
+
+
+def restore_by_object(spec, prefix, out, *flags):
+    import json
+    with open(os.path.join(os.path.dirname(out), "spec.json"), "w") as f:
+        json.dump(spec, f)
+    return run_saveplan("restore", os.path.join(os.path.dirname(out), "spec.json"),
+                        "--prefix", prefix, "--out", out, *flags, expect_ok=False)
+
+
+@check
+def saveplan_restores_tf_trees_by_object():
+    """TF saves the spec tree (with a v1 Adam slot) and writes it without the optimizer;
+    `saveplan restore OBJSPEC --expect consumed` restores both with the same values."""
+    plain = {"objects": [o for o in SPEC["objects"] if "slot" not in o]}
+    with tempfile.TemporaryDirectory() as tmp:
+        children, by_key = spec_tree()
+        values = random_spec_values(children, by_key)
+        saved = tf.train.Checkpoint(**children).save(os.path.join(tmp, "tf", "ckpt"))
+        written = tf.train.Checkpoint(zmodel=children["zmodel"]).write(
+            os.path.join(tmp, "plain", "ckpt"))
+        for spec, prefix, flags, expected in [
+                (SPEC, os.path.join(tmp, "tf"), [], values),
+                (plain, written, ["--read"],
+                 {k: v for k, v in values.items() if "OPTIMIZER_SLOT" not in k})]:
+            out = os.path.join(tmp, "out.safetensors")
+            result = restore_by_object(spec, prefix, out, "--expect", "consumed", *flags)
+            assert result.returncode == 0, result.stderr
+            got = read_safetensors(out)
+            counter = got.pop("save_counter/.ATTRIBUTES/VARIABLE_VALUE", None)
+            assert (counter is None) == bool(flags), counter
+            assert set(got) == set(expected), sorted(set(got) ^ set(expected))
+            for key, value in expected.items():
+                assert np.array_equal(got[key], value), (key, got[key], value)
+        assert saved.endswith("ckpt-1")
+
+
+@check
+def a_mismatched_tree_fails_as_in_tf():
+    """The tree with one more variable and one fewer: `assert_consumed` and
+    `assert_existing_objects_matched` fail in TF and in saveplan with the same message,
+    `assert_nontrivial_match` passes in both."""
+    with tempfile.TemporaryDirectory() as tmp:
+        children, by_key = spec_tree()
+        random_spec_values(children, by_key)
+        prefix = tf.train.Checkpoint(**children).write(os.path.join(tmp, "tf", "ckpt"))
+        spec = {"objects": [o for o in SPEC["objects"] if o.get("path") != ["zmodel", "head", "0"]]
+                + [{"path": ["zmodel", "extra"], "dtype": "float32", "shape": []}]}
+        fresh, _ = spec_tree()
+        del fresh["zmodel"].head
+        fresh["zmodel"].extra = tf.Variable(np.zeros([], np.float32))
+        status = tf.train.Checkpoint(**fresh).read(prefix)
+        for flag, method in [("consumed", status.assert_consumed),
+                             ("existing", status.assert_existing_objects_matched),
+                             ("nontrivial", status.assert_nontrivial_match)]:
+            try:
+                method()
+                tf_message = None
+            except AssertionError as err:
+                tf_message = " ".join(line.strip() for line in str(err).splitlines()
+                                      if line.strip())
+            out = os.path.join(tmp, "out.safetensors")
+            result = restore_by_object(spec, prefix, out, "--read", "--expect", flag)
+            if tf_message is None:
+                assert result.returncode == 0, (flag, result.stderr)
+            else:
+                assert result.returncode == 1, (flag, result.stderr)
+                ours = result.stderr.strip().split(" failed: ", 1)[1]
+                assert ours == tf_message, (flag, ours, tf_message)
+        status.expect_partial()
 
 
 main()
