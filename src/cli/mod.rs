@@ -44,7 +44,8 @@ enum Command {
     /// Trace a spec and save values (a .safetensors file) as a TF checkpoint; with an object spec,
     /// write them as `tf.train.Checkpoint(**children).write` does.
     Save(save::Args),
-    /// Trace a spec, restore a TF checkpoint and write the values as .safetensors.
+    /// Trace a spec, restore a TF checkpoint and write the values as .safetensors; with an
+    /// object spec restore by object (report, --expect).
     Restore(restore::Args),
     /// Run the save or restore plan of a MetaGraphDef / GraphDef (ours or TensorFlow's).
     Run(run::Args),
