@@ -11,6 +11,10 @@
 //! from a key recomputed from our graph. Values are read with one `RestoreV2` through the
 //! eager `MultiDeviceSaver` plan ([`EagerSaver`]); dtypes and shapes are checked against the
 //! bundle's index first, so a failed restore changes nothing.
+//!
+//! Restore-on-create (13.12): every restore stays pending on the [`Checkpoint`];
+//! [`Checkpoint::attach`] gives the objects attached later their values from the pending
+//! restores, the newest first.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -383,37 +387,6 @@ impl RestoreMatch {
     pub fn status(&self) -> &LoadStatus {
         &self.status
     }
-
-    /// The first problem that makes the restore fail, as TensorFlow orders them: a dtype
-    /// mismatch or missing key (the batched `RestoreV2` fails), then a shape mismatch (at
-    /// assignment).
-    fn failure(&self) -> Option<CheckpointError> {
-        let dtype = self.pairs.iter().find_map(|pair| match &pair.stored {
-            None => Some(CheckpointError::RestoreKeyMissing {
-                path: pair.name.clone(),
-                key: pair.checkpoint_key.clone(),
-            }),
-            Some((dtype, _)) if *dtype != pair.value.dtype() => {
-                Some(CheckpointError::RestoreDType {
-                    path: pair.name.clone(),
-                    key: pair.checkpoint_key.clone(),
-                    expected: pair.value.dtype(),
-                    found: *dtype,
-                })
-            }
-            _ => None,
-        });
-        dtype.or_else(|| {
-            self.pairs.iter().find_map(|pair| {
-                let (_, shape) = pair.stored.as_ref()?;
-                (shape != &shape_of(&pair.value)).then(|| CheckpointError::RestoreShape {
-                    path: pair.name.clone(),
-                    expected: python_shape(&shape_of(&pair.value)),
-                    found: python_shape(shape),
-                })
-            })
-        })
-    }
 }
 
 impl Checkpoint {
@@ -686,64 +659,77 @@ impl Checkpoint {
     /// checks every dtype and shape first, then one `RestoreV2` for all of them; on any error
     /// nothing changes.
     pub fn apply(&mut self, matched: RestoreMatch) -> Result<LoadStatus, CheckpointError> {
-        if let Some(error) = matched.failure() {
+        if let Some(error) = failure(&matched.pairs) {
             return Err(error);
         }
-        let prefix = matched.prefix.as_str();
-        let mut trackables = Vec::with_capacity(matched.pairs.len());
-        let variables = VariableStore::new();
-        for (index, pair) in matched.pairs.iter().enumerate() {
-            let name = format!("var_{index}");
-            trackables.push(Trackable {
-                tensors: vec![SaveableTensor {
-                    checkpoint_key: pair.checkpoint_key.clone(),
-                    slice_spec: String::new(),
-                    dtype: pair.value.dtype(),
-                    shape: shape_of(&pair.value),
-                    device: eager_device(&pair.checkpoint_key, "/cpu:0")?,
-                    variable: VariableDef {
-                        name: Some(name.clone()),
-                        init: Init::Zeros,
-                        read: ReadKind::Saveable,
-                    },
-                }],
-            });
-            variables
-                .put(&VarKey::new("", name), pair.value.clone())
-                .map_err(|source| CheckpointError::Variable {
-                    key: pair.our_key.clone(),
-                    source,
-                })?;
-        }
-        let mut restored = BTreeMap::new();
-        if !trackables.is_empty() {
-            let read_error = |source| CheckpointError::Read {
-                prefix: prefix.to_owned(),
-                source: Box::new(source),
-            };
-            let io = BundleIo::default();
-            let mut saver = EagerSaver::new(trackables)
-                .map_err(|source| read_error(super::WriteFailure::Trace(source)))?;
-            saver
-                .restore(
-                    &RunContext::new(&variables).with_io(&io),
-                    prefix,
-                    &TraceOptions::default(),
-                )
-                .map_err(|source| read_error(super::WriteFailure::Eager(source)))?;
-            for (index, pair) in matched.pairs.iter().enumerate() {
-                let value = variables
-                    .get(&VarKey::new("", format!("var_{index}")))
-                    .map_err(|source| CheckpointError::Variable {
-                        key: pair.our_key.clone(),
-                        source,
-                    })?;
-                restored.insert(pair.our_key.clone(), value);
-            }
-        }
+        let restored = read_pairs(&matched.prefix, &matched.pairs)?;
         if matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
             self.set_save_counter(Some(0));
         }
+        self.assign_restored(restored)?;
+        self.pending_restores_mut().push(matched.prefix.clone());
+        Ok(matched.status)
+    }
+
+    /// Restore-on-create (FORMATS.md 13.12): replaces the objects by `graph`, this checkpoint's
+    /// objects with more attached (`values` holds the initial value of every new attribute, by
+    /// its key in `graph`). Each new value a pending restore of this checkpoint has is
+    /// restored at once, the newest restore winning; a dtype or shape mismatch is an error and
+    /// then nothing changes. Returns the keys restored.
+    pub fn attach(
+        &mut self,
+        graph: ObjectGraph,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Vec<String>, CheckpointError> {
+        let mut all = self.values().clone();
+        let new_keys: Vec<String> = values
+            .keys()
+            .filter(|key| !all.contains_key(*key))
+            .cloned()
+            .collect();
+        all.extend(values);
+        let old = self.replace_objects(graph, all)?;
+        match self.restore_new(&new_keys) {
+            Ok(done) => Ok(done),
+            Err(err) => {
+                let (graph, values) = old;
+                self.replace_objects(graph, values)
+                    .expect("the old objects were valid");
+                Err(err)
+            }
+        }
+    }
+
+    /// Restores `new_keys` from the pending restores, newest first.
+    fn restore_new(&mut self, new_keys: &[String]) -> Result<Vec<String>, CheckpointError> {
+        let mut done: Vec<String> = Vec::new();
+        let mut reads: Vec<(String, Vec<Pair>)> = Vec::new();
+        for prefix in self.pending_restores().iter().rev() {
+            let matched = self.match_checkpoint(prefix, RestoreKind::Read)?;
+            let pairs: Vec<Pair> = matched
+                .pairs
+                .into_iter()
+                .filter(|pair| new_keys.contains(&pair.our_key) && !done.contains(&pair.our_key))
+                .collect();
+            if let Some(error) = failure(&pairs) {
+                return Err(error);
+            }
+            done.extend(pairs.iter().map(|pair| pair.our_key.clone()));
+            reads.push((prefix.clone(), pairs));
+        }
+        let mut restored = BTreeMap::new();
+        for (prefix, pairs) in reads {
+            restored.extend(read_pairs(&prefix, &pairs)?);
+        }
+        self.assign_restored(restored)?;
+        done.sort();
+        Ok(done)
+    }
+
+    fn assign_restored(
+        &mut self,
+        restored: BTreeMap<String, HostTensor>,
+    ) -> Result<(), CheckpointError> {
         for (key, value) in restored {
             if key == format!("{SAVE_COUNTER}/.ATTRIBUTES/VARIABLE_VALUE")
                 && !self.values().contains_key(&key)
@@ -759,8 +745,98 @@ impl Checkpoint {
                 self.set_value(&key, value)?;
             }
         }
-        Ok(matched.status)
+        Ok(())
     }
+}
+
+/// The first problem that makes restoring `pairs` fail, as TensorFlow orders them: a dtype
+/// mismatch or missing key (the batched `RestoreV2` fails), then a shape mismatch (at
+/// assignment).
+fn failure(pairs: &[Pair]) -> Option<CheckpointError> {
+    let dtype = pairs.iter().find_map(|pair| match &pair.stored {
+        None => Some(CheckpointError::RestoreKeyMissing {
+            path: pair.name.clone(),
+            key: pair.checkpoint_key.clone(),
+        }),
+        Some((dtype, _)) if *dtype != pair.value.dtype() => Some(CheckpointError::RestoreDType {
+            path: pair.name.clone(),
+            key: pair.checkpoint_key.clone(),
+            expected: pair.value.dtype(),
+            found: *dtype,
+        }),
+        _ => None,
+    });
+    dtype.or_else(|| {
+        pairs.iter().find_map(|pair| {
+            let (_, shape) = pair.stored.as_ref()?;
+            (shape != &shape_of(&pair.value)).then(|| CheckpointError::RestoreShape {
+                path: pair.name.clone(),
+                expected: python_shape(&shape_of(&pair.value)),
+                found: python_shape(shape),
+            })
+        })
+    })
+}
+
+/// Reads `pairs` from the checkpoint at `prefix` with one `RestoreV2` through the eager
+/// `MultiDeviceSaver` plan: our key → value.
+fn read_pairs(
+    prefix: &str,
+    pairs: &[Pair],
+) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
+    let mut restored = BTreeMap::new();
+    if pairs.is_empty() {
+        return Ok(restored);
+    }
+    let mut trackables = Vec::with_capacity(pairs.len());
+    let variables = VariableStore::new();
+    for (index, pair) in pairs.iter().enumerate() {
+        let name = format!("var_{index}");
+        trackables.push(Trackable {
+            tensors: vec![SaveableTensor {
+                checkpoint_key: pair.checkpoint_key.clone(),
+                slice_spec: String::new(),
+                dtype: pair.value.dtype(),
+                shape: shape_of(&pair.value),
+                device: eager_device(&pair.checkpoint_key, "/cpu:0")?,
+                variable: VariableDef {
+                    name: Some(name.clone()),
+                    init: Init::Zeros,
+                    read: ReadKind::Saveable,
+                },
+            }],
+        });
+        variables
+            .put(&VarKey::new("", name), pair.value.clone())
+            .map_err(|source| CheckpointError::Variable {
+                key: pair.our_key.clone(),
+                source,
+            })?;
+    }
+    let read_error = |source| CheckpointError::Read {
+        prefix: prefix.to_owned(),
+        source: Box::new(source),
+    };
+    let io = BundleIo::default();
+    let mut saver = EagerSaver::new(trackables)
+        .map_err(|source| read_error(super::WriteFailure::Trace(source)))?;
+    saver
+        .restore(
+            &RunContext::new(&variables).with_io(&io),
+            prefix,
+            &TraceOptions::default(),
+        )
+        .map_err(|source| read_error(super::WriteFailure::Eager(source)))?;
+    for (index, pair) in pairs.iter().enumerate() {
+        let value = variables
+            .get(&VarKey::new("", format!("var_{index}")))
+            .map_err(|source| CheckpointError::Variable {
+                key: pair.our_key.clone(),
+                source,
+            })?;
+        restored.insert(pair.our_key.clone(), value);
+    }
+    Ok(restored)
 }
 
 /// Binds checkpoint nodes to our nodes (13.10): breadth-first by local name, then slot

@@ -45,6 +45,7 @@ pub struct Checkpoint {
     save_counter: Option<i64>,
     write_options: WriteOptions,
     options: TraceOptions,
+    pending: Vec<String>,
 }
 
 impl Checkpoint {
@@ -81,6 +82,7 @@ impl Checkpoint {
             save_counter: None,
             write_options: WriteOptions::default(),
             options: TraceOptions::default(),
+            pending: Vec::new(),
         })
     }
 
@@ -118,6 +120,30 @@ impl Checkpoint {
     /// The object graph of the objects (without `save_counter`).
     pub fn graph(&self) -> &ObjectGraph {
         &self.graph
+    }
+
+    /// The prefixes of the restores so far, oldest first: restore-on-create takes new values
+    /// from them, the newest first ([`Checkpoint::attach`]).
+    pub fn pending_restores(&self) -> &[String] {
+        &self.pending
+    }
+
+    pub(super) fn pending_restores_mut(&mut self) -> &mut Vec<String> {
+        &mut self.pending
+    }
+
+    /// Replaces the objects and values (checked as [`Checkpoint::new`] checks them), keeping
+    /// the counter, devices, options and pending restores; returns the old ones.
+    pub(super) fn replace_objects(
+        &mut self,
+        graph: ObjectGraph,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<(ObjectGraph, BTreeMap<String, HostTensor>), CheckpointError> {
+        let checked = Checkpoint::new(graph, values)?;
+        Ok((
+            std::mem::replace(&mut self.graph, checked.graph),
+            std::mem::replace(&mut self.values, checked.values),
+        ))
     }
 
     /// The values, by checkpoint key (without `save_counter`).

@@ -501,3 +501,109 @@ fn cli_restore_writes_the_restored_values_and_read_skips_the_counter() {
     let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(tensors.len(), 4);
 }
+
+/// The graph and initial values of a `Checkpoint(model=…)` of variables by path.
+fn spec_objects(
+    variables: &[(&[&str], HostTensor)],
+) -> (
+    saveplan::checkpoint::ObjectGraph,
+    BTreeMap<String, HostTensor>,
+) {
+    let checkpoint = tree(variables);
+    (checkpoint.graph().clone(), checkpoint.values().clone())
+}
+
+/// `Checkpoint(model=tf.Module())`, optionally with an empty list `model.lst`.
+fn empty_model(with_list: bool) -> Checkpoint {
+    let mut model = Object::new();
+    if with_list {
+        model = model.child("lst", &Object::new());
+    }
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    Checkpoint::new(graph, BTreeMap::new()).unwrap()
+}
+
+#[test]
+fn s07_s08_values_arrive_when_objects_are_attached() {
+    let expected = scenario("s07_restore_on_create");
+    let steps = &expected["steps"];
+    let mut checkpoint = empty_model(false);
+    let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    assert_status(&status, &steps["after_restore"]["status"], "after_restore");
+    assert_eq!(checkpoint.save_counter(), Some(1));
+
+    let w: &[&str] = &["model", "a", "w"];
+    let (graph, values) = spec_objects(&[(w, f32s(&[0.0, 0.0]))]);
+    let restored = checkpoint.attach(graph, values).unwrap();
+    assert_eq!(restored, ["model/a/w/.ATTRIBUTES/VARIABLE_VALUE"]);
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[1.0, 2.0]));
+
+    let (graph, values) = spec_objects(&[
+        (w, f32s(&[0.0, 0.0])),
+        (&["model", "a", "b"], f32s(&[0.0])),
+        (&["model", "c"], i64s(vec![], &[0])),
+        (&["model", "lst", "0"], f32s(&[0.0, 0.0, 0.0])),
+    ]);
+    // `w` keeps its value: only new objects are restored.
+    checkpoint
+        .set_value("model/a/w/.ATTRIBUTES/VARIABLE_VALUE", f32s(&[7.0, 7.0]))
+        .unwrap();
+    let values = values
+        .into_iter()
+        .filter(|(key, _)| !key.contains("/a/w/"))
+        .collect();
+    let restored = checkpoint.attach(graph, values).unwrap();
+    assert_eq!(restored.len(), 3);
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[7.0, 7.0]));
+    assert_eq!(value(&checkpoint, "a/b"), f32s(&[3.0]));
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[4]));
+    assert_eq!(value(&checkpoint, "lst/0"), f32s(&[5.0, 6.0, 7.0]));
+
+    let mut checkpoint = empty_model(true);
+    checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    let (graph, values) = spec_objects(&[(&["model", "lst", "0"], f32s(&[0.0, 0.0, 0.0]))]);
+    checkpoint.attach(graph, values).unwrap();
+    let lst0 = &scenario("s08_restore_on_list_append")["lst0_after_append"];
+    assert_eq!(lst0, &serde_json::json!([5.0, 6.0, 7.0]));
+    assert_eq!(value(&checkpoint, "lst/0"), f32s(&[5.0, 6.0, 7.0]));
+}
+
+#[test]
+fn s09_the_newest_pending_restore_wins() {
+    let mut checkpoint = empty_model(false);
+    checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    checkpoint.restore(Some(&prefix("base/ckpt-2"))).unwrap();
+    let (graph, values) = spec_objects(&[
+        (&["model", "a", "w"], f32s(&[0.0, 0.0])),
+        (&["model", "c"], i64s(vec![], &[0])),
+    ]);
+    checkpoint.attach(graph, values).unwrap();
+    let expected = &scenario("s09_two_pending_restores")["values"];
+    assert_eq!(expected["c"], 40);
+    assert_eq!(value(&checkpoint, "a/w"), f32s(&[10.0, 20.0]));
+    assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[40]));
+}
+
+#[test]
+fn s12_a_deferred_shape_mismatch_fails_the_attach() {
+    let mut checkpoint = empty_model(false);
+    checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
+    let (graph, values) = spec_objects(&[(&["model", "c"], i64s(vec![3], &[0, 0, 0]))]);
+    let err = checkpoint.attach(graph, values).unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::RestoreShape { .. }),
+        "{err:?}"
+    );
+    let tf = scenario("s12_deferred_shape_mismatch")["attach"]["message"].clone();
+    let ours = err.to_string();
+    assert!(
+        tf.as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains(ours.split(": ").nth(1).unwrap()),
+        "{ours} vs {tf}"
+    );
+    // Nothing changed: the objects are the old ones.
+    assert!(checkpoint.values().is_empty());
+    assert_eq!(checkpoint.graph().nodes().len(), 2);
+}
