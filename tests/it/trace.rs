@@ -6,7 +6,9 @@
 //! `traced_save.function_def.pbtxt`, `traced_restore.function_def.pbtxt` and
 //! `traced_save.graph.pbtxt`. Registered savers are compared, flat and `to_proto()` form, with
 //! the graphs TensorFlow traced for a Python twin of the test saver
-//! (`tests/fixtures/saveplan/registered_saver`, our own generator); parallel-device variables
+//! (`tests/fixtures/saveplan/registered_saver`, our own generator), and a partitioned variable
+//! on several tasks with TensorFlow's flat graph (`tests/fixtures/saveplan/partitioned_tasks`,
+//! likewise); parallel-device variables
 //! and unique temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally
 //! and by snapshot.
 
