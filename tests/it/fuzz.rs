@@ -15,6 +15,10 @@
 //! target; `SAVEPLAN_FUZZ_SEED` picks the seed). A failure prints the seed, the iteration and
 //! the mutation, and keeps the input under `target/fuzz-findings/`, to be copied into
 //! `tests/inputs/graph/err/` (graph files) with its snapshot.
+//!
+//! Found so far: a node name with a newline (a bit flip in a binary GraphDef) made the
+//! verifier's error two lines; import now refuses control characters in names
+//! (`tests/inputs/graph/err/control_character_in_node_name.pb`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
