@@ -161,7 +161,7 @@ pub fn meta_graph_targets(meta: &MetaGraph) -> Result<SaverNames, SessionError> 
 /// Finds the targets of a flat graph without a `SaverDef` (TensorFlow's `flat_graph`, or
 /// ours): the save target is the one top-level `MergeV2Checkpoints` (or, without one, the
 /// one `SaveV2`), the prefix is the one string `Placeholder` it depends on, and the restore
-/// targets are the `AssignVariableOp`s fed by a top-level `RestoreV2`.
+/// targets are the `AssignVariableOp`s (TF1: `Assign`s) fed by a top-level `RestoreV2`.
 pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
     let graph = &module.graph;
     let find_all = |op: Op| -> Vec<_> {

@@ -134,6 +134,30 @@ dtypes! {
     Float4E2M1FNRef = 133, "DT_FLOAT4_E2M1FN_REF", "float4_e2m1fn_ref", None;
 }
 
+impl DType {
+    /// Whether this is a reference dtype (`float32_ref`: what a TF1 `VariableV2` outputs).
+    pub fn is_ref(self) -> bool {
+        (101..=199).contains(&self.number())
+    }
+
+    /// The reference dtype of a value dtype (`float32` → `float32_ref`); ref dtypes unchanged.
+    pub fn to_ref(self) -> DType {
+        match self.number() {
+            n @ 1..=100 => DType::from_number(n + 100),
+            _ => self,
+        }
+    }
+
+    /// The value dtype of a reference dtype (`float32_ref` → `float32`); others unchanged.
+    pub fn base(self) -> DType {
+        if self.is_ref() {
+            DType::from_number(self.number() - 100)
+        } else {
+            self
+        }
+    }
+}
+
 impl Default for DType {
     /// `DT_INVALID`, the protobuf default.
     fn default() -> DType {
@@ -173,5 +197,8 @@ mod tests {
         assert_eq!(DType::Complex128.element_size(), Some(16));
         assert_eq!(DType::String.element_size(), None);
         assert_eq!(DType::parse("float33"), None);
+        assert_eq!(DType::Float.to_ref(), DType::FloatRef);
+        assert_eq!(DType::Int64Ref.base(), DType::Int64);
+        assert!(DType::FloatRef.is_ref() && !DType::Float.is_ref());
     }
 }

@@ -78,6 +78,11 @@ ops! {
     VarIsInitializedOp = "VarIsInitializedOp",
     /// Turns off copy-on-read for a resource variable.
     DisableCopyOnRead = "DisableCopyOnRead",
+    /// A TF1 reference variable (`dtype`, `shape`, `container`, `shared_name`); its output is
+    /// a `_ref` tensor.
+    VariableV2 = "VariableV2",
+    /// Assigns its value input to the TF1 reference variable of its `ref` input.
+    Assign = "Assign",
     /// Cuts a slice out of a tensor.
     Slice = "Slice",
     /// A tensor of shape `dims` filled with a scalar `value` (what `tf.zeros` builds for

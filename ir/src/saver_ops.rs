@@ -93,7 +93,7 @@ pub fn restore_targets(graph: &Graph) -> Vec<String> {
         .collect()
 }
 
-/// The `AssignVariableOp`s assigning each output of the `RestoreV2` `restore` (through
+/// The `AssignVariableOp`s (or TF1 `Assign`s) assigning each output of the `RestoreV2` `restore` (through
 /// `Identity`/`IdentityN` chains), by output index, each list in creation order.
 pub fn restore_assignments(graph: &Graph, restore: OpId) -> BTreeMap<u32, Vec<OpId>> {
     let mut found: BTreeMap<u32, Vec<OpId>> = BTreeMap::new();
@@ -119,7 +119,7 @@ pub fn restore_assignments(graph: &Graph, restore: OpId) -> BTreeMap<u32, Vec<Op
     found
 }
 
-/// Calls `found` for every `AssignVariableOp` whose value is input `input` of `user`, or
+/// Calls `found` for every `AssignVariableOp` or `Assign` whose value is input `input` of `user`, or
 /// that it reaches through `Identity`/`IdentityN` ops.
 fn follow_to_assignments(graph: &Graph, user: OpId, input: u32, found: &mut dyn FnMut(OpId)) {
     let mut work = vec![(user, input)];
@@ -128,7 +128,7 @@ fn follow_to_assignments(graph: &Graph, user: OpId, input: u32, found: &mut dyn 
         let forwarded = match node.op {
             Op::Identity => 0,
             Op::IdentityN => input,
-            Op::AssignVariableOp if input == 1 => {
+            Op::AssignVariableOp | Op::Assign if input == 1 => {
                 found(op);
                 continue;
             }

@@ -59,6 +59,9 @@ pub enum ArgType {
     },
     /// One tensor per entry of the named `list(type)` attr (`type_list_attr`).
     List(&'static str),
+    /// One reference tensor (`is_ref`) whose base dtype is the value of the named `type` attr:
+    /// a TF1 `VariableV2`'s output, `Assign`'s variable input.
+    RefAttr(&'static str),
 }
 
 /// The dtype of each tensor of a [`ArgType::Repeated`] argument.
@@ -239,7 +242,7 @@ impl OpSignature {
         attr_len: &dyn Fn(&str) -> Option<usize>,
     ) -> Result<usize, SignatureError> {
         let sizing_attr = match arg.ty {
-            ArgType::Fixed(_) | ArgType::Attr(_) => return Ok(1),
+            ArgType::Fixed(_) | ArgType::Attr(_) | ArgType::RefAttr(_) => return Ok(1),
             ArgType::Repeated { number_attr, .. } => number_attr,
             ArgType::List(type_list_attr) => type_list_attr,
         };
@@ -420,6 +423,14 @@ const fn typed(name: &'static str, type_attr: &'static str) -> ArgSig {
     }
 }
 
+/// Shorthand for a reference argument (`is_ref`) typed by a `type` attr.
+const fn ref_typed(name: &'static str, type_attr: &'static str) -> ArgSig {
+    ArgSig {
+        name,
+        ty: ArgType::RefAttr(type_attr),
+    }
+}
+
 /// Shorthand for a `type_list_attr` argument.
 const fn list(name: &'static str, type_list_attr: &'static str) -> ArgSig {
     ArgSig {
@@ -508,7 +519,7 @@ const BUNDLE_INPUTS: [ArgSig; 3] = [
     fixed("shape_and_slices", "string"),
 ];
 
-/// Every op signature the table knows, in the order of `op_defs.pbtxt`, then `IdentityN`.
+/// Every op signature the table knows, in the order of `op_defs.pbtxt`, then `IdentityN`, `VariableV2` and `Assign`.
 pub static SIGNATURES: &[OpSignature] = &[
     stateful(
         "SaveV2",
@@ -727,6 +738,27 @@ pub static SIGNATURES: &[OpSignature] = &[
         &[list("input", "T")],
         &[list("output", "T")],
         &[attr_min("T", "list(type)", 1)],
+    ),
+    stateful(
+        "VariableV2",
+        &[],
+        &[ref_typed("ref", "dtype")],
+        &[
+            attr("shape", "shape"),
+            attr("dtype", "type"),
+            attr_default("container", "string", AttrDefault::String("")),
+            attr_default("shared_name", "string", AttrDefault::String("")),
+        ],
+    ),
+    op(
+        "Assign",
+        &[ref_typed("ref", "T"), typed("value", "T")],
+        &[ref_typed("output_ref", "T")],
+        &[
+            attr("T", "type"),
+            attr_default("validate_shape", "bool", AttrDefault::Bool(true)),
+            attr_default("use_locking", "bool", AttrDefault::Bool(true)),
+        ],
     ),
 ];
 

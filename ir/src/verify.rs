@@ -608,7 +608,7 @@ fn check_inputs(graph: &Graph, op: OpId, inputs: &[(u32, Input)], errors: &mut V
         let Some(found) = output_dtype(graph, input.src, flat) else {
             continue;
         };
-        if found != expected && strip_ref(found) != expected {
+        if found != expected && found.base() != expected {
             errors.push(VerifyError::DTypeMismatch {
                 op,
                 name: node.name.clone(),
@@ -717,14 +717,7 @@ fn arg_dtype(ty: ArgType, index: usize, attrs: &Attrs) -> Option<DType> {
             AttrValue::List(list) => list.types.get(index).copied(),
             _ => None,
         },
-    }
-}
-
-/// The non-reference dtype of a `_ref` dtype; other dtypes unchanged.
-fn strip_ref(dtype: DType) -> DType {
-    match dtype.number() {
-        n if n > 100 => DType::from_number(n - 100),
-        _ => dtype,
+        ArgType::RefAttr(name) => type_attr(name).map(DType::to_ref),
     }
 }
 

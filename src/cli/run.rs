@@ -11,8 +11,8 @@
 //! Values are keyed by checkpoint key and mapped to the graph's variables through the plan
 //! itself: each key of a `SaveV2`'s `tensor_names` is bound to the variable its saved tensor
 //! reads (through `Identity`, `Slice` and function arguments back to a `ReadVariableOp` of a
-//! `VarHandleOp`), and each `RestoreV2` output to the variables the `AssignVariableOp`s it
-//! feeds write.
+//! `VarHandleOp`, or to a TF1 `VariableV2`), and each `RestoreV2` output to the variables the
+//! `AssignVariableOp`s (TF1: `Assign`s) it feeds write.
 
 use std::path::PathBuf;
 

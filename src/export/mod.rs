@@ -121,6 +121,15 @@ pub enum ImportError {
         #[source]
         source: Box<DeviceError>,
     },
+    /// A node name, op type, input or attribute name with a control character (a newline,
+    /// …), which TensorFlow refuses; printed escaped, so the message stays on one line.
+    #[error("{what} `{escaped}` contains a control character")]
+    ControlCharacter {
+        /// What holds it: `node name`, `op type of node `x``, ….
+        what: String,
+        /// The text, with control characters escaped (`\n`).
+        escaped: String,
+    },
     /// A function body contains an `_Arg` node, which the IR reserves for the arguments.
     #[error("node `{node}`: `_Arg` nodes are not allowed in a function body")]
     ArgNodeInBody {

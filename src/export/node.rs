@@ -151,7 +151,32 @@ pub(crate) fn export_nodes(graph: &Graph, syntax: Syntax) -> Result<Vec<pb::Node
         .collect()
 }
 
+/// Refuses a control character in what the node names (the node, its op type, inputs and
+/// attribute names): TensorFlow does, and every error quoting them must stay on one line.
+fn check_printable(node: &pb::NodeDef) -> Result<(), ImportError> {
+    let bad = |text: &str| text.chars().any(char::is_control);
+    let refuse = |what: String, text: &str| ImportError::ControlCharacter {
+        what,
+        escaped: text.escape_debug().to_string(),
+    };
+    if bad(&node.name) {
+        return Err(refuse("node name".to_owned(), &node.name));
+    }
+    let name = &node.name;
+    if bad(&node.op) {
+        return Err(refuse(format!("node `{name}`: op type"), &node.op));
+    }
+    if let Some(input) = node.input.iter().find(|input| bad(input)) {
+        return Err(refuse(format!("node `{name}`: input"), input));
+    }
+    if let Some(attr) = node.attr.keys().find(|attr| bad(attr)) {
+        return Err(refuse(format!("node `{name}`: attribute"), attr));
+    }
+    Ok(())
+}
+
 fn import_node(graph: &mut Graph, node: &pb::NodeDef, syntax: Syntax) -> Result<OpId, ImportError> {
+    check_printable(node)?;
     let op = Op::from_type_name(&node.op);
     if syntax == Syntax::FunctionBody && op == Op::Arg {
         return Err(ImportError::ArgNodeInBody {

@@ -7,11 +7,13 @@
 //!   `tensor_names` constant and slice specs in its `shape_and_slices` constant. Saved tensor
 //!   `i` is followed backwards through `Identity`/`IdentityN` to a
 //!   `ReadVariableOp`, and that op's handle through `Identity` to a `VarHandleOp`, whose
-//!   `container` and `shared_name` (the op name when empty) name the variable. A function
-//!   argument is followed into the call op's input of the same index.
+//!   `container` and `shared_name` (the op name when empty) name the variable. A TF1 graph
+//!   saves a `VariableV2` (a reference variable, keyed the same way) directly or through
+//!   `Identity`. A function argument is followed into the call op's input of the same index.
 //! * **Restore side.** Every `RestoreV2` the restore targets need lists keys and slice specs
 //!   the same way. Each output is followed forwards through `Identity` ops to the
-//!   `AssignVariableOp`s that take it as their value; their handle is resolved as above.
+//!   `AssignVariableOp`s (TF1: `Assign`s) that take it as their value; their handle (or
+//!   reference, input 0) is resolved as above.
 //!
 //! A saved tensor that does not come from a variable (a constant, a computed value) cannot be
 //! bound and is an error: the session would have nowhere to put the user's value.
@@ -369,6 +371,9 @@ impl<'m> Walker<'m> {
             (frame, src, _) = self.source(frame, src, 0)?;
         }
         let node = self.frames[frame].graph.op(src);
+        if node.op == Op::VariableV2 {
+            return Ok((var_key(node), known_shape(node), sliced));
+        }
         if node.op != Op::ReadVariableOp {
             return Err(Unbound::NotAVariableRead {
                 op: node.name.clone(),
@@ -388,7 +393,7 @@ impl<'m> Walker<'m> {
     ) -> Result<(VarKey, Option<Vec<u64>>), Unbound> {
         let (frame, src, _) = self.source(frame, id, input)?;
         let node = self.frames[frame].graph.op(src);
-        if node.op != Op::VarHandleOp {
+        if !matches!(node.op, Op::VarHandleOp | Op::VariableV2) {
             return Err(Unbound::NotAVarHandle {
                 op: node.name.clone(),
                 op_type: node.op.type_name().to_owned(),
@@ -408,7 +413,8 @@ fn dtype_list(node: &OpNode) -> Result<&[DType], SessionError> {
     saver_ops::dtypes(node).ok_or_else(|| bad_op(node, BadCheckpointOp::NoDTypes))
 }
 
-/// The variable a `VarHandleOp` names: `container` and `shared_name`, the op name if empty.
+/// The variable a `VarHandleOp` or `VariableV2` names: `container` and `shared_name`, the op
+/// name if empty.
 fn var_key(node: &OpNode) -> VarKey {
     let text = |attr: &str| match node.attrs.get(attr) {
         Some(AttrValue::S(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
@@ -421,7 +427,7 @@ fn var_key(node: &OpNode) -> VarKey {
     VarKey::new(text("container"), shared_name)
 }
 
-/// A `VarHandleOp`'s `shape` attribute, when every dimension is known.
+/// A `VarHandleOp`'s (or `VariableV2`'s) `shape` attribute, when every dimension is known.
 fn known_shape(node: &OpNode) -> Option<Vec<u64>> {
     let Some(AttrValue::Shape(shape)) = node.attrs.get("shape") else {
         return None;

@@ -18,8 +18,10 @@
 //! Per variable, `checkpoint_key`, `dtype` and `shape` are required; `device` and
 //! `slice_spec` default to `""`. The optional extras say how the traced graph creates the
 //! variable: `name` (the `VarHandleOp` name, default the key), `init` (initial values, nested
-//! or flat, or one value that fills the shape; default `tf.zeros`), `read` (`"graph"`, the
-//! default, or `"saveable"`, see [`ReadKind`]) and `trackable` (variables with the same
+//! or flat, or one value that fills the shape; default `tf.zeros`), `read` (`"graph"` or
+//! `"saveable"`, see [`ReadKind`]; by default what TensorFlow does: `"saveable"` for a slice,
+//! a variable with a `slice_spec`, as `PartitionedVariable` slices are read when the save
+//! runs, `"graph"` otherwise) and `trackable` (variables with the same
 //! `trackable` string are restored together; default: each on its own).
 //! A variable on a parallel device lists its component devices in `parallel_devices` instead
 //! of a `device`; its `checkpoint_key` ends in `VARIABLE_VALUE` and each further component is
@@ -70,9 +72,11 @@ pub struct VariableSpec {
     /// Initial values (numbers, bools or strings, nested or flat).
     #[serde(default)]
     pub init: Option<serde_json::Value>,
-    /// How the saved tensor is read.
+    /// How the saved tensor is read; when absent, as TensorFlow reads it: a slice of a
+    /// partitioned variable (a non-empty `slice_spec`) when the save runs
+    /// ([`ReadSpec::Saveable`]), anything else in the graph ([`ReadSpec::Graph`]).
     #[serde(default)]
-    pub read: ReadSpec,
+    pub read: Option<ReadSpec>,
     /// A trackable id grouping variables restored together.
     #[serde(default)]
     pub trackable: Option<String>,
@@ -83,11 +87,10 @@ pub struct VariableSpec {
 }
 
 /// The `read` field of a variable.
-#[derive(Copy, Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadSpec {
     /// [`ReadKind::Graph`].
-    #[default]
     Graph,
     /// [`ReadKind::Saveable`].
     Saveable,
@@ -232,8 +235,10 @@ impl VariableSpec {
                 name: self.name.clone(),
                 init,
                 read: match self.read {
-                    ReadSpec::Graph => ReadKind::Graph,
-                    ReadSpec::Saveable => ReadKind::Saveable,
+                    Some(ReadSpec::Graph) => ReadKind::Graph,
+                    Some(ReadSpec::Saveable) => ReadKind::Saveable,
+                    None if self.slice_spec.is_empty() => ReadKind::Graph,
+                    None => ReadKind::Saveable,
                 },
             },
         })

@@ -285,8 +285,9 @@ def partitioned_variable_reads_back_whole_in_tf():
         assert_values(read_safetensors(out), values)
 
 
-def _v1_saver_graph(values, sharded):
-    """A tf.Graph with resource variables and a tf.compat.v1.train.Saver; returns
+def _v1_saver_graph(values, sharded, use_resource=True):
+    """A tf.Graph with resource variables (TF1 ref variables, `VariableV2`, when not
+    `use_resource`) and a tf.compat.v1.train.Saver; returns
     (graph, saver, assign ops, placeholders)."""
     graph = tf.Graph()
     with graph.as_default():
@@ -294,7 +295,7 @@ def _v1_saver_graph(values, sharded):
         for i, (key, value) in enumerate(values.items()):
             with tf.device(CPU0 if i % 2 == 0 else CPU1):
                 variables[key] = tf.compat.v1.get_variable(
-                    key, initializer=tf.zeros_like(value), use_resource=True
+                    key, initializer=tf.zeros_like(value), use_resource=use_resource
                 )
         saver = tf.compat.v1.train.Saver(variables, sharded=sharded)
         placeholders = {key: tf.compat.v1.placeholder(v.dtype, v.shape) for key, v in variables.items()}
@@ -304,12 +305,26 @@ def _v1_saver_graph(values, sharded):
 
 @check
 def run_v1_saver_meta_graph():
+    _run_v1_saver_meta_graph(use_resource=True)
+
+
+@check
+def run_v1_saver_meta_graph_ref_variables():
+    """TF1 ref variables (`VariableV2`, `Assign`): our save restores in TF's Saver, TF's save
+    restores in ours."""
+    _run_v1_saver_meta_graph(use_resource=False)
+
+
+def _run_v1_saver_meta_graph(use_resource):
     values = {
         "kernel": np.arange(6, dtype=np.float32).reshape(2, 3),
         "count": np.array([5, 6, 7], dtype=np.int64),
     }
     for sharded in (False, True):
-        graph, saver, assigns, placeholders, variables = _v1_saver_graph(values, sharded)
+        graph, saver, assigns, placeholders, variables = _v1_saver_graph(values, sharded, use_resource)
+        if not use_resource:
+            ops = {op.type for op in graph.get_operations()}
+            assert "VariableV2" in ops and "VarHandleOp" not in ops, ops
         with tempfile.TemporaryDirectory() as tmp:
             meta = os.path.join(tmp, "model.meta.pb")
             with graph.as_default():

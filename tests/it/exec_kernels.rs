@@ -413,3 +413,54 @@ fn restore_v2_rejects_what_the_backend_got_wrong() {
     };
     assert_eq!(run_with_io(&restore, &right, &inputs).unwrap(), [float]);
 }
+
+/// TF1 reference variables: `VariableV2` gives a reference (a handle with a `_ref` dtype) and
+/// creates nothing; `Assign` writes through it and returns it; a value input given the
+/// reference (`Identity`, `Assign`'s `value`) reads the variable; `Assign` refuses a value as
+/// its `ref` input, on one line.
+#[test]
+fn ref_variable_kernels() {
+    use saveplan::exec::VarKey;
+    let module = saveplan_ir::parse_module(
+        "graph {\n  v = VariableV2[dtype=int32, shape=[2]]\n  \
+         w = VariableV2[container=\"c\", dtype=int32, shape=[2], shared_name=\"w\"]\n}\n",
+    )
+    .unwrap();
+    let kernel = |name: &str| {
+        let graph = &module.graph;
+        Kernel::resolve(graph.op(graph.find(name).unwrap())).unwrap()
+    };
+    let variables = VariableStore::new();
+    let cx = KernelCx {
+        variables: &variables,
+        io: None,
+        name: "op",
+        device: "/job:localhost/replica:0/task:0/device:CPU:0",
+    };
+    let reference = kernel("v").run(&cx, &[]).unwrap().remove(0);
+    assert_eq!(reference.dtype(), DType::Resource);
+    assert!(variables.get(&VarKey::new("", "v")).is_err());
+    let assign = Kernel::Assign {
+        dtype: DType::Int32,
+        validate_shape: true,
+    };
+    let value = HostTensor::from_i32s(vec![2], &[4, 5]).unwrap();
+    let out = assign
+        .run(&cx, &[reference.clone(), value.clone()])
+        .unwrap();
+    assert_eq!(out, std::slice::from_ref(&reference));
+    assert_eq!(variables.get(&VarKey::new("", "v")).unwrap(), value);
+    assert_eq!(
+        Kernel::Identity
+            .run(&cx, std::slice::from_ref(&reference))
+            .unwrap(),
+        std::slice::from_ref(&value)
+    );
+    // `Assign(w, v)`: the value comes from another reference.
+    let w = kernel("w").run(&cx, &[]).unwrap().remove(0);
+    assign.run(&cx, &[w, reference]).unwrap();
+    assert_eq!(variables.get(&VarKey::new("c", "w")).unwrap(), value);
+    let err = assign.run(&cx, &[value.clone(), value]).unwrap_err();
+    let line = error_chain(&err, ErrorForm::OneLine);
+    assert!(!line.contains('\n') && line.contains("input 0"), "{line}");
+}

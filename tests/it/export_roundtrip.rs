@@ -194,3 +194,16 @@ fn sorted_nodes(message: ProtoMessage) -> ProtoMessage {
     }
     message
 }
+
+/// The binary TF1 `.meta` of `tests/fixtures/saveplan/v1_saver_meta` (`VariableV2`, `Assign`
+/// with `_ref` outputs) imports and exports back to the same MetaGraphDef.
+#[test]
+fn ref_variable_meta_graph_round_trips() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/saveplan/v1_saver_meta/model.meta");
+    let original = export::read_proto_file(&path).unwrap();
+    let loaded = original.import().unwrap();
+    let exported = loaded.export().unwrap();
+    assert!(exported == original, "export differs from TF's .meta");
+    assert_eq!(exported.encode_binary(), original.encode_binary());
+}

@@ -24,6 +24,7 @@ mod exec_kernels;
 mod exec_plan;
 mod exec_snapshots;
 mod export_roundtrip;
+mod fuzz;
 mod graph_cli;
 mod objects;
 mod objects_cli;

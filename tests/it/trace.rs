@@ -6,7 +6,9 @@
 //! `traced_save.function_def.pbtxt`, `traced_restore.function_def.pbtxt` and
 //! `traced_save.graph.pbtxt`. Registered savers are compared, flat and `to_proto()` form, with
 //! the graphs TensorFlow traced for a Python twin of the test saver
-//! (`tests/fixtures/saveplan/registered_saver`, our own generator); parallel-device variables
+//! (`tests/fixtures/saveplan/registered_saver`, our own generator), and a partitioned variable
+//! on several tasks with TensorFlow's flat graph (`tests/fixtures/saveplan/partitioned_tasks`,
+//! likewise); parallel-device variables
 //! and unique temporary prefixes have no TensorFlow 2.21 fixture and are checked structurally
 //! and by snapshot.
 
@@ -642,4 +644,38 @@ fn streamed_encoding_equals_graph_def() {
             check(&module, &format!("{case}/{file}"));
         }
     }
+}
+
+/// A partitioned variable whose slices sit on several tasks (rows on tasks 0, 1 and 3, columns
+/// on two CPUs of task 2; `tests/fixtures/saveplan/partitioned_tasks`, written by
+/// `tests/fixtures/generators/gen_partitioned_tasks.py`): the spec, whose slices say nothing
+/// about how they are read, traces TensorFlow's flat graph node for node and in TensorFlow's
+/// order (slices read when the save runs; each slice's `Identity` + `AssignVariableOp` created
+/// after its task's `RestoreV2`), with TensorFlow's saver names.
+#[test]
+fn partitioned_variable_on_several_tasks_matches_tensorflow() {
+    let fixture = |file: &str| {
+        let path = manifest_path(&format!("tests/fixtures/saveplan/partitioned_tasks/{file}"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let trace = trace_text(&fixture("spec.json"))
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e, ErrorForm::CausedBy)));
+    let ours = graph_def(&trace.module);
+    let theirs: tf::GraphDef = saveplan_proto::from_text(&fixture("flat_graph.pbtxt")).unwrap();
+    let mut our_sorted: Vec<_> = ours.node.iter().map(|n| n.name.clone()).collect();
+    let mut their_sorted: Vec<_> = theirs.node.iter().map(|n| n.name.clone()).collect();
+    our_sorted.sort();
+    their_sorted.sort();
+    assert_eq!(our_sorted, their_sorted, "the same nodes");
+    assert_same_nodes("partitioned on several tasks", &ours.node, &theirs.node);
+    assert_eq!(ours, theirs);
+    let flat: serde_json::Value = serde_json::from_str(&fixture("flat.json")).unwrap();
+    assert_eq!(
+        trace.saver.filename_tensor_name,
+        flat["filename_tensor_name"]
+    );
+    assert_eq!(trace.saver.save_target, flat["save_op_name"]);
+    let restore_ops: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(flat["restore_ops"].clone()).unwrap();
+    assert_eq!(trace.restore_ops, restore_ops);
 }

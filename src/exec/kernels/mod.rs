@@ -100,6 +100,25 @@ pub enum Kernel {
     },
     /// `VarIsInitializedOp`: whether the variable holds a value.
     VarIsInitializedOp,
+    /// `VariableV2`: a TF1 reference to a variable (a scalar resource handle whose dtype is the
+    /// `_ref` dtype); creates nothing. A non-ref input reading it gets the variable's value.
+    VariableV2 {
+        /// The `container` attr.
+        container: String,
+        /// The `shared_name` attr, or the op name when it is empty.
+        shared_name: String,
+        /// The `dtype` attr.
+        dtype: DType,
+        /// The `shape` attr.
+        shape: Shape,
+    },
+    /// `Assign`: stores its value input in the variable of its `ref` input, returns the ref.
+    Assign {
+        /// The `T` attr.
+        dtype: DType,
+        /// The `validate_shape` attr.
+        validate_shape: bool,
+    },
     /// `DisableCopyOnRead`: nothing (host variables are never copied on read).
     DisableCopyOnRead,
 }
@@ -188,6 +207,26 @@ impl Kernel {
                 validate_shape: attrs.bool_or("validate_shape", false)?,
             },
             Op::VarIsInitializedOp => Kernel::VarIsInitializedOp,
+            Op::VariableV2 => {
+                let shared_name = attrs.string_or("shared_name", "")?;
+                Kernel::VariableV2 {
+                    container: attrs.string_or("container", "")?,
+                    shared_name: if shared_name.is_empty() {
+                        node.name.clone()
+                    } else {
+                        shared_name
+                    },
+                    dtype: attrs.dtype("dtype")?,
+                    shape: match node.attrs.get("shape") {
+                        Some(AttrValue::Shape(shape)) => shape.clone(),
+                        _ => return Err(attrs.bad("shape", "must be a shape")),
+                    },
+                }
+            }
+            Op::Assign => Kernel::Assign {
+                dtype: attrs.dtype("T")?,
+                validate_shape: attrs.bool_or("validate_shape", true)?,
+            },
             Op::DisableCopyOnRead => Kernel::DisableCopyOnRead,
             Op::Placeholder
             | Op::Arg
@@ -208,6 +247,10 @@ impl Kernel {
         cx: &KernelCx<'_>,
         inputs: &[HostTensor],
     ) -> Result<Vec<HostTensor>, KernelError> {
+        // A TF1 reference feeding a value input is read: only `Assign`'s `ref` input keeps it.
+        let keep = usize::from(matches!(self, Kernel::Assign { .. }));
+        let values = state::deref_refs(cx, inputs, keep)?;
+        let inputs = values.as_deref().unwrap_or(inputs);
         match self {
             Kernel::Const(value) => Ok(vec![value.clone()]),
             Kernel::Identity => Ok(inputs.to_vec()),
@@ -244,6 +287,22 @@ impl Kernel {
                 validate_shape,
             } => state::assign_variable(cx, *dtype, *validate_shape, inputs),
             Kernel::VarIsInitializedOp => state::var_is_initialized(cx, inputs),
+            Kernel::VariableV2 {
+                container,
+                shared_name,
+                dtype,
+                shape,
+            } => Ok(vec![state::var_handle(
+                cx,
+                container,
+                shared_name,
+                dtype.to_ref(),
+                shape,
+            )]),
+            Kernel::Assign {
+                dtype,
+                validate_shape,
+            } => state::assign_ref(cx, *dtype, *validate_shape, inputs),
             Kernel::DisableCopyOnRead => {
                 state::handle(inputs, 0)?;
                 Ok(Vec::new())

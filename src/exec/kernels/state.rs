@@ -1,5 +1,7 @@
 //! Variable kernels: `VarHandleOp`, `ReadVariableOp`, `AssignVariableOp`,
-//! `VarIsInitializedOp` and the resource-handle input they share.
+//! `VarIsInitializedOp` and the resource-handle input they share; TF1 reference variables
+//! (`VariableV2`, `Assign`), whose reference is a resource handle with a `_ref` dtype, read as a
+//! value wherever a value input takes it.
 
 use saveplan_ir::{DType, Shape};
 
@@ -55,6 +57,51 @@ pub(super) fn assign_variable(
     let value = input(inputs, 1)?.clone();
     cx.variables.assign(&key, dtype, value, validate_shape)?;
     Ok(Vec::new())
+}
+
+/// The inputs with every TF1 reference from index `keep` on replaced by its variable's value,
+/// or `None` when there is none (the common case: nothing is copied).
+pub(super) fn deref_refs(
+    cx: &KernelCx<'_>,
+    inputs: &[HostTensor],
+    keep: usize,
+) -> Result<Option<Vec<HostTensor>>, KernelError> {
+    let is_ref = |tensor: &HostTensor| {
+        tensor.dtype() == DType::Resource
+            && tensor
+                .as_resource_scalar()
+                .is_some_and(|handle| handle.dtype.is_ref())
+    };
+    if !inputs.iter().skip(keep).any(is_ref) {
+        return Ok(None);
+    }
+    let mut values = inputs.to_vec();
+    for tensor in values.iter_mut().skip(keep) {
+        if let Some(handle) = tensor.as_resource_scalar().filter(|h| h.dtype.is_ref()) {
+            let key = VarKey::new(&handle.container, &handle.shared_name);
+            *tensor = cx.variables.read_as(&key, handle.dtype.base())?;
+        }
+    }
+    Ok(Some(values))
+}
+
+/// `Assign`: stores the value input in the variable of the TF1 reference at input 0 and
+/// returns that reference.
+pub(super) fn assign_ref(
+    cx: &KernelCx<'_>,
+    dtype: DType,
+    validate_shape: bool,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, KernelError> {
+    let reference = typed_input(inputs, 0, DType::Resource)?;
+    let handle = reference
+        .as_resource_scalar()
+        .filter(|handle| handle.dtype.is_ref())
+        .ok_or_else(|| KernelError::invalid("input 0 of Assign is not a variable reference"))?;
+    let key = VarKey::new(&handle.container, &handle.shared_name);
+    let value = input(inputs, 1)?.clone();
+    cx.variables.assign(&key, dtype, value, validate_shape)?;
+    Ok(vec![reference.clone()])
 }
 
 /// `VarIsInitializedOp`: whether the variable exists and holds a value.
