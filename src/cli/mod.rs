@@ -37,7 +37,7 @@ enum Command {
     Recover(recover::Args),
     /// Convert between a .safetensors file and a TF checkpoint prefix.
     Convert(convert::Args),
-    /// Compile a spec file into a MetaGraphDef, SaverDef, IR text and DOT.
+    /// Compile a spec file into a MetaGraphDef and SaverDef (--emit: their text, IR text, DOT).
     Compile(compile::Args),
     /// Check a plan (spec, GraphDef, MetaGraphDef or FunctionDef) and report every problem.
     Check(check::Args),
