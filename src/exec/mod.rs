@@ -67,7 +67,7 @@ pub use backend::{Backend, UnknownBackend};
 pub use error::{ExecError, KernelError};
 pub use executor::Executor;
 pub use io::{BundleIo, CheckpointIo, IoError, MergeFlags, RestoreRequest, SaveGuard, SaveRequest};
-pub use kernels::{Kernel, KernelCx};
+pub use kernels::{Kernel, KernelCx, VariableAttrs};
 pub use plan::{CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId, Work};
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};

@@ -76,16 +76,7 @@ pub enum Kernel {
     /// `MergeV2Checkpoints`: merges bundles through the run's checkpoint backend.
     MergeV2Checkpoints(MergeFlags),
     /// `VarHandleOp`: returns a handle to a variable.
-    VarHandleOp {
-        /// The `container` attr.
-        container: String,
-        /// The `shared_name` attr, or the op name when it is empty.
-        shared_name: String,
-        /// The `dtype` attr.
-        dtype: DType,
-        /// The `shape` attr.
-        shape: Shape,
-    },
+    VarHandleOp(VariableAttrs),
     /// `ReadVariableOp`: the variable's value.
     ReadVariableOp {
         /// The `dtype` attr.
@@ -102,16 +93,7 @@ pub enum Kernel {
     VarIsInitializedOp,
     /// `VariableV2`: a TF1 reference to a variable (a scalar resource handle whose dtype is the
     /// `_ref` dtype); creates nothing. A non-ref input reading it gets the variable's value.
-    VariableV2 {
-        /// The `container` attr.
-        container: String,
-        /// The `shared_name` attr, or the op name when it is empty.
-        shared_name: String,
-        /// The `dtype` attr.
-        dtype: DType,
-        /// The `shape` attr.
-        shape: Shape,
-    },
+    VariableV2(VariableAttrs),
     /// `Assign`: stores its value input in the variable of its `ref` input, returns the ref.
     Assign {
         /// The `T` attr.
@@ -121,6 +103,20 @@ pub enum Kernel {
     },
     /// `DisableCopyOnRead`: nothing (host variables are never copied on read).
     DisableCopyOnRead,
+}
+
+/// The attributes that name a variable and its type, as `VarHandleOp` and `VariableV2` hold
+/// them.
+#[derive(Clone, Debug)]
+pub struct VariableAttrs {
+    /// The `container` attr.
+    pub container: String,
+    /// The `shared_name` attr, or the op name when it is empty.
+    pub shared_name: String,
+    /// The `dtype` attr.
+    pub dtype: DType,
+    /// The `shape` attr.
+    pub shape: Shape,
 }
 
 /// What a kernel may use besides its inputs.
@@ -183,22 +179,7 @@ impl Kernel {
                 delete_old_dirs: attrs.bool_or("delete_old_dirs", true)?,
                 allow_missing_files: attrs.bool_or("allow_missing_files", false)?,
             }),
-            Op::VarHandleOp => {
-                let shared_name = attrs.string_or("shared_name", "")?;
-                Kernel::VarHandleOp {
-                    container: attrs.string_or("container", "")?,
-                    shared_name: if shared_name.is_empty() {
-                        node.name.clone()
-                    } else {
-                        shared_name
-                    },
-                    dtype: attrs.dtype("dtype")?,
-                    shape: match node.attrs.get("shape") {
-                        Some(AttrValue::Shape(shape)) => shape.clone(),
-                        _ => return Err(attrs.bad("shape", "must be a shape")),
-                    },
-                }
-            }
+            Op::VarHandleOp => Kernel::VarHandleOp(attrs.variable()?),
             Op::ReadVariableOp => Kernel::ReadVariableOp {
                 dtype: attrs.dtype("dtype")?,
             },
@@ -207,22 +188,7 @@ impl Kernel {
                 validate_shape: attrs.bool_or("validate_shape", false)?,
             },
             Op::VarIsInitializedOp => Kernel::VarIsInitializedOp,
-            Op::VariableV2 => {
-                let shared_name = attrs.string_or("shared_name", "")?;
-                Kernel::VariableV2 {
-                    container: attrs.string_or("container", "")?,
-                    shared_name: if shared_name.is_empty() {
-                        node.name.clone()
-                    } else {
-                        shared_name
-                    },
-                    dtype: attrs.dtype("dtype")?,
-                    shape: match node.attrs.get("shape") {
-                        Some(AttrValue::Shape(shape)) => shape.clone(),
-                        _ => return Err(attrs.bad("shape", "must be a shape")),
-                    },
-                }
-            }
+            Op::VariableV2 => Kernel::VariableV2(attrs.variable()?),
             Op::Assign => Kernel::Assign {
                 dtype: attrs.dtype("T")?,
                 validate_shape: attrs.bool_or("validate_shape", true)?,
@@ -269,17 +235,12 @@ impl Kernel {
             Kernel::SaveV2 { dtypes } => checkpoint::save_v2(cx, dtypes, inputs),
             Kernel::RestoreV2 { dtypes } => checkpoint::restore_v2(cx, dtypes, inputs),
             Kernel::MergeV2Checkpoints(flags) => checkpoint::merge_v2(cx, *flags, inputs),
-            Kernel::VarHandleOp {
-                container,
-                shared_name,
-                dtype,
-                shape,
-            } => Ok(vec![state::var_handle(
+            Kernel::VarHandleOp(var) => Ok(vec![state::var_handle(
                 cx,
-                container,
-                shared_name,
-                *dtype,
-                shape,
+                &var.container,
+                &var.shared_name,
+                var.dtype,
+                &var.shape,
             )]),
             Kernel::ReadVariableOp { dtype } => state::read_variable(cx, *dtype, inputs),
             Kernel::AssignVariableOp {
@@ -287,17 +248,12 @@ impl Kernel {
                 validate_shape,
             } => state::assign_variable(cx, *dtype, *validate_shape, inputs),
             Kernel::VarIsInitializedOp => state::var_is_initialized(cx, inputs),
-            Kernel::VariableV2 {
-                container,
-                shared_name,
-                dtype,
-                shape,
-            } => Ok(vec![state::var_handle(
+            Kernel::VariableV2(var) => Ok(vec![state::var_handle(
                 cx,
-                container,
-                shared_name,
-                dtype.to_ref(),
-                shape,
+                &var.container,
+                &var.shared_name,
+                var.dtype.to_ref(),
+                &var.shape,
             )]),
             Kernel::Assign {
                 dtype,
@@ -317,6 +273,25 @@ struct Attrs<'a> {
 }
 
 impl Attrs<'_> {
+    /// The variable a `VarHandleOp` or `VariableV2` names; an empty `shared_name` means the
+    /// op's name, as in graph-mode TensorFlow.
+    fn variable(&self) -> Result<VariableAttrs, ExecError> {
+        let shared_name = self.string_or("shared_name", "")?;
+        Ok(VariableAttrs {
+            container: self.string_or("container", "")?,
+            shared_name: if shared_name.is_empty() {
+                self.node.name.clone()
+            } else {
+                shared_name
+            },
+            dtype: self.dtype("dtype")?,
+            shape: match self.node.attrs.get("shape") {
+                Some(AttrValue::Shape(shape)) => shape.clone(),
+                _ => return Err(self.bad("shape", "must be a shape")),
+            },
+        })
+    }
+
     fn bad(&self, attr: &str, reason: &str) -> ExecError {
         ExecError::BadAttr {
             name: self.node.name.clone(),
