@@ -23,13 +23,13 @@ use saveplan_ir::DType;
 use saveplan_ir::object_graph::{NodeId, ObjectGraph};
 use serde::Serialize;
 
-use super::save::{SAVE_COUNTER, counter_tensor, eager_device, with_save_counter};
+use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
 use super::{Checkpoint, CheckpointError, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
-use crate::exec::{BundleIo, HostTensor, RunContext, TensorData, VarKey, VariableStore};
+use crate::exec::{BundleIo, HostTensor, RunContext, TensorData};
 use crate::export::object_graph::node_text;
 use crate::session::EagerSaver;
-use crate::trace::{Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef};
+use crate::trace::TraceOptions;
 
 /// `restore()` (creates `save_counter`, which is then restored or left unbound) or `read()`
 /// (does not).
@@ -788,31 +788,14 @@ fn read_pairs(
     if pairs.is_empty() {
         return Ok(restored);
     }
-    let mut trackables = Vec::with_capacity(pairs.len());
-    let variables = VariableStore::new();
-    for (index, pair) in pairs.iter().enumerate() {
-        let name = format!("var_{index}");
-        trackables.push(Trackable {
-            tensors: vec![SaveableTensor {
-                checkpoint_key: pair.checkpoint_key.clone(),
-                slice_spec: String::new(),
-                dtype: pair.value.dtype(),
-                shape: shape_of(&pair.value),
-                device: eager_device(&pair.checkpoint_key, "/cpu:0")?,
-                variable: VariableDef {
-                    name: Some(name.clone()),
-                    init: Init::Zeros,
-                    read: ReadKind::Saveable,
-                },
-            }],
-        });
-        variables
-            .put(&VarKey::new("", name), pair.value.clone())
-            .map_err(|source| CheckpointError::Variable {
-                key: pair.our_key.clone(),
-                source,
-            })?;
-    }
+    let EagerVariables {
+        trackables,
+        store: variables,
+    } = EagerVariables::new(
+        pairs
+            .iter()
+            .map(|pair| (pair.checkpoint_key.as_str(), "/cpu:0", pair.value.clone())),
+    )?;
     let read_error = |source| CheckpointError::Read {
         prefix: prefix.to_owned(),
         source: Box::new(source),
@@ -829,7 +812,7 @@ fn read_pairs(
         .map_err(|source| read_error(super::WriteFailure::Eager(source)))?;
     for (index, pair) in pairs.iter().enumerate() {
         let value = variables
-            .get(&VarKey::new("", format!("var_{index}")))
+            .get(&EagerVariables::key(index))
             .map_err(|source| CheckpointError::Variable {
                 key: pair.our_key.clone(),
                 source,
@@ -952,10 +935,6 @@ fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
         }
     }
     paths
-}
-
-fn shape_of(value: &HostTensor) -> Vec<i64> {
-    value.shape().iter().map(|&dim| dim as i64).collect()
 }
 
 fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {

@@ -189,31 +189,17 @@ impl Checkpoint {
 
     fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
         let graph = self.object_graph();
-        let mut values: Vec<(&str, HostTensor)> = Vec::new();
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
-        let mut trackables = Vec::new();
-        for attribute in attributes(&graph) {
+        let EagerVariables {
+            mut trackables,
+            store: variables,
+        } = EagerVariables::new(attributes(&graph).map(|attribute| {
             let key = attribute.checkpoint_key.as_str();
+            let device = self.devices.get(key).map_or("/cpu:0", String::as_str);
             // The only attribute without a value is `save_counter`'s.
             let value = self.values.get(key).unwrap_or(&counter_value);
-            let name = format!("var_{}", values.len());
-            let device = self.devices.get(key).map_or("/cpu:0", String::as_str);
-            trackables.push(Trackable {
-                tensors: vec![SaveableTensor {
-                    checkpoint_key: key.to_owned(),
-                    slice_spec: String::new(),
-                    dtype: value.dtype(),
-                    shape: value.shape().iter().map(|&dim| dim as i64).collect(),
-                    device: eager_device(key, device)?,
-                    variable: VariableDef {
-                        name: Some(name),
-                        init: Init::Zeros,
-                        read: ReadKind::Saveable,
-                    },
-                }],
-            });
-            values.push((key, value.clone()));
-        }
+            (key, device, value.clone())
+        }))?;
         trackables.push(Trackable {
             tensors: vec![SaveableTensor {
                 checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
@@ -232,15 +218,6 @@ impl Checkpoint {
                 },
             }],
         });
-        let variables = VariableStore::new();
-        for (index, (key, value)) in values.into_iter().enumerate() {
-            variables
-                .put(&VarKey::new("", format!("var_{index}")), value)
-                .map_err(|source| CheckpointError::Variable {
-                    key: key.to_owned(),
-                    source,
-                })?;
-        }
         let io = BundleIo {
             write: self.write_options,
         };
@@ -269,6 +246,63 @@ impl Checkpoint {
         write_state_file(Path::new(&path))?;
         Ok(path)
     }
+}
+
+/// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
+/// saver traces for them, one saveable each, and the store holding their values. Writing and
+/// restoring by object both run the eager `MultiDeviceSaver` plan over these.
+pub(super) struct EagerVariables {
+    /// One trackable per value, placed as eager TensorFlow places it.
+    pub trackables: Vec<Trackable>,
+    /// The values, under [`EagerVariables::key`].
+    pub store: VariableStore,
+}
+
+impl EagerVariables {
+    /// The variables of `values`: (checkpoint key, device, value) each.
+    pub fn new<'a>(
+        values: impl IntoIterator<Item = (&'a str, &'a str, HostTensor)>,
+    ) -> Result<EagerVariables, CheckpointError> {
+        let mut trackables = Vec::new();
+        let store = VariableStore::new();
+        for (index, (key, device, value)) in values.into_iter().enumerate() {
+            trackables.push(Trackable {
+                tensors: vec![SaveableTensor {
+                    checkpoint_key: key.to_owned(),
+                    slice_spec: String::new(),
+                    dtype: value.dtype(),
+                    shape: shape_of(&value),
+                    device: eager_device(key, device)?,
+                    variable: VariableDef {
+                        name: Some(Self::name(index)),
+                        init: Init::Zeros,
+                        read: ReadKind::Saveable,
+                    },
+                }],
+            });
+            store
+                .put(&Self::key(index), value)
+                .map_err(|source| CheckpointError::Variable {
+                    key: key.to_owned(),
+                    source,
+                })?;
+        }
+        Ok(EagerVariables { trackables, store })
+    }
+
+    /// The variable holding value `index`.
+    pub fn key(index: usize) -> VarKey {
+        VarKey::new("", Self::name(index))
+    }
+
+    fn name(index: usize) -> String {
+        format!("var_{index}")
+    }
+}
+
+/// A host tensor's shape as the tracer's signed dimensions.
+pub(super) fn shape_of(value: &HostTensor) -> Vec<i64> {
+    value.shape().iter().map(|&dim| dim as i64).collect()
 }
 
 /// `save_counter`'s value as a tensor (an int64 scalar).
