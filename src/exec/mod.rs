@@ -68,7 +68,9 @@ pub use error::{ExecError, KernelError};
 pub use executor::Executor;
 pub use io::{BundleIo, CheckpointIo, IoError, MergeFlags, RestoreRequest, SaveGuard, SaveRequest};
 pub use kernels::{Kernel, KernelCx, VariableAttrs};
-pub use plan::{CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId, Work};
+pub use plan::{
+    CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId, Work, resolve_device,
+};
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
 pub use variables::{VarKey, VariableError, VariableStore};

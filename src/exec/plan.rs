@@ -649,7 +649,11 @@ fn parse_device(name: &str, device: &str) -> Result<DeviceSpec, ExecError> {
 }
 
 /// The canonical device op `name` runs on: `requested` merged over `default`, index `*` → 0.
-fn resolve_device(name: &str, requested: &str, default: &DeviceSpec) -> Result<String, ExecError> {
+pub fn resolve_device(
+    name: &str,
+    requested: &str,
+    default: &DeviceSpec,
+) -> Result<String, ExecError> {
     let mut spec = default.make_merged_spec(&parse_device(name, requested)?);
     if !matches!(spec.device_index, Some(DeviceIndex::Index(_))) {
         spec.device_index = Some(DeviceIndex::Index(0));

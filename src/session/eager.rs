@@ -17,13 +17,13 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use saveplan_ir::device::{DeviceIndex, DeviceSpec};
+use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::{Attrs, Graph, Module, Op, OpId, Port, VerifyErrors, Versions, verify_module};
 
 use super::function_cache::{CacheEvent, Call, FunctionCache, FunctionKey, RetracePolicy};
 use crate::exec::{
     Backend, CompiledPlan, DEFAULT_DEVICE, ExecError, Executor, HostTensor, Kernel, KernelCx,
-    KernelError, RunContext,
+    KernelError, RunContext, resolve_device,
 };
 use crate::trace::{
     Builder, FlatOps, FlatParts, TraceError, TraceOptions, Trackable, VariableOps, count_tasks,
@@ -140,15 +140,7 @@ impl<'a> EagerBuilder<'a> {
 
     /// The canonical device op `name` runs on, as the plan compiler resolves it.
     fn resolve_device(&self, name: &str, requested: &str) -> Result<String, ExecError> {
-        let requested = DeviceSpec::parse(requested).map_err(|source| ExecError::BadDevice {
-            name: name.to_owned(),
-            source,
-        })?;
-        let mut spec = self.default_device.make_merged_spec(&requested);
-        if !matches!(spec.device_index, Some(DeviceIndex::Index(_))) {
-            spec.device_index = Some(DeviceIndex::Index(0));
-        }
-        Ok(spec.to_string())
+        resolve_device(name, requested, &self.default_device)
     }
 }
 
