@@ -23,9 +23,11 @@
 
 mod build;
 mod latest;
+mod manager;
 mod restore;
 mod save;
 mod spec;
+mod writer;
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +35,7 @@ pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
+pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use restore::{
     Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
     RestoreReport, TensorType, ValueStatus,
@@ -254,6 +257,49 @@ pub enum CheckpointError {
         /// Why.
         #[source]
         source: Box<WriteFailure>,
+    },
+    /// The thread writing an asynchronous checkpoint could not be started.
+    #[error("writing checkpoint {prefix} failed: cannot start the writer thread")]
+    SpawnWriter {
+        /// The prefix.
+        prefix: String,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread writing an asynchronous checkpoint panicked.
+    #[error("writing checkpoint {prefix} failed: the writer thread panicked")]
+    WriterPanicked {
+        /// The prefix.
+        prefix: String,
+    },
+    /// `max_to_keep` of a CheckpointManager is 0 (TensorFlow's message).
+    #[error("Expected a positive integer or `None` for `max_to_keep`, got 0.")]
+    MaxToKeepZero,
+    /// A CheckpointManager has a `checkpoint_interval` but no step counter (TensorFlow's
+    /// message).
+    #[error("`step_counter` should be passed if `checkpoint_interval` is not None.")]
+    IntervalWithoutStepCounter,
+    /// A CheckpointManager's step counter is no integer scalar value of its checkpoint.
+    #[error("step counter `{key}` is no int32 or int64 scalar value of the checkpoint")]
+    BadStepCounter {
+        /// The checkpoint key given as the step counter.
+        key: String,
+    },
+    /// A path that is not UTF-8, where a checkpoint prefix must be.
+    #[error("{}: a checkpoint prefix must be UTF-8", path.display())]
+    NonUtf8Path {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Deleting an old checkpoint's file failed.
+    #[error("{}: cannot delete old checkpoint file", path.display())]
+    DeleteCheckpoint {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
     },
     /// The `checkpoint` state file cannot be written.
     #[error("{}: cannot write", path.display())]

@@ -417,6 +417,8 @@ impl Checkpoint {
         prefix: &str,
         kind: RestoreKind,
     ) -> Result<RestoreMatch, CheckpointError> {
+        // An asynchronous write in flight finishes first (FORMATS.md 13.14).
+        self.sync()?;
         let reader = BundleReader::open(prefix).map_err(|err| match err {
             BundleError::IndexNotFound { .. } => CheckpointError::NotFound {
                 prefix: prefix.to_owned(),

@@ -19,6 +19,7 @@ use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, VARIABLE_VALUE,
 };
 
+use super::writer::{AfterWrite, CapturedWrite, Pending, RecordingIo};
 use super::{CheckpointError, STATE_FILE, parent_dir};
 use crate::bundle::WriteOptions;
 use crate::exec::VariableStore;
@@ -46,6 +47,8 @@ pub struct Checkpoint {
     write_options: WriteOptions,
     options: TraceOptions,
     pending: Vec<String>,
+    async_writes: bool,
+    in_flight: Pending,
 }
 
 impl Checkpoint {
@@ -83,6 +86,8 @@ impl Checkpoint {
             write_options: WriteOptions::default(),
             options: TraceOptions::default(),
             pending: Vec::new(),
+            async_writes: false,
+            in_flight: Pending::default(),
         })
     }
 
@@ -104,6 +109,36 @@ impl Checkpoint {
     pub fn with_options(mut self, options: TraceOptions) -> Checkpoint {
         self.options = options;
         self
+    }
+
+    /// The same checkpoint writing asynchronously or not (`CheckpointOptions(enable_async=…)`,
+    /// FORMATS.md 13.14). Enabling it creates `save_counter` (at 0) if it does not exist yet,
+    /// as TensorFlow does, so an asynchronous [`Checkpoint::write`] stores it.
+    ///
+    /// An asynchronous `write`/`save` returns once the values are captured: the plan runs at
+    /// once and keeps each tensor it saves (shared, not copied: changing a value afterwards
+    /// replaces it and does not change the write), and a background thread writes the files
+    /// (and, for `save`, the `checkpoint` file). One write is in flight at a time: the next
+    /// `write`/`save`, [`Checkpoint::restore`], [`Checkpoint::read`] and [`Checkpoint::sync`]
+    /// wait for it, and the first of them returns its error. A failed write leaves no file at
+    /// its prefix. Dropping the checkpoint waits for the write in flight.
+    pub fn with_async(mut self, enable: bool) -> Checkpoint {
+        self.async_writes = enable;
+        if enable && self.save_counter.is_none() {
+            self.save_counter = Some(0);
+        }
+        self
+    }
+
+    /// Whether writes are asynchronous ([`Checkpoint::with_async`]).
+    pub fn is_async(&self) -> bool {
+        self.async_writes
+    }
+
+    /// `tf.train.Checkpoint.sync()`: waits for the asynchronous write in flight, if any, and
+    /// returns its error. Synchronous checkpoints have none in flight.
+    pub fn sync(&self) -> Result<(), CheckpointError> {
+        self.in_flight.wait()
     }
 
     /// The value of `save_counter`; `None` until the first [`Checkpoint::save`] or
@@ -174,20 +209,55 @@ impl Checkpoint {
     }
 
     /// `tf.train.Checkpoint.write(prefix)`: writes `prefix.index` and its data file(s), creating
-    /// the parent directory. Returns the prefix.
+    /// the parent directory. Returns the prefix (asynchronously: see
+    /// [`Checkpoint::with_async`]).
     pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
-        create_parent(Path::new(prefix))?;
-        self.write_with(prefix, false)
+        self.write_then(prefix, None)
     }
 
     /// `write(prefix)` as a `tf.function` wrapping it runs (FORMATS.md 13.5, 13.6): the object
     /// graph constant is on the bare `/device:CPU:0`, a task of its own, so the checkpoint has
     /// two shards (the variables, then the object graph); the parent directory is not created.
     pub fn write_traced(&self, prefix: &str) -> Result<String, CheckpointError> {
-        self.write_with(prefix, true)
+        self.sync()?;
+        let captured = self.capture(prefix, true)?;
+        self.finish(prefix, captured, None)
     }
 
-    fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
+    /// [`Checkpoint::write`], then `after` (TensorFlow's write callback) once the files are
+    /// written: at once, or on the background thread of an asynchronous checkpoint.
+    pub(super) fn write_then(
+        &self,
+        prefix: &str,
+        after: Option<AfterWrite>,
+    ) -> Result<String, CheckpointError> {
+        self.sync()?;
+        create_parent(Path::new(prefix))?;
+        let captured = self.capture(prefix, false)?;
+        self.finish(prefix, captured, after)
+    }
+
+    /// Writes `captured` and runs `after`, now or (asynchronously) on a background thread.
+    fn finish(
+        &self,
+        prefix: &str,
+        captured: CapturedWrite,
+        after: Option<AfterWrite>,
+    ) -> Result<String, CheckpointError> {
+        let write = move || {
+            captured.commit()?;
+            after.map_or(Ok(()), |after| after())
+        };
+        if self.async_writes {
+            self.in_flight.start(prefix, write)?;
+        } else {
+            write()?;
+        }
+        Ok(prefix.to_owned())
+    }
+
+    /// Runs the save plan of a write to `prefix` and captures what it would write.
+    fn capture(&self, prefix: &str, traced: bool) -> Result<CapturedWrite, CheckpointError> {
         let graph = self.object_graph();
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
         let EagerVariables {
@@ -229,22 +299,35 @@ impl Checkpoint {
             .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
         let mut saver = EagerSaver::new(trackables)
             .map_err(|source| write_error(WriteFailure::Trace(source)))?;
-        let run = RunContext::new(&variables).with_io(&io);
+        let recording = RecordingIo::default();
+        let run = RunContext::new(&variables).with_io(&recording);
         saver
             .save(&run, prefix, &self.options)
             .map_err(|source| write_error(WriteFailure::Eager(source)))?;
-        Ok(prefix.to_owned())
+        Ok(recording.into_write(prefix, io))
     }
 
     /// `tf.train.Checkpoint.save(file_prefix)`: creates `save_counter` at 0 if needed, adds one,
     /// writes `<file_prefix>-<counter>` and rewrites the `checkpoint` file of its directory
     /// (FORMATS.md 13.8) through a temporary file and a rename. Returns the path written.
     pub fn save(&mut self, file_prefix: &str) -> Result<String, CheckpointError> {
+        let path = self.next_save_path(file_prefix, None)?;
+        let prefix = PathBuf::from(&path);
+        let after: AfterWrite = Box::new(move || write_state_file(&prefix));
+        self.write_then(&path, Some(after))
+    }
+
+    /// Waits for the write in flight, adds one to `save_counter` (creating it at 0) and returns
+    /// `<file_prefix>-<number>`, the counter's new value unless `number` is given.
+    pub(super) fn next_save_path(
+        &mut self,
+        file_prefix: &str,
+        number: Option<i64>,
+    ) -> Result<String, CheckpointError> {
+        self.sync()?;
         let counter = self.save_counter.unwrap_or(0) + 1;
         self.save_counter = Some(counter);
-        let path = self.write(&format!("{file_prefix}-{counter}"))?;
-        write_state_file(Path::new(&path))?;
-        Ok(path)
+        Ok(format!("{file_prefix}-{}", number.unwrap_or(counter)))
     }
 }
 
@@ -327,6 +410,9 @@ pub enum WriteFailure {
     /// Running the plan failed.
     #[error(transparent)]
     Eager(crate::session::EagerError),
+    /// Writing the files the plan made failed.
+    #[error(transparent)]
+    Files(crate::exec::IoError),
 }
 
 /// Every attribute of `graph`, in node order.
@@ -396,25 +482,32 @@ fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {
 }
 
 /// Writes the `checkpoint` state file next to `prefix`, naming it (relative) as the latest
-/// and only checkpoint, through a temporary file and a rename.
+/// and only checkpoint.
 fn write_state_file(prefix: &Path) -> Result<(), CheckpointError> {
-    let dir = parent_dir(prefix);
     let name = prefix
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let text = checkpoint_state_text(&CheckpointState {
-        model_checkpoint_path: name.clone(),
-        all_model_checkpoint_paths: vec![name],
-        ..CheckpointState::default()
-    });
+    write_state(
+        parent_dir(prefix),
+        &CheckpointState {
+            model_checkpoint_path: name.clone(),
+            all_model_checkpoint_paths: vec![name],
+            ..CheckpointState::default()
+        },
+    )
+}
+
+/// Writes `state` as the `checkpoint` file of `dir` through a temporary file and a rename, so
+/// the file is always whole.
+pub(super) fn write_state(dir: &Path, state: &CheckpointState) -> Result<(), CheckpointError> {
     let path = dir.join(STATE_FILE);
     let temp: PathBuf = dir.join(format!(".{STATE_FILE}.tmp{}", std::process::id()));
     let error = |source| CheckpointError::WriteStateFile {
         path: path.clone(),
         source,
     };
-    std::fs::write(&temp, text).map_err(error)?;
+    std::fs::write(&temp, checkpoint_state_text(state)).map_err(error)?;
     std::fs::rename(&temp, &path).map_err(|source| {
         let _ = std::fs::remove_file(&temp);
         error(source)
