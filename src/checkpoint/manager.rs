@@ -126,7 +126,11 @@ impl ManagerOptions {
 
     /// The same options saving every `interval` steps of the step counter saved under
     /// `step_counter` (a checkpoint key).
-    pub fn with_interval(mut self, step_counter: impl Into<String>, interval: i64) -> ManagerOptions {
+    pub fn with_interval(
+        mut self,
+        step_counter: impl Into<String>,
+        interval: i64,
+    ) -> ManagerOptions {
         self.step_counter = Some(step_counter.into());
         self.checkpoint_interval = Some(interval);
         self
@@ -216,7 +220,9 @@ impl CheckpointManager {
         let prefix_path = directory.join(&options.checkpoint_name);
         let prefix = prefix_path
             .to_str()
-            .ok_or(CheckpointError::NonUtf8Path { path: prefix_path.clone() })?
+            .ok_or(CheckpointError::NonUtf8Path {
+                path: prefix_path.clone(),
+            })?
             .to_owned();
         let state = recover(&directory, options.clock.now())?;
         Ok(CheckpointManager {

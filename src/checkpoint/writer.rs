@@ -202,7 +202,10 @@ impl Pending {
                 prefix: prefix.to_owned(),
                 source,
             })?;
-        *self.in_flight.lock().unwrap_or_else(PoisonError::into_inner) = Some(InFlight {
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(InFlight {
             prefix: prefix.to_owned(),
             handle,
         });

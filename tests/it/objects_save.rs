@@ -5,35 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use saveplan::bundle::{BundleReader, Values};
+use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
-    Checkpoint, CheckpointError, NodeId, OBJECT_GRAPH_KEY, Object, ObjectGraph, ObjectSpec,
-    SAVE_COUNTER, build_object_graph, read_object_graph,
+    Checkpoint, CheckpointError, NodeId, Object, ObjectGraph, ObjectSpec, SAVE_COUNTER,
+    build_object_graph, read_object_graph,
 };
 use saveplan::exec::HostTensor;
 
+use crate::support::objects::{COUNTER_KEY, assert_same_bundle, fixture_values};
 use crate::support::{fixture, saveplan};
-
-const COUNTER_KEY: &str = "save_counter/.ATTRIBUTES/VARIABLE_VALUE";
-
-/// The values of a fixture bundle by key, without the object graph and the save counter.
-fn fixture_values(prefix: &Path) -> BTreeMap<String, HostTensor> {
-    let reader = BundleReader::open(prefix).unwrap();
-    let mut values = BTreeMap::new();
-    for entry in reader.entries() {
-        if entry.key == OBJECT_GRAPH_KEY || entry.key == COUNTER_KEY {
-            continue;
-        }
-        let tensor = reader.read(&entry.key).unwrap();
-        let shape = tensor.shape.iter().map(|&dim| dim as u64).collect();
-        let value = match tensor.values {
-            Values::Bytes(bytes) => HostTensor::from_bytes(tensor.dtype, shape, bytes),
-            Values::Strings(strings) => HostTensor::from_strings(shape, strings),
-        };
-        values.insert(entry.key.clone(), value.unwrap());
-    }
-    values
-}
 
 /// A fixture's stored object graph without its `save_counter` node (the graph a
 /// `Checkpoint` is made from).
@@ -61,34 +41,6 @@ fn without_save_counter(graph: ObjectGraph) -> ObjectGraph {
     let mut graph = ObjectGraph::new(nodes).unwrap();
     graph.fill_has_values();
     graph
-}
-
-/// Asserts that the bundle at `ours` has the files and bytes of the fixture bundle at `theirs`.
-fn assert_same_bundle(ours: &Path, theirs: &Path) {
-    let name = theirs.file_name().unwrap().to_str().unwrap();
-    let dir = theirs.parent().unwrap();
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-        .filter(|file| {
-            file.strip_prefix(name)
-                .is_some_and(|rest| rest == ".index" || rest.starts_with(".data-"))
-        })
-        .collect();
-    files.sort();
-    assert!(files.len() >= 2, "{}: no bundle", theirs.display());
-    for file in files {
-        let suffix = &file[name.len()..];
-        let ours_file = format!("{}{suffix}", ours.display());
-        let ours_bytes =
-            std::fs::read(&ours_file).unwrap_or_else(|err| panic!("{ours_file}: {err}"));
-        let theirs_bytes = std::fs::read(dir.join(&file)).unwrap();
-        assert!(
-            ours_bytes == theirs_bytes,
-            "{ours_file} differs from {}",
-            dir.join(&file).display()
-        );
-    }
 }
 
 fn assert_same_state_file(ours: &Path, theirs: &Path) {

@@ -2,11 +2,12 @@
 //! `saveplan` binary, rendering error chains and running a check per case. The submodules hold
 //! what a group of suites shares: `bundle` (bundle fixtures and values), `exec` (IR inputs,
 //! rayon pools, backends), `session` (specs, generated values, fixture checkpoints), `files`
-//! (what a test wrote) and `stack_saver` (a registered saver).
+//! (what a test wrote), `objects` (object-based checkpoint fixtures) and `stack_saver` (a registered saver).
 
 pub mod bundle;
 pub mod exec;
 pub mod files;
+pub mod objects;
 pub mod session;
 pub mod stack_saver;
 
