@@ -27,6 +27,7 @@ mod export_roundtrip;
 mod fuzz;
 mod graph_cli;
 mod objects;
+mod objects_async;
 mod objects_cli;
 mod objects_manager;
 mod objects_restore;
