@@ -290,10 +290,10 @@ impl CheckpointManager {
     ) -> Result<Option<PathBuf>, CheckpointError> {
         if let (Some(interval), Some(key)) = (self.checkpoint_interval, &self.step_counter) {
             let step = step_of(&self.checkpoint, key)?;
-            if let Some(last) = self.last_checkpoint_step {
-                if step == last || (check_interval && step < last.saturating_add(interval)) {
-                    return Ok(None);
-                }
+            if let Some(last) = self.last_checkpoint_step
+                && (step == last || (check_interval && step < last.saturating_add(interval)))
+            {
+                return Ok(None);
             }
             self.last_checkpoint_step = Some(step);
         }
@@ -360,11 +360,11 @@ impl Books {
         };
         while state.checkpoints.len() > max_to_keep {
             let (path, timestamp) = state.checkpoints.remove(0);
-            if let Some(hours) = self.keep_checkpoint_every_n_hours {
-                if timestamp - hours * 3600.0 >= state.last_preserved {
-                    state.last_preserved = timestamp;
-                    continue;
-                }
+            if let Some(hours) = self.keep_checkpoint_every_n_hours
+                && timestamp - hours * 3600.0 >= state.last_preserved
+            {
+                state.last_preserved = timestamp;
+                continue;
             }
             delete_bundle(&path)?;
         }
