@@ -38,8 +38,9 @@
 //! * [`checkpoint`] is object-based checkpointing (`tf.train.Checkpoint`): the object graph a
 //!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the
 //!   graph a checkpoint stores ([`checkpoint::read_object_graph`]) and the latest checkpoint
-//!   of a directory ([`checkpoint::latest_checkpoint`]). Its graph model and key rules are
-//!   IR-crate vocabulary ([`saveplan_ir::object_graph`]), its protobuf form is in
+//!   of a directory ([`checkpoint::latest_checkpoint`]), writing and restoring by object
+//!   ([`checkpoint::Checkpoint`], asynchronously too) and [`checkpoint::CheckpointManager`].
+//!   Its graph model and key rules are IR-crate vocabulary ([`saveplan_ir::object_graph`]), its protobuf form is in
 //!   [`export::object_graph`].
 //!
 //! The `saveplan` binary (`src/main.rs`, `src/cli/`) sits on top and is the only code that

@@ -5,8 +5,10 @@
 //!
 //! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
-//! so every layer can speak of it. [`Checkpoint`] writes and saves by object
-//! (`tf.train.Checkpoint.write`/`save`); restoring by object comes later.
+//! so every layer can speak of it. [`Checkpoint`] writes, saves and restores by object
+//! (`tf.train.Checkpoint.write`/`save`/`restore`), synchronously or not
+//! ([`Checkpoint::with_async`]); [`CheckpointManager`] numbers, keeps and deletes saves in a
+//! directory (`tf.train.CheckpointManager`).
 //!
 //! ```
 //! use saveplan::checkpoint::{Object, build_object_graph};
