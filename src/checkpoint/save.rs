@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{
@@ -502,7 +503,14 @@ fn write_state_file(prefix: &Path) -> Result<(), CheckpointError> {
 /// the file is always whole.
 pub(super) fn write_state(dir: &Path, state: &CheckpointState) -> Result<(), CheckpointError> {
     let path = dir.join(STATE_FILE);
-    let temp: PathBuf = dir.join(format!(".{STATE_FILE}.tmp{}", std::process::id()));
+    // One temporary name per write, so concurrent writers (threads of one process too) never
+    // share one.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let temp: PathBuf = dir.join(format!(
+        ".{STATE_FILE}.tmp{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
     let error = |source| CheckpointError::WriteStateFile {
         path: path.clone(),
         source,
