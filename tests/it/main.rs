@@ -12,6 +12,7 @@ mod bundle_errors;
 mod bundle_fixtures;
 mod bundle_merge;
 mod bundle_roundtrip;
+mod bundle_variant;
 mod check;
 mod cli_pipes;
 mod compile;
