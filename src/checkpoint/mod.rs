@@ -23,6 +23,7 @@
 
 mod build;
 mod latest;
+mod names;
 mod restore;
 mod save;
 mod spec;
@@ -233,6 +234,19 @@ pub enum CheckpointError {
         expected: DType,
         /// The checkpoint's.
         found: DType,
+    },
+    /// A value matched by variable name (name-based restore) has another dtype in the
+    /// checkpoint: TensorFlow reads it with the checkpoint's dtype and the assignment fails.
+    #[error(
+        "`{path}`: Trying to assign variable with wrong dtype. Expected {expected} got {found}"
+    )]
+    AssignDType {
+        /// The object's path (`(root).model.kernel`).
+        path: String,
+        /// Our dtype, as TensorFlow's C++ names it (`double`).
+        expected: String,
+        /// The checkpoint's (`float`).
+        found: String,
     },
     /// A matched value has another shape in the checkpoint.
     #[error(

@@ -20,11 +20,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode};
 use serde::Serialize;
 
 use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
-use super::{Checkpoint, CheckpointError, read_object_graph};
+use super::{Checkpoint, CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
 use crate::exec::{BundleIo, HostTensor, RunContext, TensorData};
 use crate::export::object_graph::node_text;
@@ -79,16 +79,18 @@ pub struct AssertionError {
 /// `restore(None)` its `InitializationOnlyStatus`.
 #[derive(Clone, Debug)]
 pub struct LoadStatus {
-    checks: Option<Checks>,
-    warnings: Vec<String>,
-    partial: bool,
+    pub(super) checks: Option<Checks>,
+    pub(super) warnings: Vec<String>,
+    pub(super) partial: bool,
+    /// For a name-based status (TensorFlow's `NameBasedSaverStatus`): the prefix restored.
+    pub(super) name_based: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
-struct Checks {
-    consumed: Option<String>,
-    existing: Option<String>,
-    nontrivial: Option<String>,
+pub(super) struct Checks {
+    pub(super) consumed: Option<String>,
+    pub(super) existing: Option<String>,
+    pub(super) nontrivial: Option<String>,
 }
 
 const NO_CHECKPOINT: &str = "No checkpoint specified (save_path=None); nothing is being restored.";
@@ -99,7 +101,15 @@ impl LoadStatus {
             checks: None,
             warnings: Vec::new(),
             partial: false,
+            name_based: None,
         }
+    }
+
+    /// Whether this is a name-based status (TensorFlow's `NameBasedSaverStatus`): the
+    /// checkpoint had no object graph and values were matched by variable name (FORMATS.md
+    /// 13.13). [`Checkpoint::refresh_status`] re-checks it against objects attached since.
+    pub fn is_name_based(&self) -> bool {
+        self.name_based.is_some()
     }
 
     /// Whether this is `restore(None)`'s `InitializationOnlyStatus`.
@@ -228,7 +238,7 @@ pub struct ReportCounts {
 }
 
 impl ReportCounts {
-    fn add(&mut self, status: ValueStatus) {
+    pub(super) fn add(&mut self, status: ValueStatus) {
         *match status {
             ValueStatus::Matched => &mut self.matched,
             ValueStatus::Mismatched => &mut self.mismatched,
@@ -266,6 +276,9 @@ impl fmt::Display for ReportCounts {
 pub struct RestoreReport {
     /// The checkpoint prefix.
     pub prefix: String,
+    /// Whether values were matched by variable name: the checkpoint has no object graph
+    /// (a TF1 `Saver` checkpoint, FORMATS.md 13.13).
+    pub name_based: bool,
     /// The totals.
     pub counts: ReportCounts,
     /// The values, sorted by path and attribute.
@@ -274,7 +287,8 @@ pub struct RestoreReport {
 
 impl fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "restore of {}: {}", self.prefix, self.counts)?;
+        let mode = if self.name_based { " (name-based)" } else { "" };
+        writeln!(f, "restore of {}{mode}: {}", self.prefix, self.counts)?;
         let mut root = ReportTree::default();
         for value in &self.values {
             let node = value.path.iter().fold(&mut root, |node, name| {
@@ -351,24 +365,27 @@ fn value_text(value: &ReportValue) -> String {
 
 /// A matched attribute: where to read it and where it goes.
 #[derive(Clone, Debug)]
-struct Pair {
-    checkpoint_key: String,
-    our_key: String,
+pub(super) struct Pair {
+    pub(super) checkpoint_key: String,
+    pub(super) our_key: String,
     /// The object's path for messages (`(root).model.c`).
-    name: String,
-    value: HostTensor,
-    stored: Option<(DType, Vec<i64>)>,
+    pub(super) name: String,
+    pub(super) value: HostTensor,
+    pub(super) stored: Option<(DType, Vec<i64>)>,
+    /// Matched by name (13.13): the value is read with the checkpoint's dtype and a dtype
+    /// mismatch fails at assignment, with TensorFlow's `AssignVariableOp` message.
+    pub(super) by_name: bool,
 }
 
 /// The outcome of matching a checkpoint against a [`Checkpoint`]'s objects, before any value is
 /// read: the report, the load status the restore will return, and the values to read.
 #[derive(Clone, Debug)]
 pub struct RestoreMatch {
-    prefix: String,
-    kind: RestoreKind,
-    pairs: Vec<Pair>,
-    report: RestoreReport,
-    status: LoadStatus,
+    pub(super) prefix: String,
+    pub(super) kind: RestoreKind,
+    pub(super) pairs: Vec<Pair>,
+    pub(super) report: RestoreReport,
+    pub(super) status: LoadStatus,
 }
 
 impl RestoreMatch {
@@ -423,6 +440,9 @@ impl Checkpoint {
             },
             other => CheckpointError::Bundle(other),
         })?;
+        if !is_object_based(&reader) {
+            return Ok(super::names::match_names(self, &reader, prefix, kind));
+        }
         let theirs = read_object_graph(&reader)?;
         let counter = match (kind, self.save_counter()) {
             (_, Some(value)) => Some(value),
@@ -456,15 +476,7 @@ impl Checkpoint {
                 .entry(key)
                 .map(|entry| (entry.dtype, entry.shape.clone()))
         };
-        let repr = |node: NodeId| -> String {
-            let our = ours.node(node);
-            match our.attributes.first() {
-                Some(attribute) if our.attributes.len() == 1 => {
-                    variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
-                }
-                _ => format!("<object {}>", our_names[node.index()]),
-            }
-        };
+        let repr = |node: NodeId| node_repr(ours.node(node), &our_names[node.index()], &value_of);
 
         let mut pairs = Vec::new();
         let mut values = Vec::new();
@@ -516,6 +528,7 @@ impl Checkpoint {
                             name: our_names[our_id.index()].clone(),
                             value,
                             stored: found,
+                            by_name: false,
                         });
                     }
                     None => {
@@ -644,6 +657,7 @@ impl Checkpoint {
             pairs,
             report: RestoreReport {
                 prefix: prefix.to_owned(),
+                name_based: false,
                 counts,
                 values,
             },
@@ -651,6 +665,7 @@ impl Checkpoint {
                 checks: Some(checks),
                 warnings,
                 partial: false,
+                name_based: None,
             },
         })
     }
@@ -758,6 +773,13 @@ fn failure(pairs: &[Pair]) -> Option<CheckpointError> {
             path: pair.name.clone(),
             key: pair.checkpoint_key.clone(),
         }),
+        Some((dtype, _)) if *dtype != pair.value.dtype() && pair.by_name => {
+            Some(CheckpointError::AssignDType {
+                path: pair.name.clone(),
+                expected: cc_dtype_name(pair.value.dtype()),
+                found: cc_dtype_name(*dtype),
+            })
+        }
         Some((dtype, _)) if *dtype != pair.value.dtype() => Some(CheckpointError::RestoreDType {
             path: pair.name.clone(),
             key: pair.checkpoint_key.clone(),
@@ -776,6 +798,14 @@ fn failure(pairs: &[Pair]) -> Option<CheckpointError> {
             })
         })
     })
+}
+
+/// A dtype as TensorFlow's C++ messages name it (`DataTypeString`: `float`, `double`).
+fn cc_dtype_name(dtype: DType) -> String {
+    dtype.proto_name().map_or_else(
+        || dtype.to_string(),
+        |name| name.trim_start_matches("DT_").to_ascii_lowercase(),
+    )
 }
 
 /// Reads `pairs` from the checkpoint at `prefix` with one `RestoreV2` through the eager
@@ -886,7 +916,7 @@ fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
 /// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
 /// first-discovered path's local names joined with `.`; a slot variable
 /// `<optimizer>'s state '<slot>' for <variable>`.
-fn node_names(graph: &ObjectGraph) -> Vec<String> {
+pub(super) fn node_names(graph: &ObjectGraph) -> Vec<String> {
     let mut names: Vec<String> = graph
         .paths()
         .iter()
@@ -910,7 +940,7 @@ fn node_names(graph: &ObjectGraph) -> Vec<String> {
 
 /// Each node's path as local names; a slot variable's is its variable's path and
 /// `<slot> of <optimizer path>`.
-fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
+pub(super) fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
     let mut paths: Vec<Vec<String>> = graph
         .paths()
         .into_iter()
@@ -937,7 +967,7 @@ fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
     paths
 }
 
-fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
+pub(super) fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
     TensorType {
         dtype: dtype.to_string(),
         shape,
@@ -945,7 +975,7 @@ fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
 }
 
 /// A shape as Python prints a tuple: `()`, `(2,)`, `(2, 3)`.
-fn python_shape(shape: &[i64]) -> String {
+pub(super) fn python_shape(shape: &[i64]) -> String {
     match shape {
         [one] => format!("({one},)"),
         _ => format!(
@@ -960,24 +990,39 @@ fn python_shape(shape: &[i64]) -> String {
 }
 
 /// A list of strings as Python prints it: `['a', 'b']`.
-fn python_list(names: &[&str]) -> String {
+pub(super) fn python_list(names: &[&str]) -> String {
     let items: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
     format!("[{}]", items.join(", "))
 }
 
+/// `repr()` of one of our objects: a variable's (one attribute) as an eager `tf.Variable`'s,
+/// anything else `<object (root).path>`.
+pub(super) fn node_repr(
+    node: &ObjectNode,
+    name: &str,
+    value_of: &dyn Fn(&str) -> HostTensor,
+) -> String {
+    match node.attributes.as_slice() {
+        [attribute] => variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key)),
+        _ => format!("<object {name}>"),
+    }
+}
+
 /// `repr()` of an eager `tf.Variable`:
 /// `<tf.Variable 'Variable:0' shape=(2,) dtype=float32, numpy=array([0., 0.], dtype=float32)>`.
-fn variable_repr(full_name: &str, value: &HostTensor) -> String {
+pub(super) fn variable_repr(full_name: &str, value: &HostTensor) -> String {
+    let numpy = numpy_repr(value);
+    // Python puts a multi-line array on a line of its own.
+    let newline = if numpy.contains('\n') { "\n" } else { "" };
     format!(
-        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={}>",
+        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={newline}{numpy}>",
         python_shape(&shape_of(value)),
         value.dtype(),
-        numpy_repr(value)
     )
 }
 
-/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, without
-/// numpy's line wrapping).
+/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, one row per
+/// line for two and more dimensions, without numpy's wrapping of long rows).
 fn numpy_repr(value: &HostTensor) -> String {
     let Some(elements) = elements(value) else {
         return "...".to_owned();
@@ -988,7 +1033,7 @@ fn numpy_repr(value: &HostTensor) -> String {
             .map_or_else(String::new, |e| e.scalar.clone());
     }
     let items: Vec<&str> = elements.iter().map(|e| e.array.as_str()).collect();
-    let body = nest(value.shape(), &items);
+    let body = nest(value.shape(), &items, 0);
     let dtype = value.dtype();
     if matches!(dtype, DType::Double | DType::Int64 | DType::Bool) {
         format!("array({body})")
@@ -1002,16 +1047,19 @@ struct Element {
     array: String,
 }
 
-fn nest(shape: &[u64], items: &[&str]) -> String {
+/// Nests `items` into numpy's array text: `, ` between elements of the last axis; between
+/// sub-arrays a comma, one newline per inner axis and the indent of `array(` plus the depth.
+fn nest(shape: &[u64], items: &[&str], depth: usize) -> String {
     match shape {
         [] => items.first().copied().unwrap_or_default().to_owned(),
         [_] => format!("[{}]", items.join(", ")),
         [first, rest @ ..] => {
             let stride = items.len() / (*first).max(1) as usize;
             let parts: Vec<String> = (0..*first as usize)
-                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride]))
+                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride], depth + 1))
                 .collect();
-            format!("[{}]", parts.join(", "))
+            let separator = format!(",{}{}", "\n".repeat(rest.len()), " ".repeat(7 + depth));
+            format!("[{}]", parts.join(&separator))
         }
     }
 }

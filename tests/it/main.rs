@@ -29,6 +29,7 @@ mod fuzz;
 mod graph_cli;
 mod objects;
 mod objects_cli;
+mod objects_names;
 mod objects_restore;
 mod objects_save;
 mod run_cli;

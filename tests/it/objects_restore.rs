@@ -397,6 +397,9 @@ const CLI_CASES: &[(&str, &str)] = &[
     ("o2_v1_adam", "o2_optimizer/v1_adam"),
     ("o2_v1_adam_partial", "o2_optimizer/v1_adam"),
     ("o6_sync", "o6_options_async/sync/w"),
+    // Name-based: a TF1 `Saver` checkpoint without an object graph.
+    ("o5_names_match", "o5_name_based/tf1/model"),
+    ("o5_names_differ", "o5_name_based/tf1/model"),
 ];
 
 fn run_cli(args: &[&str]) -> (i32, String, String) {
