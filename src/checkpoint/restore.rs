@@ -20,10 +20,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode};
+use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
 use serde::Serialize;
 
-use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
+use super::save::{
+    EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, value_keys, with_save_counter,
+};
 use super::{Checkpoint, CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
 use crate::exec::{BundleIo, HostTensor, RunContext, TensorData};
@@ -460,6 +462,26 @@ impl Checkpoint {
                 .cloned()
                 .unwrap_or_else(|| counter_value.clone())
         };
+        let owned = value_keys(&ours, self.values())?;
+        // Our values missing from the checkpoint: one per value key of the attribute.
+        let missing_values = |path: &[String], attribute: &Attribute| -> Vec<ReportValue> {
+            let key = attribute.checkpoint_key.as_str();
+            let keys = owned.get(key).filter(|keys| !keys.is_empty());
+            keys.map_or_else(|| vec![key], Clone::clone)
+                .into_iter()
+                .map(|value_key| {
+                    let value = value_of(value_key);
+                    ReportValue {
+                        path: path.to_vec(),
+                        attribute: attribute.name.clone(),
+                        status: ValueStatus::Missing,
+                        checkpoint_key: None,
+                        program: Some(tensor_type((value.dtype(), shape_of(&value)))),
+                        checkpoint: None,
+                    }
+                })
+                .collect()
+        };
         let bound = bind(&theirs, &ours);
         let mut ours_bound = vec![None; ours.nodes().len()];
         for (their, our) in bound.iter().enumerate() {
@@ -485,14 +507,12 @@ impl Checkpoint {
         for (index, node) in theirs.nodes().iter().enumerate() {
             let Some(our_id) = bound[index] else {
                 for attribute in &node.attributes {
-                    values.push(ReportValue {
-                        path: their_paths[index].clone(),
-                        attribute: attribute.name.clone(),
-                        status: ValueStatus::Unused,
-                        checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                        program: None,
-                        checkpoint: stored(&attribute.checkpoint_key).map(tensor_type),
-                    });
+                    values.extend(unused_values(
+                        &reader,
+                        &their_paths[index],
+                        &attribute.name,
+                        &attribute.checkpoint_key,
+                    ));
                 }
                 if !node.attributes.is_empty() {
                     warnings.push(format!(
@@ -505,42 +525,47 @@ impl Checkpoint {
             let our = ours.node(our_id);
             let mut unused = Vec::new();
             for attribute in &node.attributes {
-                let found = stored(&attribute.checkpoint_key);
                 match our.attributes.iter().find(|a| a.name == attribute.name) {
                     Some(our_attribute) => {
-                        let value = value_of(&our_attribute.checkpoint_key);
-                        let program = (value.dtype(), shape_of(&value));
-                        let status = match &found {
-                            Some(found) if *found == program => ValueStatus::Matched,
-                            _ => ValueStatus::Mismatched,
-                        };
-                        values.push(ReportValue {
-                            path: our_paths[our_id.index()].clone(),
-                            attribute: attribute.name.clone(),
-                            status,
-                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                            program: Some(tensor_type(program)),
-                            checkpoint: found.clone().map(tensor_type),
-                        });
-                        pairs.push(Pair {
-                            checkpoint_key: attribute.checkpoint_key.clone(),
-                            our_key: our_attribute.checkpoint_key.clone(),
-                            name: our_names[our_id.index()].clone(),
-                            value,
-                            stored: found,
-                            by_name: false,
-                        });
+                        // A legacy saveable's values are its key plus suffixes, in both.
+                        let our_key = our_attribute.checkpoint_key.as_str();
+                        let our_keys = owned.get(our_key).filter(|keys| !keys.is_empty());
+                        for value_key in our_keys.map_or_else(|| vec![our_key], Clone::clone) {
+                            let suffix = &value_key[our_key.len()..];
+                            let their_key = format!("{}{suffix}", attribute.checkpoint_key);
+                            let found = stored(&their_key);
+                            let value = value_of(value_key);
+                            let program = (value.dtype(), shape_of(&value));
+                            let status = match &found {
+                                Some(found) if *found == program => ValueStatus::Matched,
+                                _ => ValueStatus::Mismatched,
+                            };
+                            values.push(ReportValue {
+                                path: our_paths[our_id.index()].clone(),
+                                attribute: attribute.name.clone(),
+                                status,
+                                checkpoint_key: Some(their_key.clone()),
+                                program: Some(tensor_type(program)),
+                                checkpoint: found.clone().map(tensor_type),
+                            });
+                            pairs.push(Pair {
+                                checkpoint_key: their_key,
+                                our_key: value_key.to_owned(),
+                                name: our_names[our_id.index()].clone(),
+                                value,
+                                stored: found,
+                                by_name: false,
+                            });
+                        }
                     }
                     None => {
                         unused.push(attribute.name.clone());
-                        values.push(ReportValue {
-                            path: their_paths[index].clone(),
-                            attribute: attribute.name.clone(),
-                            status: ValueStatus::Unused,
-                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                            program: None,
-                            checkpoint: found.map(tensor_type),
-                        });
+                        values.extend(unused_values(
+                            &reader,
+                            &their_paths[index],
+                            &attribute.name,
+                            &attribute.checkpoint_key,
+                        ));
                     }
                 }
             }
@@ -553,15 +578,7 @@ impl Checkpoint {
                     continue;
                 }
                 missing.push(&attribute.name);
-                let value = value_of(&attribute.checkpoint_key);
-                values.push(ReportValue {
-                    path: our_paths[our_id.index()].clone(),
-                    attribute: attribute.name.clone(),
-                    status: ValueStatus::Missing,
-                    checkpoint_key: None,
-                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
-                    checkpoint: None,
-                });
+                values.extend(missing_values(&our_paths[our_id.index()], attribute));
             }
             if !missing.is_empty() {
                 warnings.push(format!(
@@ -578,15 +595,7 @@ impl Checkpoint {
             }
             unbound_reprs.push(repr(NodeId(index as u32)));
             for attribute in &node.attributes {
-                let value = value_of(&attribute.checkpoint_key);
-                values.push(ReportValue {
-                    path: our_paths[index].clone(),
-                    attribute: attribute.name.clone(),
-                    status: ValueStatus::Missing,
-                    checkpoint_key: None,
-                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
-                    checkpoint: None,
-                });
+                values.extend(missing_values(&our_paths[index], attribute));
             }
         }
         unbound_reprs.sort();
@@ -762,6 +771,44 @@ impl Checkpoint {
         }
         Ok(())
     }
+}
+
+/// The report values of a checkpoint attribute nobody takes: its key, or, for a legacy
+/// saveable whose key is only a prefix (FORMATS.md 13.4), each bundle key extending it.
+fn unused_values(
+    reader: &BundleReader,
+    path: &[String],
+    attribute: &str,
+    key: &str,
+) -> Vec<ReportValue> {
+    let entries: Vec<_> = match reader.entry(key) {
+        Some(entry) => vec![entry],
+        None => reader
+            .entries()
+            .iter()
+            .filter(|entry| entry.key.starts_with(key) && !entry.key[key.len()..].contains('/'))
+            .collect(),
+    };
+    let value = |key: &str, checkpoint| ReportValue {
+        path: path.to_vec(),
+        attribute: attribute.to_owned(),
+        status: ValueStatus::Unused,
+        checkpoint_key: Some(key.to_owned()),
+        program: None,
+        checkpoint,
+    };
+    if entries.is_empty() {
+        return vec![value(key, None)];
+    }
+    entries
+        .into_iter()
+        .map(|entry| {
+            value(
+                &entry.key,
+                Some(tensor_type((entry.dtype, entry.shape.clone()))),
+            )
+        })
+        .collect()
 }
 
 /// The first problem that makes restoring `pairs` fail, as TensorFlow orders them: a dtype
@@ -995,7 +1042,7 @@ pub(super) fn python_list(names: &[&str]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// `repr()` of one of our objects: a variable's (one attribute) as an eager `tf.Variable`'s,
+/// `repr()` of one of our objects: a variable's (one `VARIABLE_VALUE`) as an eager `tf.Variable`'s,
 /// anything else `<object (root).path>`.
 pub(super) fn node_repr(
     node: &ObjectNode,
@@ -1003,7 +1050,9 @@ pub(super) fn node_repr(
     value_of: &dyn Fn(&str) -> HostTensor,
 ) -> String {
     match node.attributes.as_slice() {
-        [attribute] => variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key)),
+        [attribute] if attribute.name == VARIABLE_VALUE => {
+            variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
+        }
         _ => format!("<object {name}>"),
     }
 }

@@ -62,18 +62,11 @@ impl Checkpoint {
         }) {
             return Err(CheckpointError::SaveCounterTaken);
         }
-        let keys: Vec<&str> = attributes(&graph)
-            .map(|attribute| attribute.checkpoint_key.as_str())
-            .collect();
-        for key in &keys {
-            if !values.contains_key(*key) {
-                return Err(CheckpointError::MissingValue {
-                    key: (*key).to_owned(),
-                });
-            }
-        }
-        if let Some(key) = values.keys().find(|key| !keys.contains(&key.as_str())) {
-            return Err(CheckpointError::UnknownValue { key: key.clone() });
+        let owned = value_keys(&graph, &values)?;
+        if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
+            return Err(CheckpointError::MissingValue {
+                key: (*key).to_owned(),
+            });
         }
         Ok(Checkpoint {
             graph,
@@ -190,15 +183,25 @@ impl Checkpoint {
     fn write_with(&self, prefix: &str, traced: bool) -> Result<String, CheckpointError> {
         let graph = self.object_graph();
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
+        let owned = value_keys(&graph, &self.values)?;
+        // TensorFlow writes `PythonState` attributes after every tensor attribute (13.5).
+        let (tensors, python): (Vec<&Attribute>, Vec<&Attribute>) =
+            attributes(&graph).partition(|attribute| attribute.name != PYTHON_STATE);
         let EagerVariables {
             mut trackables,
             store: variables,
-        } = EagerVariables::new(attributes(&graph).map(|attribute| {
+        } = EagerVariables::new(tensors.into_iter().chain(python).flat_map(|attribute| {
             let key = attribute.checkpoint_key.as_str();
-            let device = self.devices.get(key).map_or("/cpu:0", String::as_str);
+            let keys = owned.get(key).filter(|keys| !keys.is_empty());
             // The only attribute without a value is `save_counter`'s.
-            let value = self.values.get(key).unwrap_or(&counter_value);
-            (key, device, value.clone())
+            let keys = keys.map_or_else(|| vec![key], Clone::clone);
+            keys.into_iter().map(|value_key| {
+                let device = (self.devices.get(value_key))
+                    .or_else(|| self.devices.get(key))
+                    .map_or("/cpu:0", String::as_str);
+                let value = self.values.get(value_key).unwrap_or(&counter_value);
+                (value_key, device, value.clone())
+            })
         }))?;
         trackables.push(Trackable {
             tensors: vec![SaveableTensor {
@@ -330,6 +333,35 @@ pub enum WriteFailure {
 }
 
 /// Every attribute of `graph`, in node order.
+/// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).
+pub const PYTHON_STATE: &str = "py_state";
+
+/// The value keys of each attribute, by its checkpoint key, in key order: the checkpoint key
+/// itself, or, for a legacy saveable whose checkpoint key is only a prefix of its bundle keys
+/// (FORMATS.md 13.4: `table/.ATTRIBUTES/table` → `…/table-keys`, `…/table-values`), the value
+/// keys extending it. A value key extending several attribute keys belongs to the longest.
+/// A value key of no attribute is [`CheckpointError::UnknownValue`].
+pub(super) fn value_keys<'a>(
+    graph: &'a ObjectGraph,
+    values: &'a BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<&'a str, Vec<&'a str>>, CheckpointError> {
+    let mut owned: BTreeMap<&str, Vec<&str>> = attributes(graph)
+        .map(|attribute| (attribute.checkpoint_key.as_str(), Vec::new()))
+        .collect();
+    for key in values.keys() {
+        let owner = owned
+            .range(..=key.as_str())
+            .rev()
+            .map(|(attribute, _)| *attribute)
+            .find(|attribute| key.starts_with(attribute));
+        match owner {
+            Some(owner) => owned.get_mut(owner).expect("a key of the map").push(key),
+            None => return Err(CheckpointError::UnknownValue { key: key.clone() }),
+        }
+    }
+    Ok(owned)
+}
+
 fn attributes(graph: &ObjectGraph) -> impl Iterator<Item = &Attribute> {
     graph.nodes().iter().flat_map(|node| node.attributes.iter())
 }

@@ -29,10 +29,12 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
-use super::{Checkpoint, CheckpointError, Object, build_object_graph, display_path};
+use super::{
+    Checkpoint, CheckpointError, Checkpointable, Object, build_object_graph, display_path,
+};
 use crate::exec::HostTensor;
 use crate::trace::TraceOptions;
 use crate::trace::spec::{OptionsSpec, SpecFile};
@@ -68,6 +70,17 @@ pub struct ObjectEntry {
     /// Set for a slot variable (then `path` is empty).
     #[serde(default)]
     pub slot: Option<SlotSpec>,
+    /// A named tensor of the object at `path` instead of a variable: the attribute name as
+    /// the object graph stores it (`_serialize_to_tensors` names escaped once, `py_state`,
+    /// a legacy saveable's name such as `table`). Several entries may name attributes of one
+    /// object. Absent: the object is a variable (`VARIABLE_VALUE`).
+    #[serde(default)]
+    pub attribute: Option<String>,
+    /// For a legacy saveable whose bundle keys extend its checkpoint key (`-keys`,
+    /// `-values` of a `MutableHashTable`'s `table`, `_STATE` of an iterator's `ITERATOR`):
+    /// this value's suffix. One entry per suffix.
+    #[serde(default)]
+    pub suffix: Option<String>,
 }
 
 /// Which slot a slot variable is.
@@ -166,8 +179,8 @@ struct TreeNode {
     /// Children in first-appearance order: (local name, node index).
     children: Vec<(String, usize)>,
     by_name: BTreeMap<String, usize>,
-    /// The entry this node is the variable of.
-    variable: Option<usize>,
+    /// The entries this node holds the values of (a variable: one).
+    variable: Vec<usize>,
 }
 
 impl ObjectSpec {
@@ -201,13 +214,23 @@ impl ObjectSpec {
             match (&entry.slot, entry.path.is_empty()) {
                 (None, false) => {
                     let node = walk(&mut tree, index, &entry.path)?;
-                    if tree[node].variable.is_some() || !tree[node].children.is_empty() {
+                    let same_value = |other: &usize| {
+                        let other = &self.objects[*other];
+                        other.attribute.is_none()
+                            || entry.attribute.is_none()
+                            || (other.attribute == entry.attribute && other.suffix == entry.suffix)
+                    };
+                    if tree[node].variable.iter().any(same_value) || !tree[node].children.is_empty()
+                    {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
-                    tree[node].variable = Some(index);
+                    tree[node].variable.push(index);
                 }
                 (Some(slot), true) => {
-                    walk(&mut tree, index, &slot.optimizer)?;
+                    let node = walk(&mut tree, index, &slot.optimizer)?;
+                    if !tree[node].variable.is_empty() {
+                        return Err(taken(&tree, index, &slot.optimizer, node));
+                    }
                 }
                 _ => return Err(ObjectSpecError::PathOrSlot { index }),
             }
@@ -221,19 +244,38 @@ impl ObjectSpec {
                 .clone()
                 .unwrap_or_else(|| "Variable".to_owned())
         };
+        let is_variable = |index: usize| self.objects[index].attribute.is_none();
         let mut objects: Vec<Option<Object>> = vec![None; tree.len()];
         let mut slot_objects: BTreeMap<usize, Object> = BTreeMap::new();
         // (optimizer node, slot name, variable node) → slot entry.
         let mut slots: BTreeMap<(usize, String, usize), usize> = BTreeMap::new();
         for (node, tree_node) in tree.iter().enumerate() {
-            if let Some(index) = tree_node.variable {
-                objects[node] = Some(Object::variable(name(index)));
+            let mut object: Option<Object> = None;
+            for &index in &tree_node.variable {
+                let entry = &self.objects[index];
+                object = Some(match &entry.attribute {
+                    None => Object::variable(name(index)),
+                    Some(attribute) => {
+                        let object = object.take().unwrap_or_default();
+                        let full_name = entry.name.clone().unwrap_or_default();
+                        let known = object
+                            .attributes()
+                            .iter()
+                            .any(|seen| &seen.name == attribute);
+                        if known {
+                            object
+                        } else {
+                            object.attribute(attribute.clone(), full_name)
+                        }
+                    }
+                });
             }
+            objects[node] = object;
         }
         for (index, entry) in self.objects.iter().enumerate() {
             let Some(slot) = &entry.slot else { continue };
             let variable = find(&tree, &slot.variable)
-                .filter(|&node| tree[node].variable.is_some())
+                .filter(|&node| tree[node].variable.iter().any(|&i| is_variable(i)))
                 .ok_or_else(|| ObjectSpecError::NoSuchVariable {
                     index,
                     path: path_text(&slot.variable),
@@ -304,9 +346,16 @@ impl ObjectSpec {
                         .map(|s| s.slot_variable_node_id)
                 }),
             };
+            let name = entry.attribute.as_deref().unwrap_or(VARIABLE_VALUE);
             let key = node
-                .and_then(|node| graph.node(node).attributes.first())
-                .map(|attribute| attribute.checkpoint_key.clone())
+                .and_then(|node| {
+                    let attributes = &graph.node(node).attributes;
+                    attributes.iter().find(|attribute| attribute.name == name)
+                })
+                .map(|attribute| {
+                    let suffix = entry.suffix.as_deref().unwrap_or_default();
+                    format!("{}{suffix}", attribute.checkpoint_key)
+                })
                 .ok_or(ObjectSpecError::PathOrSlot { index })?;
             keys.push(key);
         }
@@ -383,6 +432,9 @@ impl ObjectSpec {
                 _ if dtype == DType::String => {
                     HostTensor::from_strings(shape, vec![Vec::new(); count])
                 }
+                _ if dtype == DType::Variant => {
+                    HostTensor::from_variants(shape, vec![Vec::new(); count])
+                }
                 Some(size) => HostTensor::from_bytes(dtype, shape, vec![0; count * size]),
                 None => {
                     return Err(ObjectSpecError::UnknownDType {
@@ -402,7 +454,7 @@ impl ObjectSpec {
 fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize, ObjectSpecError> {
     let mut node = 0;
     for (depth, name) in path.iter().enumerate() {
-        if tree[node].variable.is_some() {
+        if !tree[node].variable.is_empty() {
             return Err(taken(tree, index, &path[..depth], node));
         }
         node = match tree[node].by_name.get(name) {
@@ -416,9 +468,6 @@ fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize
             }
         };
     }
-    if tree[node].variable.is_some() {
-        return Err(taken(tree, index, path, node));
-    }
     Ok(node)
 }
 
@@ -431,7 +480,7 @@ fn taken(tree: &[TreeNode], index: usize, path: &[String], node: usize) -> Objec
     ObjectSpecError::PathTaken {
         index,
         path: path_text(path),
-        existing: if tree[node].variable.is_some() {
+        existing: if !tree[node].variable.is_empty() {
             "variable"
         } else {
             "module"

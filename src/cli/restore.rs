@@ -7,8 +7,11 @@
 //! `tf.train.Checkpoint(**children).restore(P)` does on a fresh checkpoint (`--read`:
 //! `Checkpoint.read(P)`, no `save_counter`): it prints the restore report (every value once:
 //! matched, mismatched, unused, missing; `--json` for JSON), writes the restored values keyed by
-//! our objects' checkpoint keys and, with `--expect`, fails (exit 1, TensorFlow's message on one
-//! line) when that load-status assertion fails.
+//! our objects' checkpoint keys (string and variant attributes are restored but left out of
+//! the file, with a note on stderr) and, with `--expect`, fails (exit 1, TensorFlow's message
+//! on one line) when that load-status assertion fails. A checkpoint without an object graph
+//! (TF1 `Saver`) is restored by name: each entry's `name` is looked up as a bundle key
+//! (FORMATS.md 13.13).
 
 use std::path::{Path, PathBuf};
 
@@ -102,6 +105,17 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
             restored.insert(key, counter_value(counter));
         }
     }
+    // Named string and variant tensors (non-variable attributes) have no safetensors type.
+    restored.retain(|key, value| {
+        let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
+        if !fixed {
+            eprintln!(
+                "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it)",
+                value.dtype()
+            );
+        }
+        fixed
+    });
     write_safetensors(&args.out, &restored)?;
     if let Some(expect) = args.expect {
         let assertion = match expect {

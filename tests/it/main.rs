@@ -28,6 +28,7 @@ mod export_roundtrip;
 mod fuzz;
 mod graph_cli;
 mod objects;
+mod objects_attributes;
 mod objects_cli;
 mod objects_names;
 mod objects_restore;

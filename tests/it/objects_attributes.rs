@@ -1,0 +1,215 @@
+//! Non-variable attributes (FORMATS.md 13.15) against TensorFlow's
+//! `obj/o7_non_variable_attributes`: named tensors of a `_serialize_to_tensors` object, a
+//! `MutableHashTable` whose one attribute is a prefix of two bundle keys, a `PythonState`
+//! string and a tf.data iterator's DT_VARIANT state, written byte for byte as TensorFlow
+//! writes them and read back with TensorFlow's assertion outcomes.
+
+use std::collections::BTreeMap;
+
+use saveplan::bundle::{BundleReader, Values};
+use saveplan::checkpoint::{Assertion, Checkpoint, Object, ValueStatus, build_object_graph};
+use saveplan::exec::HostTensor;
+use saveplan_ir::DType;
+use serde_json::Value;
+
+use crate::support::files::file_bytes_under;
+use crate::support::{fixture, fixture_json};
+
+const O7: &str = "obj/o7_non_variable_attributes";
+
+fn o7_prefix() -> String {
+    fixture(&format!("{O7}/ckpt"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn expected(name: &str) -> Value {
+    fixture_json(&format!("{O7}/expected.json"))[name].clone()
+}
+
+/// Every tensor of TensorFlow's bundle, by key, as host tensors.
+fn fixture_values() -> BTreeMap<String, HostTensor> {
+    let reader = BundleReader::open(o7_prefix()).unwrap();
+    reader
+        .entries()
+        .iter()
+        .filter(|entry| entry.key != "_CHECKPOINTABLE_OBJECT_GRAPH")
+        .map(|entry| {
+            let tensor = reader.read(&entry.key).unwrap();
+            let shape: Vec<u64> = tensor.shape.iter().map(|&d| d as u64).collect();
+            let value = match tensor.values {
+                Values::Bytes(bytes) => HostTensor::from_bytes(tensor.dtype, shape, bytes),
+                Values::Strings(e) if tensor.dtype == DType::Variant => {
+                    HostTensor::from_variants(shape, e)
+                }
+                Values::Strings(strings) => HostTensor::from_strings(shape, strings),
+            };
+            (entry.key.clone(), value.unwrap())
+        })
+        .collect()
+}
+
+/// `build()` of the case as objects: `Checkpoint(root=root)` with root's children custom,
+/// table, pystate, it, gen and the `root` self edge; `custom` left out when `with_custom` is
+/// false (`del r2.custom`).
+fn o7_root(with_custom: bool) -> Object {
+    // `_serialize_to_tensors` names are stored escaped once.
+    let custom = Object::new()
+        .attribute("first", "")
+        .attribute("with.Sslash..dot", "");
+    let table = Object::new().attribute("table", "");
+    let pystate = Object::new().attribute("py_state", "");
+    let iterator = Object::new().attribute("ITERATOR", "");
+    let generator = Object::new().child("_state_var", &Object::variable("StateVar"));
+    let mut root = Object::new();
+    if with_custom {
+        root = root.child("custom", &custom);
+    }
+    root.child("table", &table)
+        .child("pystate", &pystate)
+        .child("it", &iterator)
+        .child("gen", &generator)
+        .child_self("root")
+}
+
+/// A checkpoint of `o7_root(with_custom)` whose values are `fill` (by key) or zeros.
+fn o7_checkpoint(with_custom: bool, fill: bool) -> Checkpoint {
+    let graph = build_object_graph(&o7_root(with_custom)).unwrap();
+    let values = fixture_values()
+        .into_iter()
+        .filter(|(key, _)| with_custom || !key.starts_with("custom/"))
+        .map(|(key, value)| {
+            if fill {
+                return (key, value);
+            }
+            let shape = value.shape().to_vec();
+            let n = value.num_elements();
+            let zero = match value.dtype() {
+                DType::String => HostTensor::from_strings(shape, vec![Vec::new(); n]),
+                DType::Variant => HostTensor::from_variants(shape, vec![Vec::new(); n]),
+                dtype => {
+                    HostTensor::from_bytes(dtype, shape, vec![0; value.bytes().unwrap().len()])
+                }
+            };
+            (key, zero.unwrap())
+        })
+        .collect();
+    Checkpoint::new(graph, values).unwrap()
+}
+
+#[test]
+fn writes_o7_byte_for_byte() {
+    let checkpoint = o7_checkpoint(true, true);
+    // The legacy table's one attribute owns two values; its key is their common prefix.
+    let table = &checkpoint
+        .graph()
+        .node(saveplan_ir::object_graph::NodeId(2))
+        .attributes[0];
+    assert_eq!(table.checkpoint_key, "table/.ATTRIBUTES/table");
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint
+        .write(dir.path().join("ckpt").to_str().unwrap())
+        .unwrap();
+    let theirs: Vec<(String, Vec<u8>)> = ["ckpt.data-00000-of-00001", "ckpt.index"]
+        .iter()
+        .map(|name| {
+            let bytes = std::fs::read(fixture(&format!("{O7}/{name}"))).unwrap();
+            ((*name).to_owned(), bytes)
+        })
+        .collect();
+    // Same data order as TensorFlow: `py_state` after every tensor attribute, the object
+    // graph last; the variant entry with its per-element checksums.
+    assert_eq!(file_bytes_under(dir.path()), theirs);
+}
+
+#[test]
+fn read_without_custom_matches_tensorflow() {
+    let expected = expected("read_into_fresh_objects_without_custom");
+    let mut checkpoint = o7_checkpoint(false, false);
+    let status = checkpoint.read(&o7_prefix()).unwrap();
+    for (assertion, field) in [
+        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
+        (
+            Assertion::ExistingObjectsMatched,
+            "assert_existing_objects_matched",
+        ),
+        (Assertion::Consumed, "assert_consumed"),
+    ] {
+        let want = &expected["status"][field];
+        let got = status.check(assertion);
+        assert_eq!(got.is_ok(), want["ok"] == true, "{field}: {got:?}");
+        if let Err(err) = got {
+            assert_eq!(err.message, want["message"].as_str().unwrap(), "{field}");
+        }
+    }
+    let values = fixture_values();
+    for key in [
+        "table/.ATTRIBUTES/table-keys",
+        "table/.ATTRIBUTES/table-values",
+        "pystate/.ATTRIBUTES/py_state",
+        "it/.ATTRIBUTES/ITERATOR_STATE",
+        "gen/_state_var/.ATTRIBUTES/VARIABLE_VALUE",
+    ] {
+        assert_eq!(checkpoint.values()[key], values[key], "{key}");
+    }
+    // TensorFlow's observations of the same values.
+    let table_values = &checkpoint.values()["table/.ATTRIBUTES/table-values"];
+    assert_eq!(
+        table_values.bytes().unwrap(),
+        expected["table_lookup_key_after"][0]
+            .as_i64()
+            .unwrap()
+            .to_le_bytes()
+    );
+    let py_state = checkpoint.values()["pystate/.ATTRIBUTES/py_state"]
+        .strings()
+        .unwrap()[0]
+        .clone();
+    let received: Vec<u8> = expected["pystate_received"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .map(|c| c as u8)
+        .collect();
+    assert_eq!(py_state, received);
+
+    // The report: every checkpoint value once, the custom object's two unused.
+    let matched = checkpoint
+        .match_checkpoint(&o7_prefix(), saveplan::checkpoint::RestoreKind::Read)
+        .unwrap();
+    let report = matched.report();
+    let unused: Vec<&str> = report
+        .values
+        .iter()
+        .filter(|v| v.status == ValueStatus::Unused)
+        .map(|v| v.checkpoint_key.as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        unused,
+        [
+            "custom/.ATTRIBUTES/first",
+            "custom/.ATTRIBUTES/with..Sslash....dot"
+        ]
+    );
+    assert_eq!(report.counts.matched, 5);
+    assert_eq!(report.counts.missing + report.counts.mismatched, 0);
+}
+
+/// TensorFlow's restore looks the custom object's `with/slash.dot` up under a key escaped once
+/// (its bug, 13.15) and restores nothing; we read the key the object graph stores, so the
+/// same read succeeds and restores every value.
+#[test]
+fn read_with_custom_restores_what_tensorflow_cannot() {
+    let expected = expected("read_into_fresh_objects_with_custom");
+    assert_eq!(expected["ok"], false);
+    assert!(
+        expected["message"]
+            .as_str()
+            .unwrap()
+            .contains("Key custom/.ATTRIBUTES/with.Sslash..dot not found")
+    );
+    let mut checkpoint = o7_checkpoint(true, false);
+    let status = checkpoint.read(&o7_prefix()).unwrap();
+    assert!(status.assert_consumed().is_ok());
+    assert_eq!(checkpoint.values(), &fixture_values());
+}
