@@ -2,7 +2,8 @@
 //! `obj/o7_non_variable_attributes`: named tensors of a `_serialize_to_tensors` object, a
 //! `MutableHashTable` whose one attribute is a prefix of two bundle keys, a `PythonState`
 //! string and a tf.data iterator's DT_VARIANT state, written byte for byte as TensorFlow
-//! writes them and read back with TensorFlow's assertion outcomes.
+//! writes them and read back with TensorFlow's assertion outcomes; and `obj/o8_mirrored`
+//! (MirroredStrategy variables) read into plain variables.
 
 use std::collections::BTreeMap;
 
@@ -212,4 +213,60 @@ fn read_with_custom_restores_what_tensorflow_cannot() {
     let status = checkpoint.read(&o7_prefix()).unwrap();
     assert!(status.assert_consumed().is_ok());
     assert_eq!(checkpoint.values(), &fixture_values());
+}
+
+/// MirroredStrategy (FORMATS.md 13.17, `obj/o8_mirrored`): the checkpoint holds one value per
+/// distributed variable (the primary mirror; a SUM SyncOnRead variable's sum), so reading it
+/// into plain variables gives what TensorFlow reports.
+#[test]
+fn o8_mirrored_reads_into_plain_variables() {
+    let case = "obj/o8_mirrored";
+    let expected = fixture_json(&format!("{case}/expected.json"))["read_into_plain"].clone();
+    let model = Object::new()
+        .child("w", &Object::variable("Variable"))
+        .child("s", &Object::variable("Variable"));
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    let values = BTreeMap::from([
+        (
+            "model/w/.ATTRIBUTES/VARIABLE_VALUE".to_owned(),
+            HostTensor::from_f32s(vec![2], &[0.0, 0.0]).unwrap(),
+        ),
+        (
+            "model/s/.ATTRIBUTES/VARIABLE_VALUE".to_owned(),
+            HostTensor::from_f32s(vec![], &[0.0]).unwrap(),
+        ),
+    ]);
+    let mut checkpoint = Checkpoint::new(graph, values).unwrap();
+    let prefix = fixture(&format!("{case}/ckpt"));
+    let status = checkpoint.read(prefix.to_str().unwrap()).unwrap();
+    for (assertion, field) in [
+        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
+        (
+            Assertion::ExistingObjectsMatched,
+            "assert_existing_objects_matched",
+        ),
+        (Assertion::Consumed, "assert_consumed"),
+    ] {
+        assert_eq!(expected["status"][field]["ok"], true);
+        assert!(status.check(assertion).is_ok(), "{field}");
+    }
+    let floats = |key: &str| -> Vec<f64> {
+        checkpoint.values()[key]
+            .bytes()
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+            .collect()
+    };
+    let want_w: Vec<f64> = expected["w"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(floats("model/w/.ATTRIBUTES/VARIABLE_VALUE"), want_w);
+    assert_eq!(
+        floats("model/s/.ATTRIBUTES/VARIABLE_VALUE"),
+        [expected["s"].as_f64().unwrap()]
+    );
 }

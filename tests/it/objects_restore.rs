@@ -448,7 +448,9 @@ fn cli_restore_by_object_reports_and_expects() {
         for expect in ["consumed", "existing", "nontrivial"] {
             let (code, _, stderr) = run_cli(&[&args[..], &["--expect", expect]].concat());
             // Notes (`saveplan: …`) aside, an error is one line.
-            let errors = stderr.lines().filter(|line| !line.starts_with("saveplan: "));
+            let errors = stderr
+                .lines()
+                .filter(|line| !line.starts_with("saveplan: "));
             assert!(errors.count() <= 1, "{input}: {stderr}");
             text.push_str(&format!("## --expect {expect}: exit {code}\n{stderr}"));
         }
