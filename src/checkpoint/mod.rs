@@ -34,6 +34,7 @@ pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
+pub use names::full_name_keys;
 pub use restore::{
     Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
     RestoreReport, TensorType, ValueStatus,

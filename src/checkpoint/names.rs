@@ -167,3 +167,26 @@ impl Checkpoint {
         Ok(fresh)
     }
 }
+
+/// The reverse direction (FORMATS.md 13.13): how a TF1 `Saver` restores an object-based
+/// checkpoint. Each attribute's `full_name` (a variable's shared name) → its `checkpoint_key`,
+/// read from the checkpoint's object graph; attributes without a `full_name` are left out,
+/// and when several attributes share one `full_name` the last in node order wins, as in
+/// TensorFlow's mapping. [`CheckpointError::NameBased`] when the checkpoint has no object graph.
+pub fn full_name_keys(
+    reader: &BundleReader,
+) -> Result<std::collections::BTreeMap<String, String>, CheckpointError> {
+    let graph = super::read_object_graph(reader)?;
+    Ok(graph
+        .nodes()
+        .iter()
+        .flat_map(|node| &node.attributes)
+        .filter(|attribute| !attribute.full_name.is_empty())
+        .map(|attribute| {
+            (
+                attribute.full_name.clone(),
+                attribute.checkpoint_key.clone(),
+            )
+        })
+        .collect())
+}

@@ -243,3 +243,51 @@ fn the_name_based_report_lists_every_value_once() {
     assert!(message.ends_with(": ['extra']"), "{message}");
     assert!(!message.contains("global_step"), "{message}");
 }
+
+/// The reverse direction (n6): a plain spec naming `dense/kernel` and `dense/bias` restores
+/// TensorFlow's object-based checkpoint through each attribute's `full_name`, as a TF1
+/// `Saver` does, and the values keep the spec's names.
+#[test]
+fn n6_a_plain_spec_restores_an_object_based_checkpoint_by_full_name() {
+    let expected = scenario("n6_tf1_saver_reads_object_based");
+    assert_eq!(expected["restore"]["ok"], true);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        serde_json::json!({"variables": [
+            {"checkpoint_key": "dense/kernel", "dtype": "float32", "shape": [2, 2]},
+            {"checkpoint_key": "dense/bias", "dtype": "float32", "shape": [2]},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out.safetensors");
+    let prefix = format!("tests/fixtures/tf-2.21/{O5}/object_based/ckpt");
+    let output = crate::support::saveplan(&[
+        "restore",
+        spec.to_str().unwrap(),
+        "--prefix",
+        &prefix,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("by variable name: 2 of 2 variables"),
+        "{stderr}"
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for (key, field) in [("dense/kernel", "kernel"), ("dense/bias", "bias")] {
+        let got: Vec<f64> = tensors
+            .tensor(key)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+            .collect();
+        assert_eq!(got, flat(&expected["values"][field]), "{key}");
+    }
+}
