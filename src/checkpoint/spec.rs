@@ -24,6 +24,16 @@
 //! the optimizer at `optimizer` (a module path, created like the others); an optimizer's slot
 //! names are sorted, as TensorFlow's v1 optimizers list them. `options` is the spec file's
 //! `options` object (TensorFlow's `CheckpointOptions`).
+//!
+//! Non-variable attributes (FORMATS.md 13.15): an entry with `attribute` is a named tensor of
+//! the object at `path` (`{"path": ["custom"], "attribute": "first", …}`; `py_state` for a
+//! `PythonState`); a legacy saveable whose bundle keys extend its checkpoint key has one
+//! entry per `suffix` (`{"path": ["table"], "attribute": "table", "suffix": "-keys", …}`).
+//! The path `["save_counter"]` (int64 scalar) is the checkpoint's own counter, written as
+//! `save()` writes it. `also` lists more paths to the same variable: a tree cannot say that
+//! one object hangs under two parents, and Keras 3 needs it (a model's weights are also its
+//! optimizer's `_trainable_variables`; TensorFlow binds them through the model before the
+//! optimizer is built).
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -33,7 +43,8 @@ use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
 use super::{
-    Checkpoint, CheckpointError, Checkpointable, Object, build_object_graph, display_path,
+    Checkpoint, CheckpointError, Checkpointable, Object, SAVE_COUNTER, build_object_graph,
+    display_path,
 };
 use crate::exec::HostTensor;
 use crate::trace::TraceOptions;
@@ -81,6 +92,11 @@ pub struct ObjectEntry {
     /// this value's suffix. One entry per suffix.
     #[serde(default)]
     pub suffix: Option<String>,
+    /// More paths to the same variable (an object reached several ways, as Keras 3 models
+    /// and optimizers share their weights): one node, an edge from each parent. Its key
+    /// uses the first-discovered path, as TensorFlow's does.
+    #[serde(default)]
+    pub also: Vec<Vec<String>>,
 }
 
 /// Which slot a slot variable is.
@@ -168,6 +184,12 @@ pub enum ObjectSpecError {
         /// The value's shape.
         found_shape: Vec<u64>,
     },
+    /// A `save_counter` entry that is not an int64 scalar variable.
+    #[error("entry {index}: `save_counter` is the checkpoint's counter, an int64 scalar")]
+    Counter {
+        /// The entry's index.
+        index: usize,
+    },
     /// Building the object graph or the checkpoint failed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -181,6 +203,8 @@ struct TreeNode {
     by_name: BTreeMap<String, usize>,
     /// The entries this node holds the values of (a variable: one).
     variable: Vec<usize>,
+    /// Set when this node is another path to the variable of that entry.
+    alias_of: Option<usize>,
 }
 
 impl ObjectSpec {
@@ -194,6 +218,20 @@ impl ObjectSpec {
     pub fn is_object_spec(text: &str) -> bool {
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
             .is_ok_and(|map| map.contains_key("objects"))
+    }
+
+    /// Whether entry `index` is the checkpoint's own `save_counter` (path `["save_counter"]`,
+    /// an int64 scalar; anything else at that path is an error): written and restored as the
+    /// counter, not as a child of the root.
+    fn is_counter(&self, index: usize) -> Result<bool, ObjectSpecError> {
+        let entry = &self.objects[index];
+        if entry.slot.is_some() || entry.path != [SAVE_COUNTER] {
+            return Ok(false);
+        }
+        if entry.dtype != "int64" || !entry.shape.is_empty() || entry.attribute.is_some() {
+            return Err(ObjectSpecError::Counter { index });
+        }
+        Ok(true)
     }
 
     /// The trace options of `options`.
@@ -211,6 +249,9 @@ impl ObjectSpec {
         let mut tree = vec![TreeNode::default()];
         // Pass 1: every path, in list order (optimizers of slots included).
         for (index, entry) in self.objects.iter().enumerate() {
+            if self.is_counter(index)? {
+                continue;
+            }
             match (&entry.slot, entry.path.is_empty()) {
                 (None, false) => {
                     let node = walk(&mut tree, index, &entry.path)?;
@@ -225,6 +266,14 @@ impl ObjectSpec {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
                     tree[node].variable.push(index);
+                    for path in &entry.also {
+                        let alias = walk(&mut tree, index, path)?;
+                        let tree_node = &tree[alias];
+                        if tree_node.alias_of.is_some() || !tree_node.children.is_empty() {
+                            return Err(taken(&tree, index, path, alias));
+                        }
+                        tree[alias].alias_of = Some(index);
+                    }
                 }
                 (Some(slot), true) => {
                     let node = walk(&mut tree, index, &slot.optimizer)?;
@@ -271,6 +320,13 @@ impl ObjectSpec {
                 });
             }
             objects[node] = object;
+        }
+        for node in 0..tree.len() {
+            if let Some(index) = tree[node].alias_of {
+                let entry = &self.objects[index];
+                let primary = find(&tree, &entry.path).expect("pass 1 created it");
+                objects[node] = objects[primary].clone();
+            }
         }
         for (index, entry) in self.objects.iter().enumerate() {
             let Some(slot) = &entry.slot else { continue };
@@ -332,6 +388,10 @@ impl ObjectSpec {
         };
         let mut keys = Vec::with_capacity(self.objects.len());
         for (index, entry) in self.objects.iter().enumerate() {
+            if self.is_counter(index)? {
+                keys.push(counter_key());
+                continue;
+            }
             let node = match &entry.slot {
                 None => node_at(&entry.path),
                 Some(slot) => node_at(&slot.optimizer).and_then(|optimizer| {
@@ -395,7 +455,13 @@ impl ObjectSpec {
                 }
             }
         }
+        let mut values = values;
+        let counter = values.remove(&counter_key());
         let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
+        if let Some(counter) = counter {
+            let bytes = counter.bytes().and_then(|bytes| bytes.try_into().ok());
+            checkpoint.set_save_counter(bytes.map(i64::from_le_bytes));
+        }
         for (entry, key) in self.objects.iter().zip(keys) {
             if let Some(device) = &entry.device {
                 checkpoint = checkpoint.with_device(key, device.clone());
@@ -454,7 +520,7 @@ impl ObjectSpec {
 fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize, ObjectSpecError> {
     let mut node = 0;
     for (depth, name) in path.iter().enumerate() {
-        if !tree[node].variable.is_empty() {
+        if !tree[node].variable.is_empty() || tree[node].alias_of.is_some() {
             return Err(taken(tree, index, &path[..depth], node));
         }
         node = match tree[node].by_name.get(name) {
@@ -480,12 +546,17 @@ fn taken(tree: &[TreeNode], index: usize, path: &[String], node: usize) -> Objec
     ObjectSpecError::PathTaken {
         index,
         path: path_text(path),
-        existing: if !tree[node].variable.is_empty() {
+        existing: if !tree[node].variable.is_empty() || tree[node].alias_of.is_some() {
             "variable"
         } else {
             "module"
         },
     }
+}
+
+/// The key the checkpoint's counter is saved under.
+fn counter_key() -> String {
+    format!("{SAVE_COUNTER}/.ATTRIBUTES/{VARIABLE_VALUE}")
 }
 
 fn path_text(path: &[String]) -> String {
