@@ -19,7 +19,7 @@ use super::restore::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
     ValueStatus, node_names, node_repr, python_list, segment_paths, tensor_type,
 };
-use super::save::{SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
+use super::save::{SAVE_COUNTER, counter_tensor, shape_of, value_keys, with_save_counter};
 use super::{Checkpoint, CheckpointError};
 use crate::bundle::BundleReader;
 use crate::exec::HostTensor;
@@ -49,6 +49,8 @@ pub(super) fn match_names(
             .unwrap_or_else(|| counter_value.clone())
     };
     let counter_key = format!("{SAVE_COUNTER}/.ATTRIBUTES/{VARIABLE_VALUE}");
+    // Checked when the checkpoint was made; `save_counter` has no value key.
+    let owned = value_keys(&ours, checkpoint.values()).unwrap_or_default();
     let names = node_names(&ours);
     let paths = segment_paths(&ours);
 
@@ -65,14 +67,20 @@ pub(super) fn match_names(
                 .filter(|name| !name.is_empty())
                 .and_then(|name| reader.entry(name));
             let Some(entry) = entry else {
-                values.push(ReportValue {
-                    path: paths[index].clone(),
-                    attribute: attribute.name.clone(),
-                    status: ValueStatus::Missing,
-                    checkpoint_key: None,
-                    program: Some(tensor_type(program)),
-                    checkpoint: None,
-                });
+                // A legacy saveable has several values; each is missing.
+                let key = attribute.checkpoint_key.as_str();
+                let keys = owned.get(key).filter(|keys| !keys.is_empty());
+                for value_key in keys.map_or_else(|| vec![key], Clone::clone) {
+                    let value = value_of(value_key);
+                    values.push(ReportValue {
+                        path: paths[index].clone(),
+                        attribute: attribute.name.clone(),
+                        status: ValueStatus::Missing,
+                        checkpoint_key: None,
+                        program: Some(tensor_type((value.dtype(), shape_of(&value)))),
+                        checkpoint: None,
+                    });
+                }
                 if attribute.checkpoint_key != counter_key {
                     missing.push(&attribute.full_name);
                 }

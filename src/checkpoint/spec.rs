@@ -261,7 +261,9 @@ impl ObjectSpec {
                             || entry.attribute.is_none()
                             || (other.attribute == entry.attribute && other.suffix == entry.suffix)
                     };
-                    if tree[node].variable.iter().any(same_value) || !tree[node].children.is_empty()
+                    if tree[node].variable.iter().any(same_value)
+                        || tree[node].alias_of.is_some()
+                        || !tree[node].children.is_empty()
                     {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
@@ -269,7 +271,10 @@ impl ObjectSpec {
                     for path in &entry.also {
                         let alias = walk(&mut tree, index, path)?;
                         let tree_node = &tree[alias];
-                        if tree_node.alias_of.is_some() || !tree_node.children.is_empty() {
+                        if tree_node.alias_of.is_some()
+                            || !tree_node.variable.is_empty()
+                            || !tree_node.children.is_empty()
+                        {
                             return Err(taken(&tree, index, path, alias));
                         }
                         tree[alias].alias_of = Some(index);

@@ -270,3 +270,106 @@ fn o8_mirrored_reads_into_plain_variables() {
         [expected["s"].as_f64().unwrap()]
     );
 }
+
+/// Object spec extensions: `attribute`/`suffix` entries, `also` paths (one variable under two
+/// parents, as Keras 3 shares weights between a model and its optimizer) and the
+/// `save_counter` entry (the checkpoint's counter).
+#[test]
+fn object_spec_attributes_aliases_and_counter() {
+    use saveplan::checkpoint::{ObjectSpec, ObjectSpecError};
+    let spec = ObjectSpec::parse(
+        &serde_json::json!({"objects": [
+            {"path": ["optimizer", "_trainable_variables", "0"], "dtype": "float32",
+             "shape": [2], "name": "seq/dense/kernel",
+             "also": [["model", "_functional", "_operations", "1", "kernel"]]},
+            {"path": ["table"], "attribute": "table", "suffix": "-keys", "dtype": "string",
+             "shape": [1]},
+            {"path": ["table"], "attribute": "table", "suffix": "-values", "dtype": "int64",
+             "shape": [1]},
+            {"path": ["save_counter"], "dtype": "int64", "shape": []},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let (graph, keys) = spec.object_graph().unwrap();
+    assert_eq!(
+        keys,
+        [
+            // The shorter path names the shared variable, as in TensorFlow's Keras graphs.
+            "optimizer/_trainable_variables/0/.ATTRIBUTES/VARIABLE_VALUE",
+            "table/.ATTRIBUTES/table-keys",
+            "table/.ATTRIBUTES/table-values",
+            "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+        ]
+    );
+    let variable_nodes: Vec<usize> = (0..graph.nodes().len())
+        .filter(|&i| {
+            graph.nodes()[i]
+                .attributes
+                .first()
+                .is_some_and(|a| a.name == "VARIABLE_VALUE")
+        })
+        .collect();
+    assert_eq!(variable_nodes.len(), 1, "one node for the shared variable");
+    let parents = graph
+        .nodes()
+        .iter()
+        .filter(|node| {
+            node.children
+                .iter()
+                .any(|c| c.node_id.index() == variable_nodes[0])
+        })
+        .count();
+    assert_eq!(parents, 2);
+    // The counter is no child of the root, but the checkpoint's counter.
+    assert!(
+        graph.nodes()[0]
+            .children
+            .iter()
+            .all(|c| c.local_name != "save_counter")
+    );
+    let values = BTreeMap::from([
+        (
+            keys[0].clone(),
+            HostTensor::from_f32s(vec![2], &[1.0, 2.0]).unwrap(),
+        ),
+        (keys[1].clone(), HostTensor::string_vector(["k"])),
+        (
+            keys[2].clone(),
+            HostTensor::from_bytes(DType::Int64, vec![1], 7i64.to_le_bytes().to_vec()).unwrap(),
+        ),
+        (
+            keys[3].clone(),
+            HostTensor::from_bytes(DType::Int64, vec![], 4i64.to_le_bytes().to_vec()).unwrap(),
+        ),
+    ]);
+    let checkpoint = spec.checkpoint(values).unwrap();
+    assert_eq!(checkpoint.save_counter(), Some(4));
+    assert_eq!(checkpoint.values().len(), 3);
+
+    let bad = |objects: Value| {
+        ObjectSpec::parse(&serde_json::json!({ "objects": objects }).to_string())
+            .unwrap()
+            .object_graph()
+            .unwrap_err()
+    };
+    let err = bad(serde_json::json!([{"path": ["save_counter"], "dtype": "float32", "shape": []}]));
+    assert!(
+        matches!(err, ObjectSpecError::Counter { index: 0 }),
+        "{err}"
+    );
+    let twice = serde_json::json!({"path": ["t"], "attribute": "a", "dtype": "int64", "shape": []});
+    let err = bad(serde_json::json!([twice, twice]));
+    assert!(
+        matches!(err, ObjectSpecError::PathTaken { index: 1, .. }),
+        "{err}"
+    );
+    let err = bad(serde_json::json!([
+        {"path": ["v"], "dtype": "int64", "shape": []},
+        {"path": ["w"], "dtype": "int64", "shape": [], "also": [["v"]]},
+    ]));
+    assert!(
+        matches!(err, ObjectSpecError::PathTaken { index: 1, .. }),
+        "{err}"
+    );
+}
