@@ -6,7 +6,9 @@
 //! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
 //! so every layer can speak of it. [`Checkpoint`] writes and saves by object
-//! (`tf.train.Checkpoint.write`/`save`); restoring by object comes later.
+//! (`tf.train.Checkpoint.write`/`save`) and restores by object (`restore`/`read`), or by
+//! variable name when the checkpoint has no object graph (a TF1 `Saver` checkpoint,
+//! [`full_name_keys`] for the reverse direction).
 //!
 //! ```
 //! use saveplan::checkpoint::{Object, build_object_graph};

@@ -12,6 +12,11 @@
 //! eager `MultiDeviceSaver` plan ([`EagerSaver`]); dtypes and shapes are checked against the
 //! bundle's index first, so a failed restore changes nothing.
 //!
+//! A checkpoint without an object graph (a TF1 `Saver` checkpoint) is matched by variable
+//! name instead (`names.rs`, 13.13). A legacy saveable's attribute (13.15) matches all its
+//! values: our value keys extending its key, read from the checkpoint's key plus the same
+//! suffixes.
+//!
 //! Restore-on-create (13.12): every restore stays pending on the [`Checkpoint`];
 //! [`Checkpoint::attach`] gives the objects attached later their values from the pending
 //! restores, the newest first.
