@@ -10,6 +10,10 @@
 //! Checkpoint keys nobody asked for never fail an assertion; the report lists them as unused.
 //! Objects attached later are restored on attachment through the pending restores, like
 //! object-based ones ([`Checkpoint::attach`]).
+//!
+//! One difference: TensorFlow restores each variable with its own `RestoreV2` and assignment,
+//! so a dtype mismatch leaves the variables before it restored; here every dtype and shape is
+//! checked first and a failing restore changes nothing, as object-based restores do.
 
 use std::collections::BTreeSet;
 

@@ -82,8 +82,9 @@ pub struct AssertionError {
     pub message: String,
 }
 
-/// What `restore()`/`read()` return: TensorFlow's `CheckpointLoadStatus`, or for
-/// `restore(None)` its `InitializationOnlyStatus`.
+/// What `restore()`/`read()` return: TensorFlow's `CheckpointLoadStatus`, its
+/// `NameBasedSaverStatus` for a checkpoint without an object graph
+/// ([`LoadStatus::is_name_based`]), or for `restore(None)` its `InitializationOnlyStatus`.
 #[derive(Clone, Debug)]
 pub struct LoadStatus {
     pub(super) checks: Option<Checks>,
@@ -217,7 +218,8 @@ impl fmt::Display for TensorType {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReportValue {
     /// The object's path: local names from the root (ours, or the checkpoint's for unused
-    /// values); a slot variable ends with `<slot> of <optimizer path>`.
+    /// values; in a name-based report the `/`-separated parts of an unused key); a slot
+    /// variable ends with `<slot> of <optimizer path>`.
     pub path: Vec<String>,
     /// The attribute name (`VARIABLE_VALUE` for a variable).
     pub attribute: String,
@@ -418,7 +420,8 @@ impl Checkpoint {
     /// this checkpoint's objects, restores every matched value and creates `save_counter`
     /// (restored when the checkpoint has one). `None` restores nothing and returns the
     /// initialization-only status. A dtype or shape mismatch is an error naming the object,
-    /// and then nothing changes (not even `save_counter`).
+    /// and then nothing changes (not even `save_counter`). A checkpoint without an object
+    /// graph is restored by variable name (FORMATS.md 13.13).
     pub fn restore(&mut self, prefix: Option<&str>) -> Result<LoadStatus, CheckpointError> {
         let Some(prefix) = prefix else {
             return Ok(LoadStatus::initialization_only());

@@ -111,3 +111,36 @@ fn damaged_variant_bytes_are_errors() {
     assert!(matches!(err, BundleError::BadStrings { .. }), "{err}");
     assert!(reader.read("custom/.ATTRIBUTES/first").is_ok());
 }
+
+#[test]
+fn the_cli_lists_prints_and_skips_variant_tensors() {
+    let prefix = format!("tests/fixtures/tf-2.21/{CASE}/ckpt");
+    let output = crate::support::saveplan(&["inspect", &prefix, "--tensor", ITERATOR]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.starts_with(&format!(
+            "{ITERATOR} (DT_VARIANT) [1]\n[b\"\\n\\x14tensorflow::Iterator"
+        )),
+        "{stdout}"
+    );
+    let output = crate::support::saveplan(&["verify", &prefix]);
+    assert!(output.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o7.safetensors");
+    let out = out.to_str().unwrap();
+    let output = crate::support::saveplan(&["convert", &prefix, out]);
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        "error: tensor `custom/.ATTRIBUTES/with..Sslash....dot` is a string tensor: safetensors cannot hold strings (--skip-strings leaves them out)\n"
+    );
+    let output = crate::support::saveplan(&["convert", "--skip-strings", &prefix, out]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "saveplan: convert: skipped variant tensor `{ITERATOR}`\n"
+        )),
+        "{stderr}"
+    );
+}
