@@ -50,7 +50,9 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// A checkpoint of `graph` with `values` (checkpoint key → tensor): every attribute of the
-    /// graph needs a value, and every value an attribute.
+    /// graph needs a value, and every value an attribute: its key is the attribute's key, or,
+    /// for a legacy saveable (FORMATS.md 13.15), extends it (`table/.ATTRIBUTES/table` →
+    /// `…/table-keys`, `…/table-values`, written in key order).
     pub fn new(
         graph: ObjectGraph,
         values: BTreeMap<String, HostTensor>,
