@@ -15,6 +15,7 @@ use saveplan_ir::object_graph::{
 };
 
 use super::{CheckpointError, display_path};
+use crate::exec::HostTensor;
 
 /// An object of a framework that can be checkpointed by object: its named children, in its
 /// own order (TensorFlow: attribute first-assignment order, list index, dict insertion
@@ -324,4 +325,34 @@ fn object_node(
 
 fn path_text(path: &[String]) -> String {
     display_path(&path.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).
+pub(super) const PYTHON_STATE: &str = "py_state";
+
+/// The value keys of each attribute, by its checkpoint key, in key order: the checkpoint key
+/// itself, or, for a legacy saveable whose checkpoint key is only a prefix of its bundle keys
+/// (FORMATS.md 13.4: `table/.ATTRIBUTES/table` → `…/table-keys`, `…/table-values`), the value
+/// keys extending it. A value key extending several attribute keys belongs to the longest.
+/// A value key of no attribute is [`CheckpointError::UnknownValue`].
+pub(super) fn value_keys<'a>(
+    graph: &'a ObjectGraph,
+    values: &'a BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<&'a str, Vec<&'a str>>, CheckpointError> {
+    let mut owned: BTreeMap<&str, Vec<&str>> = (graph.nodes().iter())
+        .flat_map(|node| &node.attributes)
+        .map(|attribute| (attribute.checkpoint_key.as_str(), Vec::new()))
+        .collect();
+    for key in values.keys() {
+        let owner = owned
+            .range(..=key.as_str())
+            .rev()
+            .map(|(attribute, _)| *attribute)
+            .find(|attribute| key.starts_with(attribute));
+        match owner {
+            Some(owner) => owned.get_mut(owner).expect("a key of the map").push(key),
+            None => return Err(CheckpointError::UnknownValue { key: key.clone() }),
+        }
+    }
+    Ok(owned)
 }

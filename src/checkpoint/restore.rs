@@ -28,9 +28,8 @@ use saveplan_ir::DType;
 use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
 use serde::Serialize;
 
-use super::save::{
-    EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, value_keys, with_save_counter,
-};
+use super::build::value_keys;
+use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
 use super::{Checkpoint, CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
 use crate::exec::{BundleIo, HostTensor, RunContext, TensorData};

@@ -19,6 +19,7 @@ use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, VARIABLE_VALUE,
 };
 
+use super::build::{PYTHON_STATE, value_keys};
 use super::{CheckpointError, STATE_FILE, parent_dir};
 use crate::bundle::WriteOptions;
 use crate::exec::VariableStore;
@@ -335,35 +336,6 @@ pub enum WriteFailure {
 }
 
 /// Every attribute of `graph`, in node order.
-/// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).
-pub const PYTHON_STATE: &str = "py_state";
-
-/// The value keys of each attribute, by its checkpoint key, in key order: the checkpoint key
-/// itself, or, for a legacy saveable whose checkpoint key is only a prefix of its bundle keys
-/// (FORMATS.md 13.4: `table/.ATTRIBUTES/table` → `…/table-keys`, `…/table-values`), the value
-/// keys extending it. A value key extending several attribute keys belongs to the longest.
-/// A value key of no attribute is [`CheckpointError::UnknownValue`].
-pub(super) fn value_keys<'a>(
-    graph: &'a ObjectGraph,
-    values: &'a BTreeMap<String, HostTensor>,
-) -> Result<BTreeMap<&'a str, Vec<&'a str>>, CheckpointError> {
-    let mut owned: BTreeMap<&str, Vec<&str>> = attributes(graph)
-        .map(|attribute| (attribute.checkpoint_key.as_str(), Vec::new()))
-        .collect();
-    for key in values.keys() {
-        let owner = owned
-            .range(..=key.as_str())
-            .rev()
-            .map(|(attribute, _)| *attribute)
-            .find(|attribute| key.starts_with(attribute));
-        match owner {
-            Some(owner) => owned.get_mut(owner).expect("a key of the map").push(key),
-            None => return Err(CheckpointError::UnknownValue { key: key.clone() }),
-        }
-    }
-    Ok(owned)
-}
-
 fn attributes(graph: &ObjectGraph) -> impl Iterator<Item = &Attribute> {
     graph.nodes().iter().flat_map(|node| node.attributes.iter())
 }
