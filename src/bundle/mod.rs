@@ -37,7 +37,7 @@
 //! Module map: [`crc`] (CRC32C, LevelDB mask), [`sstable`] (index table builder/reader),
 //! [`slice`](mod@slice) (slice specs, slice keys, region copies), [`dtype`] (which of the
 //! IR's [`DType`]s a bundle stores), [`string`](mod@string) (DT_STRING
-//! encoding), [`writer`], [`reader`], [`merge`], [`journal`] (commit and recovery), [`lock`], [`error`].
+//! encoding), [`variant`] (DT_VARIANT elements as opaque bytes), [`writer`], [`reader`], [`merge`], [`journal`] (commit and recovery), [`lock`], [`error`].
 //!
 //! ```no_run
 //! use saveplan::bundle::{BundleReader, BundleWriter, DType};
@@ -65,6 +65,7 @@ pub mod reader;
 pub mod slice;
 pub mod sstable;
 pub mod string;
+pub mod variant;
 pub mod writer;
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use prost::Message;
 use rayon::prelude::*;
 
 use super::crc;
-use super::dtype::{DType, num_elements, storable_from_number};
+use super::dtype::{DType, is_element_list, num_elements, storable_from_number};
 use super::error::{BundleError, Result};
 use super::proto::{BundleEntryProto, BundleHeaderProto, slice_from_proto};
 use super::slice::{
@@ -22,6 +22,7 @@ use super::slice::{
 };
 use super::sstable::read_table;
 use super::string::{StringError, decode_strings};
+use super::variant::decode_variants;
 use super::{data_path, index_path};
 
 /// Fixed-width pieces at least this large are read in parallel chunks.
@@ -72,7 +73,8 @@ pub struct Tensor {
 pub enum Values {
     /// Little-endian element bytes of a fixed-width dtype.
     Bytes(Vec<u8>),
-    /// The elements of a `DT_STRING` tensor.
+    /// The elements of a `DT_STRING` tensor, or of a `DT_VARIANT` tensor as opaque bytes
+    /// (each a serialized `VariantTensorDataProto`).
     Strings(Vec<Vec<u8>>),
 }
 
@@ -317,7 +319,7 @@ impl BundleReader {
         })
     }
 
-    /// Reads the `DT_STRING` tensor `key` whole.
+    /// Reads the `DT_STRING` (or `DT_VARIANT`, as opaque bytes) tensor `key` whole.
     pub fn read_strings(&self, key: &str) -> Result<Vec<Vec<u8>>> {
         match self.read(key)?.values {
             Values::Strings(strings) => Ok(strings),
@@ -625,7 +627,7 @@ impl BundleReader {
         self.for_each_piece(entry, region, |piece, _| {
             let (_, len) = self.shard(piece)?;
             self.check_in_file(piece, len)?;
-            if piece.dtype == DType::String
+            if is_element_list(piece.dtype)
                 && num_elements(&piece.shape).is_none_or(|n| n > piece.size)
             {
                 let detail = "fewer bytes than elements".to_string();
@@ -719,7 +721,7 @@ impl BundleReader {
         let (file, len) = self.shard(piece)?;
         self.check_in_file(piece, len)?;
         debug_assert_eq!(out.len() as u64, piece.size);
-        if piece.dtype == DType::String || out.len() < PARALLEL_READ_MIN {
+        if is_element_list(piece.dtype) || out.len() < PARALLEL_READ_MIN {
             read_exact_at(file, out, piece.offset)
                 .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
             return self.check_piece(piece, out);
@@ -767,7 +769,7 @@ impl BundleReader {
 
     /// Checks the CRC of a piece's bytes (string pieces: layout and CRC).
     fn check_piece(&self, piece: &Entry, bytes: &[u8]) -> Result<()> {
-        if piece.dtype == DType::String {
+        if is_element_list(piece.dtype) {
             return self.decode_piece_strings(piece, bytes).map(drop);
         }
         let actual = crc::mask(crc::crc32c(bytes));
@@ -785,7 +787,12 @@ impl BundleReader {
     fn decode_piece_strings(&self, piece: &Entry, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
         let path = data_path(&self.prefix, piece.shard, self.num_shards);
         let n_elements = num_elements(&piece.shape).unwrap_or(0);
-        decode_strings(bytes, n_elements, piece.crc32c).map_err(|err| match err {
+        let decoded = if piece.dtype == DType::Variant {
+            decode_variants(bytes, n_elements, piece.crc32c)
+        } else {
+            decode_strings(bytes, n_elements, piece.crc32c)
+        };
+        decoded.map_err(|err| match err {
             StringError::Layout(detail) => BundleError::BadStrings {
                 path,
                 key: piece.key.clone(),

@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::crc;
-use super::dtype::{DType, num_elements};
+use super::dtype::{DType, is_element_list, num_elements};
 use super::error::{BundleError, Result};
 use super::fsops::{self, TrackedFile};
 use super::journal::{self, unique_name};
@@ -17,6 +17,7 @@ use super::proto::{BundleEntryProto, BundleHeaderProto, VersionDef, shape_proto,
 use super::slice::{ShapeAndSlice, TensorSlice, encode_slice_key, overlap_volume};
 use super::sstable::TableBuilder;
 use super::string::encode_strings;
+use super::variant::encode_variants;
 use super::{data_path, index_path};
 
 /// A slice resolved against its tensor: `(start, length)` per dimension.
@@ -34,7 +35,8 @@ pub struct WriteOptions {
 pub enum TensorValues<'a> {
     /// Row-major little-endian element bytes of a fixed-width dtype.
     Bytes(&'a [u8]),
-    /// The elements of a `DT_STRING` tensor, row-major.
+    /// The elements of a `DT_STRING` tensor (or a `DT_VARIANT` tensor's opaque elements),
+    /// row-major.
     Strings(&'a [Vec<u8>]),
 }
 
@@ -361,7 +363,7 @@ impl BundleWriter {
                 self.expected_size(key, dtype, shape, element_size)?,
                 bytes.len() as u64,
             ),
-            (None, TensorValues::Strings(strings)) if dtype == DType::String => (
+            (None, TensorValues::Strings(strings)) if is_element_list(dtype) => (
                 self.expected_size(key, dtype, shape, 1)?,
                 strings.len() as u64,
             ),
@@ -371,7 +373,7 @@ impl BundleWriter {
                     key: key.to_string(),
                     expected: match values {
                         TensorValues::Bytes(_) => "a fixed-width dtype for byte values",
-                        TensorValues::Strings(_) => "string for string values",
+                        TensorValues::Strings(_) => "string or variant for string values",
                     },
                     actual: dtype,
                 });
@@ -403,7 +405,11 @@ impl BundleWriter {
                 (bytes.len() as u64, crc::mask(self.write_data_crc(bytes)?))
             }
             TensorValues::Strings(strings) => {
-                let encoded = encode_strings(strings);
+                let encoded = if dtype == DType::Variant {
+                    encode_variants(strings)
+                } else {
+                    encode_strings(strings)
+                };
                 self.write_data(&encoded.bytes)?;
                 (encoded.bytes.len() as u64, encoded.crc32c)
             }

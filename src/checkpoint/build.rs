@@ -11,10 +11,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use saveplan_ir::object_graph::{
-    Attribute, ChildRef, NodeId, ObjectGraph, ObjectNode, SlotVariable, VARIABLE_VALUE,
+    ATTRIBUTES, Attribute, ChildRef, NodeId, ObjectGraph, ObjectNode, SlotVariable, VARIABLE_VALUE,
 };
 
 use super::{CheckpointError, display_path};
+use crate::exec::HostTensor;
 
 /// An object of a framework that can be checkpointed by object: its named children, in its
 /// own order (TensorFlow: attribute first-assignment order, list index, dict insertion
@@ -136,7 +137,12 @@ impl Object {
         self
     }
 
-    /// Adds an attribute (a tensor this object saves).
+    /// Adds an attribute (a tensor this object saves): `full_name` is a variable's shared
+    /// name, empty for other tensors. Non-variable attributes (FORMATS.md 13.15) are named as
+    /// the graph stores them (`_serialize_to_tensors` names escaped once, `py_state` for a
+    /// `PythonState`, which is written after every other tensor). A legacy saveable (a
+    /// `MutableHashTable`'s `table`) is one attribute whose values the [`super::Checkpoint`]
+    /// holds under keys extending its checkpoint key (`…/table-keys`, `…/table-values`).
     pub fn attribute(mut self, name: impl Into<String>, full_name: impl Into<String>) -> Object {
         self.data().attributes.push(TensorAttribute {
             name: name.into(),
@@ -319,4 +325,42 @@ fn object_node(
 
 fn path_text(path: &[String]) -> String {
     display_path(&path.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).
+pub(super) const PYTHON_STATE: &str = "py_state";
+
+/// The value keys of each attribute, by its checkpoint key, in key order: the checkpoint key
+/// itself, or, for a legacy saveable whose checkpoint key is only a prefix of its bundle keys
+/// (FORMATS.md 13.4: `table/.ATTRIBUTES/table` → `…/table-keys`, `…/table-values`), the value
+/// keys extending it. A value key extending several attribute keys belongs to the longest.
+/// A variable's value (`VARIABLE_VALUE`) and an attribute given its own key own no other key,
+/// so a key that only extends one of those (a typo such as `…VARIABLE_VALUE_x`) is, like a
+/// value key of no attribute, [`CheckpointError::UnknownValue`].
+pub(super) fn value_keys<'a>(
+    graph: &'a ObjectGraph,
+    values: &'a BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<&'a str, Vec<&'a str>>, CheckpointError> {
+    let mut owned: BTreeMap<&str, Vec<&str>> = (graph.nodes().iter())
+        .flat_map(|node| &node.attributes)
+        .map(|attribute| (attribute.checkpoint_key.as_str(), Vec::new()))
+        .collect();
+    let variable_suffix = format!("/{ATTRIBUTES}/{VARIABLE_VALUE}");
+    for key in values.keys() {
+        let owner = if owned.contains_key(key.as_str()) {
+            Some(key.as_str())
+        } else {
+            (owned.range(..key.as_str()).rev())
+                .map(|(attribute, _)| *attribute)
+                .find(|attribute| key.starts_with(attribute))
+                .filter(|attribute| {
+                    !attribute.ends_with(&variable_suffix) && !values.contains_key(*attribute)
+                })
+        };
+        match owner.and_then(|owner| owned.get_mut(owner)) {
+            Some(keys) => keys.push(key),
+            None => return Err(CheckpointError::UnknownValue { key: key.clone() }),
+        }
+    }
+    Ok(owned)
 }

@@ -6,9 +6,11 @@
 //! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
 //! so every layer can speak of it. [`Checkpoint`] writes, saves and restores by object
-//! (`tf.train.Checkpoint.write`/`save`/`restore`), synchronously or not
-//! ([`Checkpoint::with_async`]); [`CheckpointManager`] numbers, keeps and deletes saves in a
-//! directory (`tf.train.CheckpointManager`).
+//! (`tf.train.Checkpoint.write`/`save`/`restore`/`read`), synchronously or not
+//! ([`Checkpoint::with_async`]), or restores by variable name when the checkpoint has no
+//! object graph (a TF1 `Saver` checkpoint; [`full_name_keys`] for the reverse direction);
+//! [`CheckpointManager`] numbers, keeps and deletes saves in a directory
+//! (`tf.train.CheckpointManager`).
 //!
 //! ```
 //! use saveplan::checkpoint::{Object, build_object_graph};
@@ -26,6 +28,7 @@
 mod build;
 mod latest;
 mod manager;
+mod names;
 mod restore;
 mod save;
 mod spec;
@@ -38,6 +41,7 @@ pub use build::{
 };
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
+pub use names::full_name_keys;
 pub use restore::{
     Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
     RestoreReport, TensorType, ValueStatus,
@@ -238,6 +242,19 @@ pub enum CheckpointError {
         expected: DType,
         /// The checkpoint's.
         found: DType,
+    },
+    /// A value matched by variable name (name-based restore) has another dtype in the
+    /// checkpoint: TensorFlow reads it with the checkpoint's dtype and the assignment fails.
+    #[error(
+        "`{path}`: Trying to assign variable with wrong dtype. Expected {expected} got {found}"
+    )]
+    AssignDType {
+        /// The object's path (`(root).model.kernel`).
+        path: String,
+        /// Our dtype, as TensorFlow's C++ names it (`double`).
+        expected: String,
+        /// The checkpoint's (`float`).
+        found: String,
     },
     /// A matched value has another shape in the checkpoint.
     #[error(

@@ -12,6 +12,11 @@
 //! eager `MultiDeviceSaver` plan ([`EagerSaver`]); dtypes and shapes are checked against the
 //! bundle's index first, so a failed restore changes nothing.
 //!
+//! A checkpoint without an object graph (a TF1 `Saver` checkpoint) is matched by variable
+//! name instead (`names.rs`, 13.13). A legacy saveable's attribute (13.15) matches all its
+//! values: our value keys extending its key, read from the checkpoint's key plus the same
+//! suffixes.
+//!
 //! Restore-on-create (13.12): every restore stays pending on the [`Checkpoint`];
 //! [`Checkpoint::attach`] gives the objects attached later their values from the pending
 //! restores, the newest first.
@@ -20,11 +25,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
 use serde::Serialize;
 
+use super::build::value_keys;
 use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
-use super::{Checkpoint, CheckpointError, read_object_graph};
+use super::{Checkpoint, CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
 use crate::exec::{BundleIo, HostTensor, RunContext, TensorData};
 use crate::export::object_graph::node_text;
@@ -75,20 +81,23 @@ pub struct AssertionError {
     pub message: String,
 }
 
-/// What `restore()`/`read()` return: TensorFlow's `CheckpointLoadStatus`, or for
-/// `restore(None)` its `InitializationOnlyStatus`.
+/// What `restore()`/`read()` return: TensorFlow's `CheckpointLoadStatus`, its
+/// `NameBasedSaverStatus` for a checkpoint without an object graph
+/// ([`LoadStatus::is_name_based`]), or for `restore(None)` its `InitializationOnlyStatus`.
 #[derive(Clone, Debug)]
 pub struct LoadStatus {
-    checks: Option<Checks>,
-    warnings: Vec<String>,
-    partial: bool,
+    pub(super) checks: Option<Checks>,
+    pub(super) warnings: Vec<String>,
+    pub(super) partial: bool,
+    /// For a name-based status (TensorFlow's `NameBasedSaverStatus`): the prefix restored.
+    pub(super) name_based: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
-struct Checks {
-    consumed: Option<String>,
-    existing: Option<String>,
-    nontrivial: Option<String>,
+pub(super) struct Checks {
+    pub(super) consumed: Option<String>,
+    pub(super) existing: Option<String>,
+    pub(super) nontrivial: Option<String>,
 }
 
 const NO_CHECKPOINT: &str = "No checkpoint specified (save_path=None); nothing is being restored.";
@@ -99,7 +108,15 @@ impl LoadStatus {
             checks: None,
             warnings: Vec::new(),
             partial: false,
+            name_based: None,
         }
+    }
+
+    /// Whether this is a name-based status (TensorFlow's `NameBasedSaverStatus`): the
+    /// checkpoint had no object graph and values were matched by variable name (FORMATS.md
+    /// 13.13). [`Checkpoint::refresh_status`] re-checks it against objects attached since.
+    pub fn is_name_based(&self) -> bool {
+        self.name_based.is_some()
     }
 
     /// Whether this is `restore(None)`'s `InitializationOnlyStatus`.
@@ -200,7 +217,8 @@ impl fmt::Display for TensorType {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReportValue {
     /// The object's path: local names from the root (ours, or the checkpoint's for unused
-    /// values); a slot variable ends with `<slot> of <optimizer path>`.
+    /// values; in a name-based report the `/`-separated parts of an unused key); a slot
+    /// variable ends with `<slot> of <optimizer path>`.
     pub path: Vec<String>,
     /// The attribute name (`VARIABLE_VALUE` for a variable).
     pub attribute: String,
@@ -228,7 +246,7 @@ pub struct ReportCounts {
 }
 
 impl ReportCounts {
-    fn add(&mut self, status: ValueStatus) {
+    pub(super) fn add(&mut self, status: ValueStatus) {
         *match status {
             ValueStatus::Matched => &mut self.matched,
             ValueStatus::Mismatched => &mut self.mismatched,
@@ -266,6 +284,9 @@ impl fmt::Display for ReportCounts {
 pub struct RestoreReport {
     /// The checkpoint prefix.
     pub prefix: String,
+    /// Whether values were matched by variable name: the checkpoint has no object graph
+    /// (a TF1 `Saver` checkpoint, FORMATS.md 13.13).
+    pub name_based: bool,
     /// The totals.
     pub counts: ReportCounts,
     /// The values, sorted by path and attribute.
@@ -274,7 +295,8 @@ pub struct RestoreReport {
 
 impl fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "restore of {}: {}", self.prefix, self.counts)?;
+        let mode = if self.name_based { " (name-based)" } else { "" };
+        writeln!(f, "restore of {}{mode}: {}", self.prefix, self.counts)?;
         let mut root = ReportTree::default();
         for value in &self.values {
             let node = value.path.iter().fold(&mut root, |node, name| {
@@ -351,24 +373,27 @@ fn value_text(value: &ReportValue) -> String {
 
 /// A matched attribute: where to read it and where it goes.
 #[derive(Clone, Debug)]
-struct Pair {
-    checkpoint_key: String,
-    our_key: String,
+pub(super) struct Pair {
+    pub(super) checkpoint_key: String,
+    pub(super) our_key: String,
     /// The object's path for messages (`(root).model.c`).
-    name: String,
-    value: HostTensor,
-    stored: Option<(DType, Vec<i64>)>,
+    pub(super) name: String,
+    pub(super) value: HostTensor,
+    pub(super) stored: Option<(DType, Vec<i64>)>,
+    /// Matched by name (13.13): the value is read with the checkpoint's dtype and a dtype
+    /// mismatch fails at assignment, with TensorFlow's `AssignVariableOp` message.
+    pub(super) by_name: bool,
 }
 
 /// The outcome of matching a checkpoint against a [`Checkpoint`]'s objects, before any value is
 /// read: the report, the load status the restore will return, and the values to read.
 #[derive(Clone, Debug)]
 pub struct RestoreMatch {
-    prefix: String,
-    kind: RestoreKind,
-    pairs: Vec<Pair>,
-    report: RestoreReport,
-    status: LoadStatus,
+    pub(super) prefix: String,
+    pub(super) kind: RestoreKind,
+    pub(super) pairs: Vec<Pair>,
+    pub(super) report: RestoreReport,
+    pub(super) status: LoadStatus,
 }
 
 impl RestoreMatch {
@@ -394,7 +419,8 @@ impl Checkpoint {
     /// this checkpoint's objects, restores every matched value and creates `save_counter`
     /// (restored when the checkpoint has one). `None` restores nothing and returns the
     /// initialization-only status. A dtype or shape mismatch is an error naming the object,
-    /// and then nothing changes (not even `save_counter`).
+    /// and then nothing changes (not even `save_counter`). A checkpoint without an object
+    /// graph is restored by variable name (FORMATS.md 13.13).
     pub fn restore(&mut self, prefix: Option<&str>) -> Result<LoadStatus, CheckpointError> {
         let Some(prefix) = prefix else {
             return Ok(LoadStatus::initialization_only());
@@ -425,6 +451,9 @@ impl Checkpoint {
             },
             other => CheckpointError::Bundle(other),
         })?;
+        if !is_object_based(&reader) {
+            return Ok(super::names::match_names(self, &reader, prefix, kind));
+        }
         let theirs = read_object_graph(&reader)?;
         let counter = match (kind, self.save_counter()) {
             (_, Some(value)) => Some(value),
@@ -442,6 +471,26 @@ impl Checkpoint {
                 .cloned()
                 .unwrap_or_else(|| counter_value.clone())
         };
+        let owned = value_keys(&ours, self.values())?;
+        // Our values missing from the checkpoint: one per value key of the attribute.
+        let missing_values = |path: &[String], attribute: &Attribute| -> Vec<ReportValue> {
+            let key = attribute.checkpoint_key.as_str();
+            let keys = owned.get(key).filter(|keys| !keys.is_empty());
+            keys.map_or_else(|| vec![key], Clone::clone)
+                .into_iter()
+                .map(|value_key| {
+                    let value = value_of(value_key);
+                    ReportValue {
+                        path: path.to_vec(),
+                        attribute: attribute.name.clone(),
+                        status: ValueStatus::Missing,
+                        checkpoint_key: None,
+                        program: Some(tensor_type((value.dtype(), shape_of(&value)))),
+                        checkpoint: None,
+                    }
+                })
+                .collect()
+        };
         let bound = bind(&theirs, &ours);
         let mut ours_bound = vec![None; ours.nodes().len()];
         for (their, our) in bound.iter().enumerate() {
@@ -458,15 +507,7 @@ impl Checkpoint {
                 .entry(key)
                 .map(|entry| (entry.dtype, entry.shape.clone()))
         };
-        let repr = |node: NodeId| -> String {
-            let our = ours.node(node);
-            match our.attributes.first() {
-                Some(attribute) if our.attributes.len() == 1 => {
-                    variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
-                }
-                _ => format!("<object {}>", our_names[node.index()]),
-            }
-        };
+        let repr = |node: NodeId| node_repr(ours.node(node), &our_names[node.index()], &value_of);
 
         let mut pairs = Vec::new();
         let mut values = Vec::new();
@@ -475,14 +516,12 @@ impl Checkpoint {
         for (index, node) in theirs.nodes().iter().enumerate() {
             let Some(our_id) = bound[index] else {
                 for attribute in &node.attributes {
-                    values.push(ReportValue {
-                        path: their_paths[index].clone(),
-                        attribute: attribute.name.clone(),
-                        status: ValueStatus::Unused,
-                        checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                        program: None,
-                        checkpoint: stored(&attribute.checkpoint_key).map(tensor_type),
-                    });
+                    values.extend(unused_values(
+                        &reader,
+                        &their_paths[index],
+                        &attribute.name,
+                        &attribute.checkpoint_key,
+                    ));
                 }
                 if !node.attributes.is_empty() {
                     warnings.push(format!(
@@ -495,41 +534,47 @@ impl Checkpoint {
             let our = ours.node(our_id);
             let mut unused = Vec::new();
             for attribute in &node.attributes {
-                let found = stored(&attribute.checkpoint_key);
                 match our.attributes.iter().find(|a| a.name == attribute.name) {
                     Some(our_attribute) => {
-                        let value = value_of(&our_attribute.checkpoint_key);
-                        let program = (value.dtype(), shape_of(&value));
-                        let status = match &found {
-                            Some(found) if *found == program => ValueStatus::Matched,
-                            _ => ValueStatus::Mismatched,
-                        };
-                        values.push(ReportValue {
-                            path: our_paths[our_id.index()].clone(),
-                            attribute: attribute.name.clone(),
-                            status,
-                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                            program: Some(tensor_type(program)),
-                            checkpoint: found.clone().map(tensor_type),
-                        });
-                        pairs.push(Pair {
-                            checkpoint_key: attribute.checkpoint_key.clone(),
-                            our_key: our_attribute.checkpoint_key.clone(),
-                            name: our_names[our_id.index()].clone(),
-                            value,
-                            stored: found,
-                        });
+                        // A legacy saveable's values are its key plus suffixes, in both.
+                        let our_key = our_attribute.checkpoint_key.as_str();
+                        let our_keys = owned.get(our_key).filter(|keys| !keys.is_empty());
+                        for value_key in our_keys.map_or_else(|| vec![our_key], Clone::clone) {
+                            let suffix = &value_key[our_key.len()..];
+                            let their_key = format!("{}{suffix}", attribute.checkpoint_key);
+                            let found = stored(&their_key);
+                            let value = value_of(value_key);
+                            let program = (value.dtype(), shape_of(&value));
+                            let status = match &found {
+                                Some(found) if *found == program => ValueStatus::Matched,
+                                _ => ValueStatus::Mismatched,
+                            };
+                            values.push(ReportValue {
+                                path: our_paths[our_id.index()].clone(),
+                                attribute: attribute.name.clone(),
+                                status,
+                                checkpoint_key: Some(their_key.clone()),
+                                program: Some(tensor_type(program)),
+                                checkpoint: found.clone().map(tensor_type),
+                            });
+                            pairs.push(Pair {
+                                checkpoint_key: their_key,
+                                our_key: value_key.to_owned(),
+                                name: our_names[our_id.index()].clone(),
+                                value,
+                                stored: found,
+                                by_name: false,
+                            });
+                        }
                     }
                     None => {
                         unused.push(attribute.name.clone());
-                        values.push(ReportValue {
-                            path: their_paths[index].clone(),
-                            attribute: attribute.name.clone(),
-                            status: ValueStatus::Unused,
-                            checkpoint_key: Some(attribute.checkpoint_key.clone()),
-                            program: None,
-                            checkpoint: found.map(tensor_type),
-                        });
+                        values.extend(unused_values(
+                            &reader,
+                            &their_paths[index],
+                            &attribute.name,
+                            &attribute.checkpoint_key,
+                        ));
                     }
                 }
             }
@@ -542,15 +587,7 @@ impl Checkpoint {
                     continue;
                 }
                 missing.push(&attribute.name);
-                let value = value_of(&attribute.checkpoint_key);
-                values.push(ReportValue {
-                    path: our_paths[our_id.index()].clone(),
-                    attribute: attribute.name.clone(),
-                    status: ValueStatus::Missing,
-                    checkpoint_key: None,
-                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
-                    checkpoint: None,
-                });
+                values.extend(missing_values(&our_paths[our_id.index()], attribute));
             }
             if !missing.is_empty() {
                 warnings.push(format!(
@@ -567,15 +604,7 @@ impl Checkpoint {
             }
             unbound_reprs.push(repr(NodeId(index as u32)));
             for attribute in &node.attributes {
-                let value = value_of(&attribute.checkpoint_key);
-                values.push(ReportValue {
-                    path: our_paths[index].clone(),
-                    attribute: attribute.name.clone(),
-                    status: ValueStatus::Missing,
-                    checkpoint_key: None,
-                    program: Some(tensor_type((value.dtype(), shape_of(&value)))),
-                    checkpoint: None,
-                });
+                values.extend(missing_values(&our_paths[index], attribute));
             }
         }
         unbound_reprs.sort();
@@ -646,6 +675,7 @@ impl Checkpoint {
             pairs,
             report: RestoreReport {
                 prefix: prefix.to_owned(),
+                name_based: false,
                 counts,
                 values,
             },
@@ -653,6 +683,7 @@ impl Checkpoint {
                 checks: Some(checks),
                 warnings,
                 partial: false,
+                name_based: None,
             },
         })
     }
@@ -751,6 +782,44 @@ impl Checkpoint {
     }
 }
 
+/// The report values of a checkpoint attribute nobody takes: its key, or, for a legacy
+/// saveable whose key is only a prefix (FORMATS.md 13.4), each bundle key extending it.
+fn unused_values(
+    reader: &BundleReader,
+    path: &[String],
+    attribute: &str,
+    key: &str,
+) -> Vec<ReportValue> {
+    let entries: Vec<_> = match reader.entry(key) {
+        Some(entry) => vec![entry],
+        None => reader
+            .entries()
+            .iter()
+            .filter(|entry| entry.key.starts_with(key) && !entry.key[key.len()..].contains('/'))
+            .collect(),
+    };
+    let value = |key: &str, checkpoint| ReportValue {
+        path: path.to_vec(),
+        attribute: attribute.to_owned(),
+        status: ValueStatus::Unused,
+        checkpoint_key: Some(key.to_owned()),
+        program: None,
+        checkpoint,
+    };
+    if entries.is_empty() {
+        return vec![value(key, None)];
+    }
+    entries
+        .into_iter()
+        .map(|entry| {
+            value(
+                &entry.key,
+                Some(tensor_type((entry.dtype, entry.shape.clone()))),
+            )
+        })
+        .collect()
+}
+
 /// The first problem that makes restoring `pairs` fail, as TensorFlow orders them: a dtype
 /// mismatch or missing key (the batched `RestoreV2` fails), then a shape mismatch (at
 /// assignment).
@@ -760,6 +829,13 @@ fn failure(pairs: &[Pair]) -> Option<CheckpointError> {
             path: pair.name.clone(),
             key: pair.checkpoint_key.clone(),
         }),
+        Some((dtype, _)) if *dtype != pair.value.dtype() && pair.by_name => {
+            Some(CheckpointError::AssignDType {
+                path: pair.name.clone(),
+                expected: cc_dtype_name(pair.value.dtype()),
+                found: cc_dtype_name(*dtype),
+            })
+        }
         Some((dtype, _)) if *dtype != pair.value.dtype() => Some(CheckpointError::RestoreDType {
             path: pair.name.clone(),
             key: pair.checkpoint_key.clone(),
@@ -778,6 +854,14 @@ fn failure(pairs: &[Pair]) -> Option<CheckpointError> {
             })
         })
     })
+}
+
+/// A dtype as TensorFlow's C++ messages name it (`DataTypeString`: `float`, `double`).
+fn cc_dtype_name(dtype: DType) -> String {
+    dtype.proto_name().map_or_else(
+        || dtype.to_string(),
+        |name| name.trim_start_matches("DT_").to_ascii_lowercase(),
+    )
 }
 
 /// Reads `pairs` from the checkpoint at `prefix` with one `RestoreV2` through the eager
@@ -888,7 +972,7 @@ fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
 /// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
 /// first-discovered path's local names joined with `.`; a slot variable
 /// `<optimizer>'s state '<slot>' for <variable>`.
-fn node_names(graph: &ObjectGraph) -> Vec<String> {
+pub(super) fn node_names(graph: &ObjectGraph) -> Vec<String> {
     let mut names: Vec<String> = graph
         .paths()
         .iter()
@@ -912,7 +996,7 @@ fn node_names(graph: &ObjectGraph) -> Vec<String> {
 
 /// Each node's path as local names; a slot variable's is its variable's path and
 /// `<slot> of <optimizer path>`.
-fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
+pub(super) fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
     let mut paths: Vec<Vec<String>> = graph
         .paths()
         .into_iter()
@@ -939,7 +1023,7 @@ fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
     paths
 }
 
-fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
+pub(super) fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
     TensorType {
         dtype: dtype.to_string(),
         shape,
@@ -947,7 +1031,7 @@ fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
 }
 
 /// A shape as Python prints a tuple: `()`, `(2,)`, `(2, 3)`.
-fn python_shape(shape: &[i64]) -> String {
+pub(super) fn python_shape(shape: &[i64]) -> String {
     match shape {
         [one] => format!("({one},)"),
         _ => format!(
@@ -962,24 +1046,41 @@ fn python_shape(shape: &[i64]) -> String {
 }
 
 /// A list of strings as Python prints it: `['a', 'b']`.
-fn python_list(names: &[&str]) -> String {
+pub(super) fn python_list(names: &[&str]) -> String {
     let items: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
     format!("[{}]", items.join(", "))
 }
 
+/// `repr()` of one of our objects: a variable's (one `VARIABLE_VALUE`) as an eager `tf.Variable`'s,
+/// anything else `<object (root).path>`.
+pub(super) fn node_repr(
+    node: &ObjectNode,
+    name: &str,
+    value_of: &dyn Fn(&str) -> HostTensor,
+) -> String {
+    match node.attributes.as_slice() {
+        [attribute] if attribute.name == VARIABLE_VALUE => {
+            variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
+        }
+        _ => format!("<object {name}>"),
+    }
+}
+
 /// `repr()` of an eager `tf.Variable`:
 /// `<tf.Variable 'Variable:0' shape=(2,) dtype=float32, numpy=array([0., 0.], dtype=float32)>`.
-fn variable_repr(full_name: &str, value: &HostTensor) -> String {
+pub(super) fn variable_repr(full_name: &str, value: &HostTensor) -> String {
+    let numpy = numpy_repr(value);
+    // Python puts a multi-line array on a line of its own.
+    let newline = if numpy.contains('\n') { "\n" } else { "" };
     format!(
-        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={}>",
+        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={newline}{numpy}>",
         python_shape(&shape_of(value)),
         value.dtype(),
-        numpy_repr(value)
     )
 }
 
-/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, without
-/// numpy's line wrapping).
+/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, one row per
+/// line for two and more dimensions, without numpy's wrapping of long rows).
 fn numpy_repr(value: &HostTensor) -> String {
     let Some(elements) = elements(value) else {
         return "...".to_owned();
@@ -990,7 +1091,7 @@ fn numpy_repr(value: &HostTensor) -> String {
             .map_or_else(String::new, |e| e.scalar.clone());
     }
     let items: Vec<&str> = elements.iter().map(|e| e.array.as_str()).collect();
-    let body = nest(value.shape(), &items);
+    let body = nest(value.shape(), &items, 0);
     let dtype = value.dtype();
     if matches!(dtype, DType::Double | DType::Int64 | DType::Bool) {
         format!("array({body})")
@@ -1004,16 +1105,19 @@ struct Element {
     array: String,
 }
 
-fn nest(shape: &[u64], items: &[&str]) -> String {
+/// Nests `items` into numpy's array text: `, ` between elements of the last axis; between
+/// sub-arrays a comma, one newline per inner axis and the indent of `array(` plus the depth.
+fn nest(shape: &[u64], items: &[&str], depth: usize) -> String {
     match shape {
         [] => items.first().copied().unwrap_or_default().to_owned(),
         [_] => format!("[{}]", items.join(", ")),
         [first, rest @ ..] => {
             let stride = items.len() / (*first).max(1) as usize;
             let parts: Vec<String> = (0..*first as usize)
-                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride]))
+                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride], depth + 1))
                 .collect();
-            format!("[{}]", parts.join(", "))
+            let separator = format!(",{}{}", "\n".repeat(rest.len()), " ".repeat(7 + depth));
+            format!("[{}]", parts.join(&separator))
         }
     }
 }

@@ -20,6 +20,7 @@ use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, VARIABLE_VALUE,
 };
 
+use super::build::{PYTHON_STATE, value_keys};
 use super::writer::{AfterWrite, CapturedWrite, Pending, RecordingIo};
 use super::{CheckpointError, STATE_FILE, parent_dir};
 use crate::bundle::WriteOptions;
@@ -54,7 +55,9 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// A checkpoint of `graph` with `values` (checkpoint key → tensor): every attribute of the
-    /// graph needs a value, and every value an attribute.
+    /// graph needs a value, and every value an attribute: its key is the attribute's key, or,
+    /// for a legacy saveable (FORMATS.md 13.15), extends it (`table/.ATTRIBUTES/table` →
+    /// `…/table-keys`, `…/table-values`, written in key order).
     pub fn new(
         graph: ObjectGraph,
         values: BTreeMap<String, HostTensor>,
@@ -66,18 +69,11 @@ impl Checkpoint {
         }) {
             return Err(CheckpointError::SaveCounterTaken);
         }
-        let keys: Vec<&str> = attributes(&graph)
-            .map(|attribute| attribute.checkpoint_key.as_str())
-            .collect();
-        for key in &keys {
-            if !values.contains_key(*key) {
-                return Err(CheckpointError::MissingValue {
-                    key: (*key).to_owned(),
-                });
-            }
-        }
-        if let Some(key) = values.keys().find(|key| !keys.contains(&key.as_str())) {
-            return Err(CheckpointError::UnknownValue { key: key.clone() });
+        let owned = value_keys(&graph, &values)?;
+        if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
+            return Err(CheckpointError::MissingValue {
+                key: (*key).to_owned(),
+            });
         }
         Ok(Checkpoint {
             graph,
@@ -261,15 +257,25 @@ impl Checkpoint {
     fn capture(&self, prefix: &str, traced: bool) -> Result<CapturedWrite, CheckpointError> {
         let graph = self.object_graph();
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
+        let owned = value_keys(&graph, &self.values)?;
+        // TensorFlow writes `PythonState` attributes after every tensor attribute (13.5).
+        let (tensors, python): (Vec<&Attribute>, Vec<&Attribute>) =
+            attributes(&graph).partition(|attribute| attribute.name != PYTHON_STATE);
         let EagerVariables {
             mut trackables,
             store: variables,
-        } = EagerVariables::new(attributes(&graph).map(|attribute| {
+        } = EagerVariables::new(tensors.into_iter().chain(python).flat_map(|attribute| {
             let key = attribute.checkpoint_key.as_str();
-            let device = self.devices.get(key).map_or("/cpu:0", String::as_str);
+            let keys = owned.get(key).filter(|keys| !keys.is_empty());
             // The only attribute without a value is `save_counter`'s.
-            let value = self.values.get(key).unwrap_or(&counter_value);
-            (key, device, value.clone())
+            let keys = keys.map_or_else(|| vec![key], Clone::clone);
+            keys.into_iter().map(|value_key| {
+                let device = (self.devices.get(value_key))
+                    .or_else(|| self.devices.get(key))
+                    .map_or("/cpu:0", String::as_str);
+                let value = self.values.get(value_key).unwrap_or(&counter_value);
+                (value_key, device, value.clone())
+            })
         }))?;
         trackables.push(Trackable {
             tensors: vec![SaveableTensor {

@@ -24,15 +24,28 @@
 //! the optimizer at `optimizer` (a module path, created like the others); an optimizer's slot
 //! names are sorted, as TensorFlow's v1 optimizers list them. `options` is the spec file's
 //! `options` object (TensorFlow's `CheckpointOptions`).
+//!
+//! Non-variable attributes (FORMATS.md 13.15): an entry with `attribute` is a named tensor of
+//! the object at `path` (`{"path": ["custom"], "attribute": "first", …}`; `py_state` for a
+//! `PythonState`); a legacy saveable whose bundle keys extend its checkpoint key has one
+//! entry per `suffix` (`{"path": ["table"], "attribute": "table", "suffix": "-keys", …}`).
+//! The path `["save_counter"]` (int64 scalar) is the checkpoint's own counter, written as
+//! `save()` writes it. `also` lists more paths to the same variable: a tree cannot say that
+//! one object hangs under two parents, and Keras 3 needs it (a model's weights are also its
+//! optimizer's `_trainable_variables`; TensorFlow binds them through the model before the
+//! optimizer is built).
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
-use super::{Checkpoint, CheckpointError, Object, build_object_graph, display_path};
+use super::{
+    Checkpoint, CheckpointError, Checkpointable, Object, SAVE_COUNTER, build_object_graph,
+    display_path,
+};
 use crate::exec::HostTensor;
 use crate::trace::TraceOptions;
 use crate::trace::spec::{OptionsSpec, SpecFile};
@@ -68,6 +81,22 @@ pub struct ObjectEntry {
     /// Set for a slot variable (then `path` is empty).
     #[serde(default)]
     pub slot: Option<SlotSpec>,
+    /// A named tensor of the object at `path` instead of a variable: the attribute name as
+    /// the object graph stores it (`_serialize_to_tensors` names escaped once, `py_state`,
+    /// a legacy saveable's name such as `table`). Several entries may name attributes of one
+    /// object. Absent: the object is a variable (`VARIABLE_VALUE`).
+    #[serde(default)]
+    pub attribute: Option<String>,
+    /// For a legacy saveable whose bundle keys extend its checkpoint key (`-keys`,
+    /// `-values` of a `MutableHashTable`'s `table`, `_STATE` of an iterator's `ITERATOR`):
+    /// this value's suffix. One entry per suffix.
+    #[serde(default)]
+    pub suffix: Option<String>,
+    /// More paths to the same variable (an object reached several ways, as Keras 3 models
+    /// and optimizers share their weights): one node, an edge from each parent. Its key
+    /// uses the first-discovered path, as TensorFlow's does.
+    #[serde(default)]
+    pub also: Vec<Vec<String>>,
 }
 
 /// Which slot a slot variable is.
@@ -155,6 +184,12 @@ pub enum ObjectSpecError {
         /// The value's shape.
         found_shape: Vec<u64>,
     },
+    /// A `save_counter` entry that is not an int64 scalar variable.
+    #[error("entry {index}: `save_counter` is the checkpoint's counter, an int64 scalar")]
+    Counter {
+        /// The entry's index.
+        index: usize,
+    },
     /// Building the object graph or the checkpoint failed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -166,8 +201,10 @@ struct TreeNode {
     /// Children in first-appearance order: (local name, node index).
     children: Vec<(String, usize)>,
     by_name: BTreeMap<String, usize>,
-    /// The entry this node is the variable of.
-    variable: Option<usize>,
+    /// The entries this node holds the values of (a variable: one).
+    variable: Vec<usize>,
+    /// Set when this node is another path to the variable of that entry.
+    alias_of: Option<usize>,
 }
 
 impl ObjectSpec {
@@ -181,6 +218,20 @@ impl ObjectSpec {
     pub fn is_object_spec(text: &str) -> bool {
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
             .is_ok_and(|map| map.contains_key("objects"))
+    }
+
+    /// Whether entry `index` is the checkpoint's own `save_counter` (path `["save_counter"]`,
+    /// an int64 scalar; anything else at that path is an error): written and restored as the
+    /// counter, not as a child of the root.
+    fn is_counter(&self, index: usize) -> Result<bool, ObjectSpecError> {
+        let entry = &self.objects[index];
+        if entry.slot.is_some() || entry.path != [SAVE_COUNTER] {
+            return Ok(false);
+        }
+        if entry.dtype != "int64" || !entry.shape.is_empty() || entry.attribute.is_some() {
+            return Err(ObjectSpecError::Counter { index });
+        }
+        Ok(true)
     }
 
     /// The trace options of `options`.
@@ -198,16 +249,42 @@ impl ObjectSpec {
         let mut tree = vec![TreeNode::default()];
         // Pass 1: every path, in list order (optimizers of slots included).
         for (index, entry) in self.objects.iter().enumerate() {
+            if self.is_counter(index)? {
+                continue;
+            }
             match (&entry.slot, entry.path.is_empty()) {
                 (None, false) => {
                     let node = walk(&mut tree, index, &entry.path)?;
-                    if tree[node].variable.is_some() || !tree[node].children.is_empty() {
+                    let same_value = |other: &usize| {
+                        let other = &self.objects[*other];
+                        other.attribute.is_none()
+                            || entry.attribute.is_none()
+                            || (other.attribute == entry.attribute && other.suffix == entry.suffix)
+                    };
+                    if tree[node].variable.iter().any(same_value)
+                        || tree[node].alias_of.is_some()
+                        || !tree[node].children.is_empty()
+                    {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
-                    tree[node].variable = Some(index);
+                    tree[node].variable.push(index);
+                    for path in &entry.also {
+                        let alias = walk(&mut tree, index, path)?;
+                        let tree_node = &tree[alias];
+                        if tree_node.alias_of.is_some()
+                            || !tree_node.variable.is_empty()
+                            || !tree_node.children.is_empty()
+                        {
+                            return Err(taken(&tree, index, path, alias));
+                        }
+                        tree[alias].alias_of = Some(index);
+                    }
                 }
                 (Some(slot), true) => {
-                    walk(&mut tree, index, &slot.optimizer)?;
+                    let node = walk(&mut tree, index, &slot.optimizer)?;
+                    if !tree[node].variable.is_empty() {
+                        return Err(taken(&tree, index, &slot.optimizer, node));
+                    }
                 }
                 _ => return Err(ObjectSpecError::PathOrSlot { index }),
             }
@@ -221,19 +298,45 @@ impl ObjectSpec {
                 .clone()
                 .unwrap_or_else(|| "Variable".to_owned())
         };
+        let is_variable = |index: usize| self.objects[index].attribute.is_none();
         let mut objects: Vec<Option<Object>> = vec![None; tree.len()];
         let mut slot_objects: BTreeMap<usize, Object> = BTreeMap::new();
         // (optimizer node, slot name, variable node) → slot entry.
         let mut slots: BTreeMap<(usize, String, usize), usize> = BTreeMap::new();
         for (node, tree_node) in tree.iter().enumerate() {
-            if let Some(index) = tree_node.variable {
-                objects[node] = Some(Object::variable(name(index)));
+            let mut object: Option<Object> = None;
+            for &index in &tree_node.variable {
+                let entry = &self.objects[index];
+                object = Some(match &entry.attribute {
+                    None => Object::variable(name(index)),
+                    Some(attribute) => {
+                        let object = object.take().unwrap_or_default();
+                        let full_name = entry.name.clone().unwrap_or_default();
+                        let known = object
+                            .attributes()
+                            .iter()
+                            .any(|seen| &seen.name == attribute);
+                        if known {
+                            object
+                        } else {
+                            object.attribute(attribute.clone(), full_name)
+                        }
+                    }
+                });
+            }
+            objects[node] = object;
+        }
+        for node in 0..tree.len() {
+            if let Some(index) = tree[node].alias_of {
+                let entry = &self.objects[index];
+                let primary = find(&tree, &entry.path).expect("pass 1 created it");
+                objects[node] = objects[primary].clone();
             }
         }
         for (index, entry) in self.objects.iter().enumerate() {
             let Some(slot) = &entry.slot else { continue };
             let variable = find(&tree, &slot.variable)
-                .filter(|&node| tree[node].variable.is_some())
+                .filter(|&node| tree[node].variable.iter().any(|&i| is_variable(i)))
                 .ok_or_else(|| ObjectSpecError::NoSuchVariable {
                     index,
                     path: path_text(&slot.variable),
@@ -290,6 +393,10 @@ impl ObjectSpec {
         };
         let mut keys = Vec::with_capacity(self.objects.len());
         for (index, entry) in self.objects.iter().enumerate() {
+            if self.is_counter(index)? {
+                keys.push(counter_key());
+                continue;
+            }
             let node = match &entry.slot {
                 None => node_at(&entry.path),
                 Some(slot) => node_at(&slot.optimizer).and_then(|optimizer| {
@@ -304,9 +411,16 @@ impl ObjectSpec {
                         .map(|s| s.slot_variable_node_id)
                 }),
             };
+            let name = entry.attribute.as_deref().unwrap_or(VARIABLE_VALUE);
             let key = node
-                .and_then(|node| graph.node(node).attributes.first())
-                .map(|attribute| attribute.checkpoint_key.clone())
+                .and_then(|node| {
+                    let attributes = &graph.node(node).attributes;
+                    attributes.iter().find(|attribute| attribute.name == name)
+                })
+                .map(|attribute| {
+                    let suffix = entry.suffix.as_deref().unwrap_or_default();
+                    format!("{}{suffix}", attribute.checkpoint_key)
+                })
                 .ok_or(ObjectSpecError::PathOrSlot { index })?;
             keys.push(key);
         }
@@ -346,7 +460,13 @@ impl ObjectSpec {
                 }
             }
         }
+        let mut values = values;
+        let counter = values.remove(&counter_key());
         let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
+        if let Some(counter) = counter {
+            let bytes = counter.bytes().and_then(|bytes| bytes.try_into().ok());
+            checkpoint.set_save_counter(bytes.map(i64::from_le_bytes));
+        }
         for (entry, key) in self.objects.iter().zip(keys) {
             if let Some(device) = &entry.device {
                 checkpoint = checkpoint.with_device(key, device.clone());
@@ -383,6 +503,9 @@ impl ObjectSpec {
                 _ if dtype == DType::String => {
                     HostTensor::from_strings(shape, vec![Vec::new(); count])
                 }
+                _ if dtype == DType::Variant => {
+                    HostTensor::from_variants(shape, vec![Vec::new(); count])
+                }
                 Some(size) => HostTensor::from_bytes(dtype, shape, vec![0; count * size]),
                 None => {
                     return Err(ObjectSpecError::UnknownDType {
@@ -402,7 +525,7 @@ impl ObjectSpec {
 fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize, ObjectSpecError> {
     let mut node = 0;
     for (depth, name) in path.iter().enumerate() {
-        if tree[node].variable.is_some() {
+        if !tree[node].variable.is_empty() || tree[node].alias_of.is_some() {
             return Err(taken(tree, index, &path[..depth], node));
         }
         node = match tree[node].by_name.get(name) {
@@ -416,9 +539,6 @@ fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize
             }
         };
     }
-    if tree[node].variable.is_some() {
-        return Err(taken(tree, index, path, node));
-    }
     Ok(node)
 }
 
@@ -431,12 +551,17 @@ fn taken(tree: &[TreeNode], index: usize, path: &[String], node: usize) -> Objec
     ObjectSpecError::PathTaken {
         index,
         path: path_text(path),
-        existing: if tree[node].variable.is_some() {
+        existing: if !tree[node].variable.is_empty() || tree[node].alias_of.is_some() {
             "variable"
         } else {
             "module"
         },
     }
+}
+
+/// The key the checkpoint's counter is saved under.
+fn counter_key() -> String {
+    format!("{SAVE_COUNTER}/.ATTRIBUTES/{VARIABLE_VALUE}")
 }
 
 fn path_text(path: &[String]) -> String {

@@ -50,6 +50,17 @@ pub fn save(session: &Session, prefix: &str) -> anyhow::Result<()> {
 /// Runs the session's restore plan on `prefix` (or the latest checkpoint of a directory or
 /// state file) and writes the restored values to `out`.
 pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::Result<()> {
+    restore_to_file_as(session, prefix, out, &BTreeMap::new())
+}
+
+/// [`restore_to_file`], writing the value restored under a key of `names` under the name it
+/// maps to.
+pub fn restore_to_file_as(
+    session: &Session,
+    prefix: &str,
+    out: &Path,
+    names: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     let resolved = checkpoint_prefix(Path::new(prefix))?;
     let prefix = resolved.to_string_lossy();
     let prefix = prefix.as_ref();
@@ -58,7 +69,12 @@ pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::R
             session.restore_observed(prefix, observer)
         })
     })?;
-    write_safetensors(out, &session.values()?)
+    let values = session
+        .values()?
+        .into_iter()
+        .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
+        .collect();
+    write_safetensors(out, &values)
 }
 
 /// Runs `call` on `session`, then prints (`saveplan: save: traced: <reason>`) every function

@@ -31,7 +31,7 @@ pub struct Args {
     src: PathBuf,
     /// The checkpoint prefix or `.safetensors` file to write; missing folders are created.
     dst: PathBuf,
-    /// Checkpoint to safetensors: leave out string tensors (other than the object graph, which
+    /// Checkpoint to safetensors: leave out string and variant tensors (other than the object graph, which
     /// goes into the metadata), with a note on stderr, instead of failing.
     #[arg(long)]
     skip_strings: bool,
@@ -93,14 +93,18 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::
             metadata.insert(OBJECT_GRAPH_KEY.to_owned(), BASE64.encode(bytes));
             continue;
         }
-        if entry.dtype == DType::String {
+        if saveplan::bundle::dtype::is_element_list(entry.dtype) {
             if args.skip_strings {
-                eprintln!("saveplan: convert: skipped string tensor `{}`", entry.key);
+                eprintln!(
+                    "saveplan: convert: skipped {} tensor `{}`",
+                    entry.dtype, entry.key
+                );
                 continue;
             }
             bail!(
-                "tensor `{}` is a string tensor: safetensors cannot hold strings (--skip-strings leaves them out)",
-                entry.key
+                "tensor `{}` is a {dtype} tensor: safetensors cannot hold {dtype}s (--skip-strings leaves them out)",
+                entry.key,
+                dtype = entry.dtype
             );
         }
         if to_safetensors(entry.dtype).is_none() {

@@ -7,23 +7,35 @@
 //! `tf.train.Checkpoint(**children).restore(P)` does on a fresh checkpoint (`--read`:
 //! `Checkpoint.read(P)`, no `save_counter`): it prints the restore report (every value once:
 //! matched, mismatched, unused, missing; `--json` for JSON), writes the restored values keyed by
-//! our objects' checkpoint keys and, with `--expect`, fails (exit 1, TensorFlow's message on one
-//! line) when that load-status assertion fails.
+//! our objects' checkpoint keys (string and variant attributes are restored but left out of
+//! the file, with a note on stderr) and, with `--expect`, fails (exit 1, TensorFlow's message
+//! on one line) when that load-status assertion fails. A checkpoint without an object graph
+//! (TF1 `Saver`) is restored by name: each entry's `name` is looked up as a bundle key
+//! (FORMATS.md 13.13).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use saveplan::checkpoint::{Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER};
+use saveplan::bundle::BundleReader;
+use saveplan::checkpoint::{
+    Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER, full_name_keys, is_object_based,
+};
+use saveplan::session::Session;
+use saveplan::trace::spec::SpecFile;
 
-use super::common::{ModeArgs, load_spec_session, restore_to_file};
-use super::output::out;
+use super::common::{ModeArgs, load_spec_session, restore_to_file, restore_to_file_as};
+use super::output::{one_line, out};
 use super::values::{checkpoint_prefix, write_safetensors};
 
 /// Arguments of `saveplan restore`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The spec file (JSON: variables and options), or an object spec (JSON: `objects`, the
-    /// variables of a `tf.train.Checkpoint` tree by path): then restore by object.
+    /// variables of a `tf.train.Checkpoint` tree by path): then restore by object, or by
+    /// variable `name` when the checkpoint has no object graph (a TF1 `Saver` checkpoint). A
+    /// plain spec on an object-based checkpoint finds each key missing from it as an
+    /// attribute's `full_name` (as a TF1 `Saver` does) and keeps the spec's keys in the output.
     spec: PathBuf,
     /// The checkpoint prefix to read (the path without `.index`), or a directory or
     /// `checkpoint` state file, meaning its latest checkpoint.
@@ -68,8 +80,50 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if args.read || args.json || args.expect.is_some() {
         anyhow::bail!("--read, --json and --expect need an object spec");
     }
+    // A checkpoint that does not open is left to the restore plan, which reports it.
+    let prefix = checkpoint_prefix(Path::new(&args.prefix))?;
+    if let Ok(reader) = BundleReader::open(&prefix)
+        && is_object_based(&reader)
+    {
+        return restore_names_from_objects(&args, &text, &reader);
+    }
     let session = load_spec_session(&args.spec, args.run.options()?)?;
     restore_to_file(&session, &args.prefix, &args.out)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A plain spec on an object-based checkpoint, as a TF1 `Saver` restores one (FORMATS.md
+/// 13.13): each variable whose key is not in the checkpoint but is an attribute's `full_name`
+/// is read from that attribute's `checkpoint_key`; the values keep the spec's keys.
+fn restore_names_from_objects(
+    args: &Args,
+    text: &str,
+    reader: &BundleReader,
+) -> anyhow::Result<std::process::ExitCode> {
+    let spec_error = || format!("{}", args.spec.display());
+    let mut spec = SpecFile::parse(text).with_context(spec_error)?;
+    let keys = full_name_keys(reader).map_err(|err| one_line(&err))?;
+    let mut renamed: BTreeMap<String, String> = BTreeMap::new();
+    for variable in &mut spec.variables {
+        if reader.entry(&variable.checkpoint_key).is_some() {
+            continue;
+        }
+        if let Some(key) = keys.get(&variable.checkpoint_key) {
+            let name = std::mem::replace(&mut variable.checkpoint_key, key.clone());
+            variable.name.get_or_insert_with(|| name.clone());
+            renamed.insert(key.clone(), name);
+        }
+    }
+    if !renamed.is_empty() {
+        eprintln!(
+            "saveplan: restore: restoring an object-based checkpoint by variable name: {} of {} variables found through the object graph's full_name",
+            renamed.len(),
+            spec.variables.len()
+        );
+    }
+    let session = Session::from_spec(&spec, args.run.options()?).with_context(spec_error)?;
+    let prefix = reader.prefix().to_string_lossy();
+    restore_to_file_as(&session, &prefix, &args.out, &renamed)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 
@@ -102,6 +156,17 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
             restored.insert(key, counter_value(counter));
         }
     }
+    // Named string and variant tensors (non-variable attributes) have no safetensors type.
+    restored.retain(|key, value| {
+        let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
+        if !fixed {
+            eprintln!(
+                "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it)",
+                value.dtype()
+            );
+        }
+        fixed
+    });
     write_safetensors(&args.out, &restored)?;
     if let Some(expect) = args.expect {
         let assertion = match expect {

@@ -192,6 +192,9 @@ impl CheckpointIo for BundleIo {
             let shape = tensor.shape.iter().map(|&dim| dim.max(0) as u64).collect();
             let value = match tensor.values {
                 Values::Bytes(bytes) => HostTensor::from_bytes(dtype, shape, bytes),
+                Values::Strings(elements) if dtype == DType::Variant => {
+                    HostTensor::from_variants(shape, elements)
+                }
                 Values::Strings(strings) => HostTensor::from_strings(shape, strings),
             };
             out.push(value.map_err(|source| IoError::Tensor {

@@ -29,7 +29,8 @@ pub struct HostTensor {
 pub enum TensorData {
     /// Row-major little-endian bytes of a fixed-width dtype.
     Bytes(Arc<Vec<u8>>),
-    /// The elements of a `DT_STRING` tensor, row-major.
+    /// The elements of a `DT_STRING` tensor, row-major (or of a `DT_VARIANT` tensor, each
+    /// element's serialized bytes).
     Strings(Arc<Vec<Vec<u8>>>),
     /// The elements of a `DT_RESOURCE` tensor (normally a scalar).
     Resources(Arc<Vec<ResourceHandle>>),
@@ -168,6 +169,14 @@ impl HostTensor {
             shape,
             data: TensorData::Strings(Arc::new(strings)),
         })
+    }
+
+    /// A `DT_VARIANT` tensor whose elements are kept as opaque bytes (serialized
+    /// `VariantTensorDataProto`s, as a bundle stores them), taken without copying.
+    pub fn from_variants(shape: Vec<u64>, elements: Vec<Vec<u8>>) -> Result<Self, TensorError> {
+        let mut tensor = HostTensor::from_strings(shape, elements)?;
+        tensor.dtype = DType::Variant;
+        Ok(tensor)
     }
 
     /// A `DT_STRING` scalar.
@@ -336,7 +345,7 @@ impl HostTensor {
         }
     }
 
-    /// The elements of a string tensor.
+    /// The elements of a string tensor (or a variant tensor's opaque bytes).
     pub fn strings(&self) -> Option<&[Vec<u8>]> {
         match &self.data {
             TensorData::Strings(strings) => Some(strings),

@@ -43,6 +43,29 @@ def run_saveplan(*args, expect_ok=True):
     return proc
 
 
+def read_safetensors(path):
+    """`{key: np.ndarray}` of a `.safetensors` file (the format by hand: u64 header size,
+    JSON header, data)."""
+    import json
+    import struct
+
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + size])
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+              "BOOL": np.bool_, "I16": np.int16}
+    out = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        data = raw[8 + size + start:8 + size + end]
+        out[key] = np.frombuffer(data, dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
 def main():
     saveplan_bin()
     passed = failed = 0

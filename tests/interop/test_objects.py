@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import check, fixtures, main, run_saveplan  # noqa: E402
+from harness import check, fixtures, main, read_safetensors, run_saveplan  # noqa: E402
 
 O1 = Path(fixtures()) / "obj" / "o1_module_tree"
 
@@ -196,27 +196,6 @@ def tf_restores_object_spec_save():
         for suffix in (".index", ".data-00000-of-00001"):
             with open(out + suffix, "rb") as a, open(theirs + suffix, "rb") as b:
                 assert a.read() == b.read(), "%s differs from TensorFlow's" % suffix
-
-
-def read_safetensors(path):
-    """`{key: np.ndarray}` of a `.safetensors` file (the format by hand: u64 header size,
-    JSON header, data)."""
-    import json
-    import struct
-    with open(path, "rb") as f:
-        raw = f.read()
-    (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + size])
-    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-              "BOOL": np.bool_, "I16": np.int16}
-    out = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        data = raw[8 + size + start:8 + size + end]
-        out[key] = np.frombuffer(data, dtypes[info["dtype"]]).reshape(info["shape"])
-    return out
 
 
 def random_spec_values(children, by_key):

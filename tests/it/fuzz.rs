@@ -48,6 +48,8 @@ const BUNDLES: &[(&str, &str)] = &[
     ("c5_partitioned", "ckpt"),
     ("c9_multiblock_index", "ckpt"),
     ("c12_slice_keys", "ckpt"),
+    // A DT_VARIANT entry (the iterator state) among strings and numbers.
+    ("../obj/o7_non_variable_attributes", "ckpt"),
 ];
 
 /// The graph files fuzzed, relative to the repository root.
@@ -480,7 +482,8 @@ fn fuzz_bundles() {
                 problem = cli_problem(&["inspect", prefix.to_str().unwrap()]);
             }
             if let Some(problem) = problem {
-                let kept = keep_finding(&format!("bundle-{seed}-{case}-{iteration}"), &mutated);
+                let name = case.rsplit('/').next().unwrap_or(case);
+                let kept = keep_finding(&format!("bundle-{seed}-{name}-{iteration}"), &mutated);
                 findings.push(format!(
                     "seed {seed} iteration {iteration} {what}: {problem} (kept in {})",
                     kept.display()
