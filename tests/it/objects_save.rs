@@ -11,6 +11,7 @@ use saveplan::checkpoint::{
     build_object_graph, read_object_graph,
 };
 use saveplan::exec::HostTensor;
+use saveplan::trace::TraceOptions;
 
 use crate::support::objects::{COUNTER_KEY, assert_same_bundle, fixture_values};
 use crate::support::{fixture, saveplan};
@@ -85,6 +86,39 @@ fn o6_sync_write_save_write_after_save() {
         Path::new(&at("w_after_save")),
         &fixtures.join("w_after_save"),
     );
+}
+
+/// `o6/io_device`: `CheckpointOptions(experimental_io_device="CPU:1")` moves the save ops, not
+/// the bytes: write, then two saves, give TensorFlow's files and state file.
+#[test]
+fn o6_io_device_gives_the_default_bytes() {
+    let fixtures = fixture("obj/o6_options_async/io_device");
+    let model = Object::new()
+        .child("a", &Object::variable("Variable"))
+        .child("b", &Object::variable("Variable"));
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let options = TraceOptions {
+        io_device: Some("/job:localhost/replica:0/task:0/device:CPU:1".to_owned()),
+        ..TraceOptions::default()
+    };
+    let mut ckpt = Checkpoint::new(graph, fixture_values(&fixtures.join("w")))
+        .unwrap()
+        .with_options(options);
+    ckpt.write(&at("w")).unwrap();
+    assert_same_bundle(Path::new(&at("w")), &fixtures.join("w"));
+    for n in 1..=2 {
+        for (key, value) in fixture_values(&fixtures.join(format!("s-{n}"))) {
+            ckpt.set_value(&key, value).unwrap();
+        }
+        assert_eq!(ckpt.save(&at("s")).unwrap(), at(&format!("s-{n}")));
+        assert_same_bundle(
+            Path::new(&at(&format!("s-{n}"))),
+            &fixtures.join(format!("s-{n}")),
+        );
+    }
+    assert_same_state_file(dir.path(), &fixtures);
 }
 
 /// `o1/write`: the whole module tree (shared variables, escaped names, every dtype) with
