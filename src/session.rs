@@ -72,7 +72,7 @@ use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 
 use crate::bundle::WriteOptions;
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, StepEvent,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo, StepEvent,
     VarKey, VariableStore,
 };
 use crate::export::MetaGraph;
@@ -470,14 +470,22 @@ impl Session {
                         source,
                     }
                 })?;
-                let expected_shape = match &part.region {
-                    Some(region) => Some(region.iter().map(|&(_, len)| len as u64).collect()),
-                    None => tensor.shape.clone(),
+                // Compared in place: this runs once per restored tensor.
+                let shape_ok = match &part.region {
+                    Some(region) => region
+                        .iter()
+                        .map(|&(_, len)| len as u64)
+                        .eq(value.shape().iter().copied()),
+                    None => tensor
+                        .shape
+                        .as_ref()
+                        .is_none_or(|shape| shape.as_slice() == value.shape()),
                 };
-                let shape_ok = expected_shape
-                    .as_ref()
-                    .is_none_or(|shape| shape.as_slice() == value.shape());
                 if value.dtype() != tensor.dtype || !shape_ok {
+                    let expected_shape: Option<Vec<u64>> = match &part.region {
+                        Some(region) => Some(region.iter().map(|&(_, len)| len as u64).collect()),
+                        None => tensor.shape.clone(),
+                    };
                     let describe = |dtype: DType, shape: Option<&[u64]>| match shape {
                         Some(shape) => format!("{dtype} {shape:?}"),
                         None => dtype.to_string(),
@@ -546,7 +554,9 @@ impl Session {
         } else {
             None
         };
-        let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());
+        // One run's view of the backend: its restore ops share the bundles they open.
+        let io = RunIo::new(self.io.as_ref());
+        let mut cx = RunContext::new(&self.variables).with_io(&io);
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);
         }
