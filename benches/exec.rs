@@ -414,7 +414,10 @@ fn run_peers(workload: &Workload, root: &Path, options: &Options) -> Vec<Row> {
         let spec = spec.to_string_lossy().into_owned();
         let values = file.to_string_lossy().into_owned();
         let cli_prefix = dir.join("cli").join("ckpt").to_string_lossy().into_owned();
-        let out = dir.join("restored.safetensors").to_string_lossy().into_owned();
+        let out = dir
+            .join("restored.safetensors")
+            .to_string_lossy()
+            .into_owned();
         let cli_dir = dir.join("cli");
         let save = best_of(
             options.repeat,

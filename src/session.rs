@@ -72,8 +72,8 @@ use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 
 use crate::bundle::WriteOptions;
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo, StepEvent,
-    VarKey, VariableStore,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
+    StepEvent, VarKey, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -461,7 +461,8 @@ impl Session {
     /// whose restored slices do not cover its full shape is an error
     /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
-        let mut out = BTreeMap::new();
+        // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
+        let mut out = Vec::with_capacity(self.restored.len());
         for tensor in self.restored.values() {
             let read = |part: &Part| {
                 let value = self.variables.get(&part.variable).map_err(|source| {
@@ -529,9 +530,9 @@ impl Session {
                 }
                 _ => continue,
             };
-            out.insert(tensor.key.clone(), value);
+            out.push((tensor.key.clone(), value));
         }
-        Ok(out)
+        Ok(BTreeMap::from_iter(out))
     }
 
     /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.

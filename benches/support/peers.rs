@@ -74,7 +74,9 @@ pub fn read_files(prefix: &Path) -> u64 {
     let mut total = 0u64;
     for entry in std::fs::read_dir(dir).expect("read the folder") {
         let path = entry.expect("a folder entry").path();
-        let name = path.file_name().map(|name| name.to_string_lossy().into_owned());
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned());
         let Some(name) = name else { continue };
         if !(name == format!("{stem}.index") || name.starts_with(&format!("{stem}.data-"))) {
             continue;
@@ -108,6 +110,11 @@ pub fn cli(args: &[&str]) {
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
-        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_else(|| "unknown".to_owned())
 }

@@ -352,7 +352,7 @@ fn restore_mapped(
     if entry.dtype != request.dtype || entry.dtype.element_size().is_none() {
         return Ok(None);
     }
-    let mapped = reader.map(request.name)?;
+    let mapped = reader.map_entry(entry)?;
     HostTensor::from_mapped(mapped)
         .map(Some)
         .map_err(|source| IoError::Tensor {
