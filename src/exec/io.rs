@@ -248,10 +248,12 @@ impl CheckpointIo for BundleIo {
 
     fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
         let mut writer = BundleWriter::with_options(prefix, self.write)?;
+        // One buffer for every tensor's signed dimensions: nothing is allocated per tensor.
+        let mut shape: Vec<i64> = Vec::new();
         for request in tensors {
             let tensor = request.tensor;
             let dtype = bundle_dtype(tensor.dtype())?;
-            let shape = bundle_shape(tensor.shape()).ok_or_else(|| IoError::ShapeOutOfRange {
+            bundle_shape(tensor.shape(), &mut shape).ok_or_else(|| IoError::ShapeOutOfRange {
                 key: request.name.to_owned(),
             })?;
             let values = match tensor.data() {
@@ -370,7 +372,11 @@ fn bundle_dtype(dtype: DType) -> Result<DType, IoError> {
     }
 }
 
-/// A host shape as the bundle's signed dimensions, if each fits.
-fn bundle_shape(shape: &[u64]) -> Option<Vec<i64>> {
-    shape.iter().map(|&dim| i64::try_from(dim).ok()).collect()
+/// A host shape as the bundle's signed dimensions in `out` (cleared first), if each fits.
+fn bundle_shape(shape: &[u64], out: &mut Vec<i64>) -> Option<()> {
+    out.clear();
+    for &dim in shape {
+        out.push(i64::try_from(dim).ok()?);
+    }
+    Some(())
 }
