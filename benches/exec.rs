@@ -9,8 +9,8 @@
 //! ```
 //!
 //! * **ours**: `Session::assign` + `Session::save` (the traced plan: `SaveV2` per task under
-//!   the temporary prefix, then `MergeV2Checkpoints`), and `Session::restore` +
-//!   `Session::values`.
+//!   the temporary prefix, then `MergeV2Checkpoints`; the map given to `assign` is built
+//!   before the clock starts), and `Session::restore` + `Session::values`.
 //! * **bare**: the same work without the executor: one `BundleIo::save` per task (in parallel
 //!   on rayon, as the plan's device queues are) plus `BundleIo::merge`, and one
 //!   `BundleIo::restore` per task. The ratio ours/bare is the executor's overhead.
@@ -19,16 +19,31 @@
 //!   `tf.train.Checkpoint.write`/`read` of one variable per tensor. Checkpoint is timed on the
 //!   first `--tf-vars` tensors only (default 10,000) and compared per variable.
 //!
+//! * **peers** (`support/peers.rs`), on the same tensors in the same folder: the Rust
+//!   `safetensors` crate (`serialize_to_file`; read = map + parse + copy each tensor out),
+//!   `dd if=/dev/zero bs=16M` of the payload's byte count (no `conv=fsync`: our saves do not
+//!   fsync by default) as the write limit, and a read loop with a reused 16 MiB buffer over a
+//!   one-task checkpoint's files as the read limit.
+//! * **CLI** (`big` only): `saveplan save SPEC --values X.safetensors --prefix P` and
+//!   `saveplan restore SPEC --prefix P --out Y.safetensors` as a user runs them, one task,
+//!   process start, spec parsing, trace and the safetensors file included.
+//!
 //! Times are the best of `--repeat` runs (default 3); files go to a fresh folder under `--dir`
-//! (default `/dev/shm`). Setup (trace + compile + bind) is timed once and printed.
+//! (default `/dev/shm`). Setup (trace + compile + bind) is timed once and printed. The output
+//! ends with the ratios ours/TF, ours/safetensors and ours/limit (throughput, higher is
+//! better) and the load average at the start and the end of the run.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[path = "support/peers.rs"]
+mod peers;
 #[path = "support/tf.rs"]
 mod tf_support;
 
+use peers::best_of;
 use tf_support::tf_python;
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +71,8 @@ fn main() {
         .dir
         .join(format!("saveplan-exec-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("create the benchmark folder");
+    let load_before = peers::load_average();
+    println!("load average at the start: {load_before}");
     let mut rows = Vec::new();
     for name in &options.workloads {
         let workload = Workload::generate(name);
@@ -67,12 +84,18 @@ fn main() {
         for n_tasks in [1, 8] {
             rows.extend(run_ours(&workload, n_tasks, &root, &options));
         }
+        rows.extend(run_peers(&workload, &root, &options));
         if options.tf {
             rows.extend(run_tf(&workload, &root, &options));
         }
     }
     let _ = std::fs::remove_dir_all(&root);
     print_table(&rows);
+    println!();
+    println!(
+        "load average (1, 5, 15 min): {load_before} at the start, {} at the end",
+        peers::load_average()
+    );
 }
 
 /// Command-line options.
@@ -164,6 +187,11 @@ impl Workload {
 
     /// A spec placing the tensors on `n_tasks` tasks.
     fn spec(&self, n_tasks: usize) -> SpecFile {
+        SpecFile::parse(&self.spec_text(n_tasks)).expect("the generated spec parses")
+    }
+
+    /// The JSON text of [`Workload::spec`].
+    fn spec_text(&self, n_tasks: usize) -> String {
         let variables: Vec<Value> = self
             .tensors
             .iter()
@@ -179,8 +207,7 @@ impl Workload {
                        "device": device})
             })
             .collect();
-        let text = json!({"variables": variables}).to_string();
-        SpecFile::parse(&text).expect("the generated spec parses")
+        json!({"variables": variables}).to_string()
     }
 }
 
@@ -237,10 +264,21 @@ fn run_session(
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the run folder");
     };
-    let save = best_of(options.repeat, reset, || {
-        session.assign(values.clone()).expect("values fit");
-        session.save(&prefix).expect("save");
-    });
+    // The caller's map is built before the clock starts (the bare code gets its tensors as
+    // they are, too); `assign` of it is timed.
+    let given = Cell::new(None);
+    let save = best_of(
+        options.repeat,
+        || {
+            reset();
+            given.set(Some(values.clone()));
+        },
+        || {
+            let given = given.take().expect("set by the reset");
+            session.assign(given).expect("values fit");
+            session.save(&prefix).expect("save");
+        },
+    );
     let bare_save = best_of(options.repeat, reset, || {
         bare_save(workload, n_tasks, &prefix)
     });
@@ -319,17 +357,86 @@ fn bare_restore(workload: &Workload, prefix: &str) {
     assert_eq!(out.len(), requests.len());
 }
 
-/// The fastest of `repeat` runs of `run`, each after `reset`.
-fn best_of(repeat: usize, reset: impl Fn(), mut run: impl FnMut()) -> Duration {
-    (0..repeat.max(1))
-        .map(|_| {
-            reset();
-            let start = Instant::now();
-            run();
-            start.elapsed()
-        })
-        .min()
-        .expect("at least one run")
+/// Measures the peers on the workload's tensors: safetensors, the `dd` and read limits and,
+/// for `big`, the CLI end to end.
+fn run_peers(workload: &Workload, root: &Path, options: &Options) -> Vec<Row> {
+    let dir = root.join(format!("{}-peers", workload.name));
+    let reset = || {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the peers folder");
+    };
+    let row = |op: &'static str, layout: &str, seconds: Duration| Row {
+        workload: workload.name.clone(),
+        layout: layout.to_owned(),
+        op,
+        seconds: seconds.as_secs_f64(),
+        bare: None,
+        bytes: workload.payload,
+        tensors: workload.tensors.len(),
+    };
+    let mut rows = Vec::new();
+    let file = dir.join("values.safetensors");
+    let write = best_of(options.repeat, reset, || {
+        peers::safetensors_write(&workload.tensors, &file)
+    });
+    rows.push(row("safetensors write", "1 file", write));
+    let read = best_of(
+        options.repeat,
+        || {},
+        || {
+            let tensors = peers::safetensors_read(&file);
+            assert_eq!(tensors.len(), workload.tensors.len());
+        },
+    );
+    rows.push(row("safetensors read", "1 file", read));
+    let dd_file = dir.join("dd.bin");
+    let dd = best_of(
+        options.repeat,
+        || {
+            let _ = std::fs::remove_file(&dd_file);
+        },
+        || peers::dd_write(&dd_file, workload.payload),
+    );
+    rows.push(row("dd write (limit)", "bs=16M, no fsync", dd));
+    let _ = std::fs::remove_file(&dd_file);
+    let prefix = dir.join("ckpt");
+    let prefix_text = prefix.to_string_lossy().into_owned();
+    bare_save(workload, 1, &prefix_text);
+    let read_limit = best_of(
+        options.repeat,
+        || {},
+        || assert!(peers::read_files(&prefix) >= workload.payload),
+    );
+    rows.push(row("read files (limit)", "16 MiB buffer", read_limit));
+    if workload.name == "big" {
+        let spec = dir.join("spec.json");
+        std::fs::write(&spec, workload.spec_text(1)).expect("write the spec");
+        let spec = spec.to_string_lossy().into_owned();
+        let values = file.to_string_lossy().into_owned();
+        let cli_prefix = dir.join("cli").join("ckpt").to_string_lossy().into_owned();
+        let out = dir
+            .join("restored.safetensors")
+            .to_string_lossy()
+            .into_owned();
+        let cli_dir = dir.join("cli");
+        let save = best_of(
+            options.repeat,
+            || {
+                let _ = std::fs::remove_dir_all(&cli_dir);
+            },
+            || peers::cli(&["save", &spec, "--values", &values, "--prefix", &cli_prefix]),
+        );
+        rows.push(row("CLI save", "1 task, interp, end to end", save));
+        let restore = best_of(
+            options.repeat,
+            || {
+                let _ = std::fs::remove_file(&out);
+            },
+            || peers::cli(&["restore", &spec, "--prefix", &cli_prefix, "--out", &out]),
+        );
+        rows.push(row("CLI restore", "1 task, interp, end to end", restore));
+    }
+    rows
 }
 
 /// Runs `benches/tf_baseline.py` on the workload's manifest (one device).
@@ -426,31 +533,40 @@ fn print_table(rows: &[Row]) {
         );
     }
     println!();
-    println!("| workload | ours | TF | TF time / ours (per tensor) |");
+    println!("Ratios: ours ÷ peer in throughput (per byte; > 1 means ours is faster).");
+    println!();
+    println!("| workload | ours | peer | ours / peer |");
     println!("|---|---|---|---|");
-    let per_tensor = |row: &Row| row.seconds / row.tensors as f64;
-    for ours in rows.iter().filter(|row| row.bare.is_some()) {
-        for (tf_op, ours_op) in [
-            ("TF SaveV2", "save"),
-            ("TF Checkpoint.write", "save"),
-            ("TF RestoreV2", "restore"),
-            ("TF Checkpoint.read", "restore"),
-        ] {
-            if ours.op != ours_op {
-                continue;
-            }
-            let Some(tf) = rows
+    let per_byte = |row: &Row| row.seconds / row.bytes as f64;
+    let is_ours = |row: &&Row| row.bare.is_some() || row.op.starts_with("CLI");
+    for ours in rows.iter().filter(is_ours) {
+        let peers: &[&str] = match ours.op {
+            "save" | "CLI save" => &[
+                "TF SaveV2",
+                "TF Checkpoint.write",
+                "safetensors write",
+                "dd write (limit)",
+            ],
+            _ => &[
+                "TF RestoreV2",
+                "TF Checkpoint.read",
+                "safetensors read",
+                "read files (limit)",
+            ],
+        };
+        for &peer_op in peers {
+            let Some(peer) = rows
                 .iter()
-                .find(|row| row.workload == ours.workload && row.op == tf_op)
+                .find(|row| row.workload == ours.workload && row.op == peer_op)
             else {
                 continue;
             };
             println!(
-                "| {} | {} {} | {tf_op} | {:.1}× |",
+                "| {} | {} {} | {peer_op} | {:.2}× |",
                 ours.workload,
                 ours.layout,
                 ours.op,
-                per_tensor(tf) / per_tensor(ours)
+                per_byte(peer) / per_byte(ours)
             );
         }
     }

@@ -72,8 +72,8 @@ use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 
 use crate::bundle::WriteOptions;
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, StepEvent,
-    VarKey, VariableStore,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
+    StepEvent, VarKey, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -461,7 +461,8 @@ impl Session {
     /// whose restored slices do not cover its full shape is an error
     /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
-        let mut out = BTreeMap::new();
+        // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
+        let mut out = Vec::with_capacity(self.restored.len());
         for tensor in self.restored.values() {
             let read = |part: &Part| {
                 let value = self.variables.get(&part.variable).map_err(|source| {
@@ -470,14 +471,22 @@ impl Session {
                         source,
                     }
                 })?;
-                let expected_shape = match &part.region {
-                    Some(region) => Some(region.iter().map(|&(_, len)| len as u64).collect()),
-                    None => tensor.shape.clone(),
+                // Compared in place: this runs once per restored tensor.
+                let shape_ok = match &part.region {
+                    Some(region) => region
+                        .iter()
+                        .map(|&(_, len)| len as u64)
+                        .eq(value.shape().iter().copied()),
+                    None => tensor
+                        .shape
+                        .as_ref()
+                        .is_none_or(|shape| shape.as_slice() == value.shape()),
                 };
-                let shape_ok = expected_shape
-                    .as_ref()
-                    .is_none_or(|shape| shape.as_slice() == value.shape());
                 if value.dtype() != tensor.dtype || !shape_ok {
+                    let expected_shape: Option<Vec<u64>> = match &part.region {
+                        Some(region) => Some(region.iter().map(|&(_, len)| len as u64).collect()),
+                        None => tensor.shape.clone(),
+                    };
                     let describe = |dtype: DType, shape: Option<&[u64]>| match shape {
                         Some(shape) => format!("{dtype} {shape:?}"),
                         None => dtype.to_string(),
@@ -521,9 +530,9 @@ impl Session {
                 }
                 _ => continue,
             };
-            out.insert(tensor.key.clone(), value);
+            out.push((tensor.key.clone(), value));
         }
-        Ok(out)
+        Ok(BTreeMap::from_iter(out))
     }
 
     /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.
@@ -546,7 +555,9 @@ impl Session {
         } else {
             None
         };
-        let mut cx = RunContext::new(&self.variables).with_io(self.io.as_ref());
+        // One run's view of the backend: its restore ops share the bundles they open.
+        let io = RunIo::new(self.io.as_ref());
+        let mut cx = RunContext::new(&self.variables).with_io(&io);
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);
         }

@@ -2,7 +2,6 @@
 //! merged index, data files renamed to their final shard names, source indexes deleted. The
 //! renames are one journaled commit ([`super::journal`]).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -99,7 +98,7 @@ pub fn merge_bundles<P: AsRef<Path>>(
             detail,
         });
     };
-    let merged = merge_entries(&present)?;
+    let merged = merge_entries(&mut present)?;
     let renames = plan_renames(&present, dest, total_shards)?;
     if let Some(dir) = dest.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         fsops::create_dir_all(dir).map_err(|err| BundleError::io(dir, "create directory", err))?;
@@ -152,38 +151,65 @@ pub fn merge_bundles<P: AsRef<Path>>(
     Ok(())
 }
 
-/// Builds the merged (key → entry) table: shard ids shifted, sliced tensors' slice lists
-/// concatenated in source order, duplicates rejected.
-fn merge_entries(present: &[(PathBuf, RawIndex)]) -> Result<BTreeMap<Vec<u8>, BundleEntryProto>> {
-    let mut merged: BTreeMap<Vec<u8>, BundleEntryProto> = BTreeMap::new();
+/// Builds the merged table, in key order: shard ids shifted, sliced tensors' slice lists
+/// concatenated in source order, duplicates rejected. Takes the sources' entries (they are not
+/// needed afterwards). Each source is sorted, so one stable sort of all entries by key merges
+/// the sources' runs (linear for one source) and puts equal keys next to each other in source
+/// order; the error returned is the one met first going through the sources in order, as
+/// entry-by-entry insertion would meet it.
+fn merge_entries(present: &mut [(PathBuf, RawIndex)]) -> Result<Vec<(Vec<u8>, BundleEntryProto)>> {
+    let total = present.iter().map(|(_, raw)| raw.entries.len()).sum();
+    // (key, entry, source, position in the source)
+    let mut all: Vec<(Vec<u8>, BundleEntryProto, usize, usize)> = Vec::with_capacity(total);
     let mut base = 0i32;
-    for (source, raw) in present {
-        for (key, entry) in &raw.entries {
-            let conflict = |detail: &str| BundleError::Conflict {
-                path: source.clone(),
-                key: String::from_utf8_lossy(key).into_owned(),
-                detail: detail.to_string(),
-            };
-            match merged.get_mut(key) {
-                Some(existing) if !existing.slices.is_empty() && !entry.slices.is_empty() => {
-                    if existing.dtype != entry.dtype || existing.shape != entry.shape {
-                        return Err(conflict(
-                            "slices of one tensor disagree on dtype or shape when merging",
-                        ));
-                    }
-                    existing.slices.extend(entry.slices.iter().cloned());
-                }
-                Some(_) => return Err(conflict("duplicate tensor key encountered when merging")),
-                None => {
-                    let mut entry = entry.clone();
-                    if entry.slices.is_empty() {
-                        entry.shard_id += base;
-                    }
-                    merged.insert(key.clone(), entry);
-                }
+    for (source, (_, raw)) in present.iter_mut().enumerate() {
+        for (position, (key, mut entry)) in std::mem::take(&mut raw.entries).into_iter().enumerate()
+        {
+            if entry.slices.is_empty() {
+                entry.shard_id += base;
             }
+            all.push((key, entry, source, position));
         }
         base += raw.num_shards as i32;
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut merged: Vec<(Vec<u8>, BundleEntryProto)> = Vec::with_capacity(all.len());
+    // The first conflict in source order: (source, position, key, detail).
+    let mut first: Option<(usize, usize, Vec<u8>, &'static str)> = None;
+    let mut conflicted: Option<Vec<u8>> = None;
+    for (key, entry, source, position) in all {
+        let Some((_, existing)) = merged.last_mut().filter(|(last, _)| *last == key) else {
+            merged.push((key, entry));
+            continue;
+        };
+        if conflicted.as_ref() == Some(&key) {
+            // Only a key's first conflict can be met first.
+            continue;
+        }
+        let detail = if existing.slices.is_empty() || entry.slices.is_empty() {
+            Some("duplicate tensor key encountered when merging")
+        } else if existing.dtype != entry.dtype || existing.shape != entry.shape {
+            Some("slices of one tensor disagree on dtype or shape when merging")
+        } else {
+            existing.slices.extend(entry.slices);
+            None
+        };
+        if let Some(detail) = detail {
+            if first
+                .as_ref()
+                .is_none_or(|(s, p, _, _)| (source, position) < (*s, *p))
+            {
+                first = Some((source, position, key.clone(), detail));
+            }
+            conflicted = Some(key);
+        }
+    }
+    if let Some((source, _, key, detail)) = first {
+        return Err(BundleError::Conflict {
+            path: present[source].0.clone(),
+            key: String::from_utf8_lossy(&key).into_owned(),
+            detail: detail.to_string(),
+        });
     }
     Ok(merged)
 }

@@ -275,7 +275,13 @@ impl BundleReader {
     /// name and renamed, so a file that is replaced (not modified in place) does not affect
     /// an existing map.
     pub fn map(&self, key: &str) -> Result<MappedTensor> {
-        let entry = self.require(key)?;
+        self.map_entry(self.require(key)?)
+    }
+
+    /// [`BundleReader::map`] of an entry of this reader (from [`BundleReader::entry`] or
+    /// [`BundleReader::entries`]), without looking its key up again.
+    pub fn map_entry(&self, entry: &Entry) -> Result<MappedTensor> {
+        let key = entry.key.as_str();
         if entry.dtype.element_size().is_none() {
             return Err(self.wrong_dtype(key, "a fixed-width dtype", entry.dtype));
         }

@@ -1123,7 +1123,7 @@ fn nest(shape: &[u64], items: &[&str], depth: usize) -> String {
 }
 
 fn elements(value: &HostTensor) -> Option<Vec<Element>> {
-    let TensorData::Bytes(_) = value.data() else {
+    let (TensorData::Bytes(_) | TensorData::Mapped(_)) = value.data() else {
         return None;
     };
     let bytes = value.bytes()?;

@@ -4,8 +4,11 @@
 //! so the same plan can write TensorFlow bundles on disk ([`BundleIo`]) or, in tests, an
 //! in-memory record.
 
+use std::sync::{Arc, Mutex};
+
 use saveplan_ir::DType;
 
+use super::step::lock;
 use super::tensor::{HostTensor, TensorData, TensorError};
 pub use crate::bundle::MergeFlags;
 use crate::bundle::{
@@ -74,6 +77,20 @@ pub trait CheckpointIo: Sync {
         tensors: &[RestoreRequest<'_>],
     ) -> Result<Vec<HostTensor>, IoError>;
 
+    /// [`CheckpointIo::restore`] within one run ([`RunIo`]), which may keep what it opened in
+    /// `opened` for the run's other restores of the same prefix. The default ignores `opened`;
+    /// [`BundleIo`] keeps the opened [`BundleReader`], so the `RestoreV2` ops of an
+    /// eight-task plan parse the index once instead of eight times.
+    fn restore_in_run(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+        opened: &OpenedBundles,
+    ) -> Result<Vec<HostTensor>, IoError> {
+        let _ = opened;
+        self.restore(prefix, tensors)
+    }
+
     /// Merges the bundles at `sources` into one at `destination` (`MergeV2Checkpoints`).
     fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError>;
 
@@ -92,6 +109,79 @@ pub trait CheckpointIo: Sync {
     fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
         self.check_save_prefix(prefix)?;
         Ok(SaveGuard { _lock: None })
+    }
+}
+
+/// The bundles one run has opened for reading, by prefix ([`CheckpointIo::restore_in_run`]).
+#[derive(Default)]
+pub struct OpenedBundles {
+    readers: Mutex<Vec<(String, Arc<BundleReader>)>>,
+}
+
+impl OpenedBundles {
+    /// The reader of `prefix`, opened now if this run has not opened it yet.
+    fn reader(&self, prefix: &str) -> Result<Arc<BundleReader>, IoError> {
+        if let Some((_, reader)) = lock(&self.readers)
+            .iter()
+            .find(|(opened, _)| opened == prefix)
+        {
+            return Ok(Arc::clone(reader));
+        }
+        // Opened outside the lock: restores of other prefixes do not wait for this one.
+        let reader = Arc::new(BundleReader::open(prefix)?);
+        lock(&self.readers).push((prefix.to_owned(), Arc::clone(&reader)));
+        Ok(reader)
+    }
+
+    /// Forgets every reader: after a write, a prefix must be opened again.
+    fn clear(&self) {
+        lock(&self.readers).clear();
+    }
+}
+
+/// The checkpoint backend of one run: `inner`'s, with the bundles opened by the run's
+/// restores kept until the run ends ([`CheckpointIo::restore_in_run`]). A save or merge in the
+/// same run forgets them, so a restore never reads an index older than a write before it.
+pub struct RunIo<'a> {
+    inner: &'a dyn CheckpointIo,
+    opened: OpenedBundles,
+}
+
+impl<'a> RunIo<'a> {
+    /// A run's view of `inner`.
+    pub fn new(inner: &'a dyn CheckpointIo) -> RunIo<'a> {
+        RunIo {
+            inner,
+            opened: OpenedBundles::default(),
+        }
+    }
+}
+
+impl CheckpointIo for RunIo<'_> {
+    fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
+        self.opened.clear();
+        self.inner.save(prefix, tensors)
+    }
+
+    fn restore(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+    ) -> Result<Vec<HostTensor>, IoError> {
+        self.inner.restore_in_run(prefix, tensors, &self.opened)
+    }
+
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
+        self.opened.clear();
+        self.inner.merge(sources, destination, flags)
+    }
+
+    fn check_save_prefix(&self, prefix: &str) -> Result<(), IoError> {
+        self.inner.check_save_prefix(prefix)
+    }
+
+    fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
+        self.inner.begin_save(prefix)
     }
 }
 
@@ -126,6 +216,14 @@ pub struct RestoreRequest<'a> {
 
 /// Writes, reads and merges TensorFlow V2 bundles on the local file system, byte-identical to
 /// TensorFlow's `SaveV2` and `MergeV2Checkpoints` (see [`crate::bundle`]).
+///
+/// A save writes the tensors' own buffers to the data file (no copy in between). A restore
+/// hands out whole fixed-width tensors as checksummed views into the data file's read-only
+/// memory map ([`TensorData::Mapped`], on Unix): nothing is copied, the pages are the page
+/// cache's, and the file stays mapped while a value read from it lives. Checkpoints are
+/// replaced by renames, so a later save to the same prefix does not change such values; a
+/// file truncated or rewritten in place by another program would (see
+/// [`BundleReader::map`]). Slices and strings are read into buffers of their own.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BundleIo {
     /// How files are written (fsync or not).
@@ -150,14 +248,18 @@ impl CheckpointIo for BundleIo {
 
     fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
         let mut writer = BundleWriter::with_options(prefix, self.write)?;
+        // One buffer for every tensor's signed dimensions: nothing is allocated per tensor.
+        let mut shape: Vec<i64> = Vec::new();
         for request in tensors {
             let tensor = request.tensor;
             let dtype = bundle_dtype(tensor.dtype())?;
-            let shape = bundle_shape(tensor.shape()).ok_or_else(|| IoError::ShapeOutOfRange {
+            bundle_shape(tensor.shape(), &mut shape).ok_or_else(|| IoError::ShapeOutOfRange {
                 key: request.name.to_owned(),
             })?;
             let values = match tensor.data() {
-                TensorData::Bytes(bytes) => TensorValues::Bytes(bytes),
+                data @ (TensorData::Bytes(_) | TensorData::Mapped(_)) => {
+                    TensorValues::Bytes(data.bytes().unwrap_or_default())
+                }
                 TensorData::Strings(strings) => TensorValues::Strings(strings),
                 TensorData::Resources(_) => {
                     return Err(IoError::ResourceTensor {
@@ -176,9 +278,40 @@ impl CheckpointIo for BundleIo {
         prefix: &str,
         tensors: &[RestoreRequest<'_>],
     ) -> Result<Vec<HostTensor>, IoError> {
-        let reader = BundleReader::open(prefix)?;
+        restore_from(&BundleReader::open(prefix)?, tensors)
+    }
+
+    fn restore_in_run(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+        opened: &OpenedBundles,
+    ) -> Result<Vec<HostTensor>, IoError> {
+        restore_from(opened.reader(prefix)?.as_ref(), tensors)
+    }
+
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
+        let options = MergeOptions {
+            flags,
+            write: self.write,
+        };
+        bundle::merge_bundles(sources, destination, options)?;
+        Ok(())
+    }
+}
+
+/// What `RestoreV2` returns for `tensors` from the open bundle `reader`.
+fn restore_from(
+    reader: &BundleReader,
+    tensors: &[RestoreRequest<'_>],
+) -> Result<Vec<HostTensor>, IoError> {
+    {
         let mut out = Vec::with_capacity(tensors.len());
         for request in tensors {
+            if let Some(value) = restore_mapped(reader, request)? {
+                out.push(value);
+                continue;
+            }
             let tensor = reader.read_spec(request.name, request.shape_and_slice)?;
             let dtype = tensor.dtype;
             if dtype != request.dtype {
@@ -204,15 +337,33 @@ impl CheckpointIo for BundleIo {
         }
         Ok(out)
     }
+}
 
-    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
-        let options = MergeOptions {
-            flags,
-            write: self.write,
-        };
-        bundle::merge_bundles(sources, destination, options)?;
-        Ok(())
+/// A whole fixed-width tensor of the declared dtype as a view into its data file's memory map
+/// ([`BundleReader::map`]: checksum checked, nothing copied), on Unix; `None` for everything
+/// else (slices, strings, a dtype mismatch, a missing key), which the copying read handles with
+/// its own errors. On other systems a mapped file cannot be replaced while it is mapped, so a
+/// later save to the same prefix would fail: there every read copies.
+fn restore_mapped(
+    reader: &BundleReader,
+    request: &RestoreRequest<'_>,
+) -> Result<Option<HostTensor>, IoError> {
+    if !cfg!(unix) || !request.shape_and_slice.is_empty() {
+        return Ok(None);
     }
+    let Some(entry) = reader.entry(request.name) else {
+        return Ok(None);
+    };
+    if entry.dtype != request.dtype || entry.dtype.element_size().is_none() {
+        return Ok(None);
+    }
+    let mapped = reader.map_entry(entry)?;
+    HostTensor::from_mapped(mapped)
+        .map(Some)
+        .map_err(|source| IoError::Tensor {
+            key: request.name.to_owned(),
+            source,
+        })
 }
 
 /// `dtype` itself if bundles can store it.
@@ -224,7 +375,11 @@ fn bundle_dtype(dtype: DType) -> Result<DType, IoError> {
     }
 }
 
-/// A host shape as the bundle's signed dimensions, if each fits.
-fn bundle_shape(shape: &[u64]) -> Option<Vec<i64>> {
-    shape.iter().map(|&dim| i64::try_from(dim).ok()).collect()
+/// A host shape as the bundle's signed dimensions in `out` (cleared first), if each fits.
+fn bundle_shape(shape: &[u64], out: &mut Vec<i64>) -> Option<()> {
+    out.clear();
+    for &dim in shape {
+        out.push(i64::try_from(dim).ok()?);
+    }
+    Some(())
 }

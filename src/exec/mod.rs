@@ -66,11 +66,14 @@ pub mod variables;
 pub use backend::{Backend, UnknownBackend};
 pub use error::{ExecError, KernelError};
 pub use executor::Executor;
-pub use io::{BundleIo, CheckpointIo, IoError, MergeFlags, RestoreRequest, SaveGuard, SaveRequest};
+pub use io::{
+    BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundles, RestoreRequest, RunIo, SaveGuard,
+    SaveRequest,
+};
 pub use kernels::{Kernel, KernelCx, VariableAttrs};
 pub use plan::{
     CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Step, StepId, Work, resolve_device,
 };
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
-pub use variables::{VarKey, VariableError, VariableStore};
+pub use variables::{VarKey, VarKeyRef, VariableError, VariableStore};

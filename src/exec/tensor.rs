@@ -3,12 +3,16 @@
 //!
 //! Storage is reference counted, so cloning a tensor (forwarding it through `Identity`, storing
 //! it in a variable, fetching it) never copies elements. Fixed-width dtypes keep row-major
-//! little-endian bytes, `DT_STRING` keeps one byte string per element and `DT_RESOURCE` keeps
-//! one [`ResourceHandle`] per element.
+//! little-endian bytes (owned, or a view into the memory map of a checkpoint data file, which
+//! is what a restore hands out), `DT_STRING` keeps one byte string per element and
+//! `DT_RESOURCE` keeps one [`ResourceHandle`] per element.
 
 use std::sync::Arc;
 
 use saveplan_ir::{DType, Shape, Tensor, TensorValues};
+
+use super::variables::VarKeyRef;
+use crate::bundle::MappedTensor;
 
 /// What a value slot of a plan holds. Today every value lives in host memory.
 pub type Value = HostTensor;
@@ -20,20 +24,51 @@ pub type Value = HostTensor;
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
     dtype: DType,
-    shape: Vec<u64>,
+    /// Shared like the elements, so forwarding a tensor from step to step allocates nothing.
+    shape: Arc<[u64]>,
     data: TensorData,
 }
 
-/// The shared element storage of a [`HostTensor`].
-#[derive(Clone, Debug, PartialEq)]
+/// The shared element storage of a [`HostTensor`]. Equality compares elements: owned and
+/// mapped bytes with the same contents are equal.
+#[derive(Clone, Debug)]
 pub enum TensorData {
     /// Row-major little-endian bytes of a fixed-width dtype.
     Bytes(Arc<Vec<u8>>),
+    /// Row-major little-endian bytes of a fixed-width dtype, read in place from a checkpoint
+    /// data file: a view into its read-only memory map whose CRC32C was checked when it was
+    /// made (see [`crate::bundle::BundleReader::map`] for what a later in-place change of the
+    /// file does). Restores hand these out instead of copying into a new buffer.
+    Mapped(Arc<MappedTensor>),
     /// The elements of a `DT_STRING` tensor, row-major (or of a `DT_VARIANT` tensor, each
     /// element's serialized bytes).
     Strings(Arc<Vec<Vec<u8>>>),
     /// The elements of a `DT_RESOURCE` tensor (normally a scalar).
     Resources(Arc<Vec<ResourceHandle>>),
+}
+
+impl TensorData {
+    /// The element bytes of fixed-width storage (owned or mapped).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            TensorData::Bytes(bytes) => Some(bytes),
+            TensorData::Mapped(mapped) => Some(mapped),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for TensorData {
+    fn eq(&self, other: &TensorData) -> bool {
+        match (self, other) {
+            (TensorData::Strings(a), TensorData::Strings(b)) => a == b,
+            (TensorData::Resources(a), TensorData::Resources(b)) => a == b,
+            _ => match (self.bytes(), other.bytes()) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            },
+        }
+    }
 }
 
 /// A handle to a resource variable, as `VarHandleOp` produces it.
@@ -49,6 +84,16 @@ pub struct ResourceHandle {
     pub dtype: DType,
     /// The variable's declared shape (may be partial).
     pub shape: Shape,
+}
+
+impl ResourceHandle {
+    /// The key of the variable this handle names, borrowed from it.
+    pub fn key(&self) -> VarKeyRef<'_> {
+        VarKeyRef {
+            container: &self.container,
+            shared_name: &self.shared_name,
+        }
+    }
 }
 
 /// Errors from building a [`HostTensor`].
@@ -149,8 +194,33 @@ impl HostTensor {
         }
         Ok(HostTensor {
             dtype,
-            shape,
+            shape: shape.into(),
             data: TensorData::Bytes(bytes),
+        })
+    }
+
+    /// A fixed-width tensor whose bytes stay in the memory map of a checkpoint data file (no
+    /// copy), with the stored dtype and shape.
+    pub fn from_mapped(mapped: MappedTensor) -> Result<Self, TensorError> {
+        let dtype = mapped.dtype;
+        let size = fixed_size(dtype)?;
+        // The reader checks every stored dimension is non-negative.
+        let shape: Vec<u64> = mapped.shape.iter().map(|&dim| dim.max(0) as u64).collect();
+        let expected = element_count(&shape)?
+            .checked_mul(size)
+            .ok_or_else(|| too_big(&shape))?;
+        if mapped.len() != expected {
+            return Err(TensorError::ByteLength {
+                dtype,
+                shape,
+                expected,
+                got: mapped.len(),
+            });
+        }
+        Ok(HostTensor {
+            dtype,
+            shape: shape.into(),
+            data: TensorData::Mapped(Arc::new(mapped)),
         })
     }
 
@@ -166,7 +236,7 @@ impl HostTensor {
         }
         Ok(HostTensor {
             dtype: DType::String,
-            shape,
+            shape: shape.into(),
             data: TensorData::Strings(Arc::new(strings)),
         })
     }
@@ -183,7 +253,7 @@ impl HostTensor {
     pub fn string_scalar(value: impl Into<Vec<u8>>) -> Self {
         HostTensor {
             dtype: DType::String,
-            shape: Vec::new(),
+            shape: Arc::new([]),
             data: TensorData::Strings(Arc::new(vec![value.into()])),
         }
     }
@@ -193,7 +263,7 @@ impl HostTensor {
         let strings: Vec<Vec<u8>> = values.into_iter().map(Into::into).collect();
         HostTensor {
             dtype: DType::String,
-            shape: vec![strings.len() as u64],
+            shape: Arc::new([strings.len() as u64]),
             data: TensorData::Strings(Arc::new(strings)),
         }
     }
@@ -208,7 +278,7 @@ impl HostTensor {
     pub fn bool_scalar(value: bool) -> Self {
         HostTensor {
             dtype: DType::Bool,
-            shape: Vec::new(),
+            shape: Arc::new([]),
             data: TensorData::Bytes(Arc::new(vec![u8::from(value)])),
         }
     }
@@ -217,7 +287,7 @@ impl HostTensor {
     pub fn int32_scalar(value: i32) -> Self {
         HostTensor {
             dtype: DType::Int32,
-            shape: Vec::new(),
+            shape: Arc::new([]),
             data: TensorData::Bytes(Arc::new(value.to_le_bytes().to_vec())),
         }
     }
@@ -244,7 +314,7 @@ impl HostTensor {
     pub fn resource(handle: ResourceHandle) -> Self {
         HostTensor {
             dtype: DType::Resource,
-            shape: Vec::new(),
+            shape: Arc::new([]),
             data: TensorData::Resources(Arc::new(vec![handle])),
         }
     }
@@ -261,7 +331,7 @@ impl HostTensor {
         }
         Ok(HostTensor {
             dtype: self.dtype,
-            shape,
+            shape: shape.into(),
             data: self.data.clone(),
         })
     }
@@ -318,10 +388,13 @@ impl HostTensor {
     /// The number of elements.
     pub fn num_elements(&self) -> usize {
         match &self.data {
-            TensorData::Bytes(bytes) => match self.dtype.element_size() {
-                Some(size) if size > 0 => bytes.len() / size,
-                _ => 0,
-            },
+            TensorData::Bytes(_) | TensorData::Mapped(_) => {
+                let len = self.data.bytes().map_or(0, <[u8]>::len);
+                match self.dtype.element_size() {
+                    Some(size) if size > 0 => len / size,
+                    _ => 0,
+                }
+            }
             TensorData::Strings(strings) => strings.len(),
             TensorData::Resources(handles) => handles.len(),
         }
@@ -339,10 +412,13 @@ impl HostTensor {
 
     /// The element bytes of a fixed-width tensor.
     pub fn bytes(&self) -> Option<&[u8]> {
-        match &self.data {
-            TensorData::Bytes(bytes) => Some(bytes),
-            _ => None,
-        }
+        self.data.bytes()
+    }
+
+    /// Whether the elements are a view into a checkpoint data file's memory map
+    /// ([`TensorData::Mapped`]) rather than a buffer of their own.
+    pub fn is_mapped(&self) -> bool {
+        matches!(&self.data, TensorData::Mapped(mapped) if mapped.is_mapped())
     }
 
     /// The elements of a string tensor (or a variant tensor's opaque bytes).
@@ -361,10 +437,12 @@ impl HostTensor {
         }
     }
 
-    /// The element bytes, moved out when this is the only reference and copied otherwise.
+    /// The element bytes, moved out when this is the only reference and copied otherwise
+    /// (mapped bytes are always copied).
     pub fn into_bytes(self) -> Option<Vec<u8>> {
         match self.data {
             TensorData::Bytes(bytes) => Some(Arc::unwrap_or_clone(bytes)),
+            TensorData::Mapped(mapped) => Some(mapped.to_vec()),
             _ => None,
         }
     }
@@ -381,6 +459,7 @@ impl HostTensor {
     pub fn shares_storage_with(&self, other: &HostTensor) -> bool {
         match (&self.data, &other.data) {
             (TensorData::Bytes(a), TensorData::Bytes(b)) => Arc::ptr_eq(a, b),
+            (TensorData::Mapped(a), TensorData::Mapped(b)) => Arc::ptr_eq(a, b),
             (TensorData::Strings(a), TensorData::Strings(b)) => Arc::ptr_eq(a, b),
             (TensorData::Resources(a), TensorData::Resources(b)) => Arc::ptr_eq(a, b),
             _ => false,

@@ -9,7 +9,8 @@
 use std::fmt;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use rustc_hash::FxHashMap;
+use hashbrown::{Equivalent, HashMap};
+use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
 
 use super::tensor::HostTensor;
@@ -23,6 +24,40 @@ pub struct VarKey {
     pub shared_name: String,
 }
 
+/// A borrowed [`VarKey`]: what the variable kernels look variables up with, taken from a
+/// resource handle without allocating. Every method of [`VariableStore`] takes either form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VarKeyRef<'a> {
+    /// The resource container; often empty.
+    pub container: &'a str,
+    /// The resource name.
+    pub shared_name: &'a str,
+}
+
+impl VarKeyRef<'_> {
+    /// The owned key (for errors and for creating a variable).
+    pub fn to_key(self) -> VarKey {
+        VarKey::new(self.container, self.shared_name)
+    }
+}
+
+impl<'a> From<&'a VarKey> for VarKeyRef<'a> {
+    fn from(key: &'a VarKey) -> VarKeyRef<'a> {
+        VarKeyRef {
+            container: &key.container,
+            shared_name: &key.shared_name,
+        }
+    }
+}
+
+/// Field by field, in the order both types hash them (`&str` hashes as `String` does), so a
+/// borrowed key finds the owned one.
+impl Equivalent<VarKey> for VarKeyRef<'_> {
+    fn equivalent(&self, key: &VarKey) -> bool {
+        self.container == key.container && self.shared_name == key.shared_name
+    }
+}
+
 /// A thread-safe set of resource variables.
 ///
 /// Every value is a [`HostTensor`], whose storage is reference counted: [`VariableStore::get`]
@@ -32,7 +67,7 @@ pub struct VarKey {
 pub struct VariableStore {
     /// A hash map: lookups of long, similar names are the hot path of a run. Nothing iterates
     /// it except [`VariableStore::keys`], which sorts.
-    variables: RwLock<FxHashMap<VarKey, Variable>>,
+    variables: RwLock<HashMap<VarKey, Variable, FxBuildHasher>>,
 }
 
 /// One variable: its dtype, fixed by the first assignment, and its value.
@@ -102,9 +137,9 @@ impl VariableStore {
 
     /// Stores `value` in the variable `key`, creating it with the value's dtype if needed.
     /// Returns the previous value. Fails if the variable exists with another dtype.
-    pub fn put(
+    pub fn put<'k>(
         &self,
-        key: &VarKey,
+        key: impl Into<VarKeyRef<'k>>,
         value: HostTensor,
     ) -> Result<Option<HostTensor>, VariableError> {
         self.assign(key, value.dtype(), value, false)
@@ -113,33 +148,34 @@ impl VariableStore {
     /// Stores `value` like `AssignVariableOp` with attrs `dtype` and `validate_shape`: the value
     /// must have the declared dtype, an existing variable must hold that dtype, and with
     /// `validate_shape` an existing value must have the same shape.
-    pub fn assign(
+    pub fn assign<'k>(
         &self,
-        key: &VarKey,
+        key: impl Into<VarKeyRef<'k>>,
         dtype: DType,
         value: HostTensor,
         validate_shape: bool,
     ) -> Result<Option<HostTensor>, VariableError> {
+        let key = key.into();
         if value.dtype() != dtype {
             return Err(VariableError::DTypeMismatch {
-                key: key.clone(),
+                key: key.to_key(),
                 held: dtype,
                 requested: value.dtype(),
             });
         }
         let mut variables = self.write();
-        match variables.get_mut(key) {
+        match variables.get_mut(&key) {
             Some(variable) => {
                 if variable.dtype != dtype {
                     return Err(VariableError::DTypeMismatch {
-                        key: key.clone(),
+                        key: key.to_key(),
                         held: variable.dtype,
                         requested: dtype,
                     });
                 }
                 if validate_shape && variable.value.shape() != value.shape() {
                     return Err(VariableError::ShapeMismatch {
-                        key: key.clone(),
+                        key: key.to_key(),
                         held: variable.value.shape().to_vec(),
                         requested: value.shape().to_vec(),
                     });
@@ -147,26 +183,32 @@ impl VariableStore {
                 Ok(Some(std::mem::replace(&mut variable.value, value)))
             }
             None => {
-                variables.insert(key.clone(), Variable { dtype, value });
+                variables.insert(key.to_key(), Variable { dtype, value });
                 Ok(None)
             }
         }
     }
 
     /// The value of `key`, sharing its storage.
-    pub fn get(&self, key: &VarKey) -> Result<HostTensor, VariableError> {
+    pub fn get<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Result<HostTensor, VariableError> {
+        let key = key.into();
         self.read()
-            .get(key)
+            .get(&key)
             .map(|variable| variable.value.clone())
-            .ok_or_else(|| VariableError::NotFound { key: key.clone() })
+            .ok_or_else(|| VariableError::NotFound { key: key.to_key() })
     }
 
     /// The value of `key`, which must hold `dtype` (what `ReadVariableOp` checks).
-    pub fn read_as(&self, key: &VarKey, dtype: DType) -> Result<HostTensor, VariableError> {
+    pub fn read_as<'k>(
+        &self,
+        key: impl Into<VarKeyRef<'k>>,
+        dtype: DType,
+    ) -> Result<HostTensor, VariableError> {
+        let key = key.into();
         let value = self.get(key)?;
         if value.dtype() != dtype {
             return Err(VariableError::DTypeMismatch {
-                key: key.clone(),
+                key: key.to_key(),
                 held: value.dtype(),
                 requested: dtype,
             });
@@ -175,13 +217,15 @@ impl VariableStore {
     }
 
     /// Removes the variable `key` and returns its value, if it existed.
-    pub fn take(&self, key: &VarKey) -> Option<HostTensor> {
-        self.write().remove(key).map(|variable| variable.value)
+    pub fn take<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Option<HostTensor> {
+        self.write()
+            .remove(&key.into())
+            .map(|variable| variable.value)
     }
 
     /// Whether `key` exists and holds a value (what `VarIsInitializedOp` reports).
-    pub fn is_initialized(&self, key: &VarKey) -> bool {
-        self.read().contains_key(key)
+    pub fn is_initialized<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> bool {
+        self.read().contains_key(&key.into())
     }
 
     /// Every variable key, sorted.
@@ -203,14 +247,14 @@ impl VariableStore {
 
     /// Locks the map for reading. A poisoned lock is still consistent, because no code
     /// panics while holding it.
-    fn read(&self) -> RwLockReadGuard<'_, FxHashMap<VarKey, Variable>> {
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<VarKey, Variable, FxBuildHasher>> {
         self.variables
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Locks the map for writing (see [`VariableStore::read`] on poisoning).
-    fn write(&self) -> RwLockWriteGuard<'_, FxHashMap<VarKey, Variable>> {
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<VarKey, Variable, FxBuildHasher>> {
         self.variables
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -20,7 +20,8 @@ pub fn extract(full: &HostTensor, region: &[(i64, i64)]) -> Result<HostTensor, T
     let shape: Vec<u64> = region.iter().map(|&(_, length)| length as u64).collect();
     let n_elements = shape.iter().product::<u64>() as usize;
     match full.data() {
-        TensorData::Bytes(bytes) => {
+        data @ (TensorData::Bytes(_) | TensorData::Mapped(_)) => {
+            let bytes = data.bytes().unwrap_or_default();
             let size = full.dtype().element_size().unwrap_or(1);
             let mut out = vec![0u8; n_elements * size];
             for_each_overlap_run(&src, region, |from, to, run| {

@@ -217,3 +217,32 @@ fn sharded_filenames_and_temp_prefixes_match_tf() {
         );
     }
 }
+
+/// With several conflicts, the merge reports the one met first going through the sources in
+/// order (what TensorFlow's entry-by-entry merge meets first), not the first in key order:
+/// sources `{b}`, `{a, b}`, `{a}` fail on `b` in the second source, though `a` sorts first.
+#[test]
+fn merge_reports_the_first_conflict_in_source_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources: Vec<PathBuf> = [&["b"][..], &["a", "b"], &["a"]]
+        .iter()
+        .enumerate()
+        .map(|(index, keys)| {
+            let prefix = dir.path().join(format!("part{index}"));
+            let mut writer = BundleWriter::create(&prefix).unwrap();
+            for key in *keys {
+                writer.add(key, DType::Int8, &[1], &[index as u8]).unwrap();
+            }
+            writer.finish().unwrap();
+            prefix
+        })
+        .collect();
+    let err =
+        merge_bundles(&sources, dir.path().join("merged"), MergeOptions::default()).unwrap_err();
+    match &err {
+        BundleError::Conflict { path, key, .. } => {
+            assert_eq!((path, key.as_str()), (&sources[1], "b"), "{err}");
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+}

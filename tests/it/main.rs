@@ -40,3 +40,4 @@ mod session;
 mod trace;
 mod trace_perf;
 mod verify_fixtures;
+mod zero_copy;

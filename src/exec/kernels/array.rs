@@ -7,7 +7,7 @@ use saveplan_ir::DType;
 
 use super::{input, typed_input};
 use crate::exec::error::KernelError;
-use crate::exec::tensor::{HostTensor, TensorData, element_count};
+use crate::exec::tensor::{HostTensor, element_count};
 
 /// `Select` / `SelectV2`. Supports a scalar condition (picks `t` or `e` whole, without copying),
 /// a condition of the same shape as `t` and `e` (element-wise), and for `Select` a vector
@@ -123,7 +123,7 @@ fn gather<'a>(
                 .ok_or_else(|| KernelError::unsupported(format!("{dtype} tensors here")))?;
             let mut out = Vec::new();
             for (tensor, range) in parts {
-                if let TensorData::Bytes(bytes) = tensor.data() {
+                if let Some(bytes) = tensor.bytes() {
                     let bytes = bytes.get(range.start * size..range.end * size);
                     out.extend_from_slice(bytes.unwrap_or(&[]));
                 }

@@ -13,6 +13,8 @@ mod checkpoint;
 mod state;
 mod strings;
 
+use std::sync::OnceLock;
+
 use saveplan_ir::{AttrValue, DType, OpNode, Shape};
 
 use super::error::{ExecError, KernelError};
@@ -117,6 +119,9 @@ pub struct VariableAttrs {
     pub dtype: DType,
     /// The `shape` attr.
     pub shape: Shape,
+    /// The handle tensor the kernel made on its first run, handed out again (shared) by later
+    /// runs on the same device instead of allocating a new handle per run.
+    handle: OnceLock<HostTensor>,
 }
 
 /// What a kernel may use besides its inputs.
@@ -235,26 +240,14 @@ impl Kernel {
             Kernel::SaveV2 { dtypes } => checkpoint::save_v2(cx, dtypes, inputs),
             Kernel::RestoreV2 { dtypes } => checkpoint::restore_v2(cx, dtypes, inputs),
             Kernel::MergeV2Checkpoints(flags) => checkpoint::merge_v2(cx, *flags, inputs),
-            Kernel::VarHandleOp(var) => Ok(vec![state::var_handle(
-                cx,
-                &var.container,
-                &var.shared_name,
-                var.dtype,
-                &var.shape,
-            )]),
+            Kernel::VarHandleOp(var) => Ok(vec![state::var_handle(cx, var, var.dtype)]),
             Kernel::ReadVariableOp { dtype } => state::read_variable(cx, *dtype, inputs),
             Kernel::AssignVariableOp {
                 dtype,
                 validate_shape,
             } => state::assign_variable(cx, *dtype, *validate_shape, inputs),
             Kernel::VarIsInitializedOp => state::var_is_initialized(cx, inputs),
-            Kernel::VariableV2(var) => Ok(vec![state::var_handle(
-                cx,
-                &var.container,
-                &var.shared_name,
-                var.dtype.to_ref(),
-                &var.shape,
-            )]),
+            Kernel::VariableV2(var) => Ok(vec![state::var_handle(cx, var, var.dtype.to_ref())]),
             Kernel::Assign {
                 dtype,
                 validate_shape,
@@ -289,6 +282,7 @@ impl Attrs<'_> {
                 Some(AttrValue::Shape(shape)) => shape.clone(),
                 _ => return Err(self.bad("shape", "must be a shape")),
             },
+            handle: OnceLock::new(),
         })
     }
 

@@ -3,37 +3,44 @@
 //! (`VariableV2`, `Assign`), whose reference is a resource handle with a `_ref` dtype, read as a
 //! value wherever a value input takes it.
 
-use saveplan_ir::{DType, Shape};
+use saveplan_ir::DType;
 
-use super::{KernelCx, input, typed_input};
+use super::{KernelCx, VariableAttrs, input, typed_input};
 use crate::exec::error::KernelError;
 use crate::exec::tensor::{HostTensor, ResourceHandle};
-use crate::exec::variables::VarKey;
+use crate::exec::variables::VarKeyRef;
 
-/// `VarHandleOp`: a scalar resource handle naming the variable; creates nothing.
-pub(super) fn var_handle(
-    cx: &KernelCx<'_>,
-    container: &str,
-    shared_name: &str,
-    dtype: DType,
-    shape: &Shape,
-) -> HostTensor {
-    HostTensor::resource(ResourceHandle {
-        container: container.to_owned(),
-        shared_name: shared_name.to_owned(),
+/// `VarHandleOp` (and `VariableV2`, with the `_ref` dtype): a scalar resource handle naming
+/// the variable `var` on the op's device; creates nothing. The handle of the kernel's first run
+/// is kept and shared by later runs on the same device.
+pub(super) fn var_handle(cx: &KernelCx<'_>, var: &VariableAttrs, dtype: DType) -> HostTensor {
+    let made = var.handle.get().filter(|tensor| {
+        tensor
+            .as_resource_scalar()
+            .is_some_and(|handle| handle.device == cx.device && handle.dtype == dtype)
+    });
+    if let Some(tensor) = made {
+        return tensor.clone();
+    }
+    let tensor = HostTensor::resource(ResourceHandle {
+        container: var.container.clone(),
+        shared_name: var.shared_name.clone(),
         device: cx.device.to_owned(),
         dtype,
-        shape: shape.clone(),
-    })
+        shape: var.shape.clone(),
+    });
+    let _ = var.handle.set(tensor.clone());
+    tensor
 }
 
-/// Input `index` as a scalar resource handle, turned into the variable key.
-pub(super) fn handle(inputs: &[HostTensor], index: usize) -> Result<VarKey, KernelError> {
+/// Input `index` as a scalar resource handle, turned into the variable key (borrowed: nothing
+/// is allocated).
+pub(super) fn handle(inputs: &[HostTensor], index: usize) -> Result<VarKeyRef<'_>, KernelError> {
     let tensor = typed_input(inputs, index, DType::Resource)?;
     let handle = tensor
         .as_resource_scalar()
         .ok_or_else(|| super::not_scalar(index, tensor))?;
-    Ok(VarKey::new(&handle.container, &handle.shared_name))
+    Ok(handle.key())
 }
 
 /// `ReadVariableOp`: the variable's value, which must have `dtype`.
@@ -43,7 +50,7 @@ pub(super) fn read_variable(
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
-    Ok(vec![cx.variables.read_as(&key, dtype)?])
+    Ok(vec![cx.variables.read_as(key, dtype)?])
 }
 
 /// `AssignVariableOp`: stores the value input (shared, not copied) in the variable.
@@ -55,7 +62,7 @@ pub(super) fn assign_variable(
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
     let value = input(inputs, 1)?.clone();
-    cx.variables.assign(&key, dtype, value, validate_shape)?;
+    cx.variables.assign(key, dtype, value, validate_shape)?;
     Ok(Vec::new())
 }
 
@@ -78,8 +85,7 @@ pub(super) fn deref_refs(
     let mut values = inputs.to_vec();
     for tensor in values.iter_mut().skip(keep) {
         if let Some(handle) = tensor.as_resource_scalar().filter(|h| h.dtype.is_ref()) {
-            let key = VarKey::new(&handle.container, &handle.shared_name);
-            *tensor = cx.variables.read_as(&key, handle.dtype.base())?;
+            *tensor = cx.variables.read_as(handle.key(), handle.dtype.base())?;
         }
     }
     Ok(Some(values))
@@ -98,9 +104,9 @@ pub(super) fn assign_ref(
         .as_resource_scalar()
         .filter(|handle| handle.dtype.is_ref())
         .ok_or_else(|| KernelError::invalid("input 0 of Assign is not a variable reference"))?;
-    let key = VarKey::new(&handle.container, &handle.shared_name);
+    let key = handle.key();
     let value = input(inputs, 1)?.clone();
-    cx.variables.assign(&key, dtype, value, validate_shape)?;
+    cx.variables.assign(key, dtype, value, validate_shape)?;
     Ok(vec![reference.clone()])
 }
 
@@ -111,6 +117,6 @@ pub(super) fn var_is_initialized(
 ) -> Result<Vec<HostTensor>, KernelError> {
     let key = handle(inputs, 0)?;
     Ok(vec![HostTensor::bool_scalar(
-        cx.variables.is_initialized(&key),
+        cx.variables.is_initialized(key),
     )])
 }
