@@ -48,10 +48,27 @@ pub enum ValuesError {
     },
 }
 
-/// Reads every tensor of a `.safetensors` file.
+/// Reads every tensor of a `.safetensors` file: each tensor's bytes are copied once, from a
+/// read-only memory map of the file into the tensor's own buffer (reading the file into memory
+/// first would copy every byte twice and hold the payload twice). The map lives only while
+/// the tensors are copied out of it.
 pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
-    let buffer = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let file = SafeTensors::deserialize(&buffer)
+    let file =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let empty = file.metadata().is_ok_and(|meta| meta.len() == 0);
+    // SAFETY: the map is read-only and private to this function; as with any memory-mapped
+    // read, another program truncating the file in the meantime would fault the process.
+    // An empty file cannot be mapped; it is no safetensors file either.
+    let map = if empty {
+        None
+    } else {
+        Some(
+            unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("{}: cannot read", path.display()))?,
+        )
+    };
+    let buffer: &[u8] = map.as_deref().unwrap_or_default();
+    let file = SafeTensors::deserialize(buffer)
         .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
     let mut out = BTreeMap::new();
     for (name, view) in file.tensors() {
