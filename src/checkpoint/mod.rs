@@ -26,6 +26,7 @@
 //! ```
 
 mod build;
+mod graph_mode;
 mod latest;
 mod manager;
 mod names;
@@ -39,6 +40,7 @@ use std::path::{Path, PathBuf};
 pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
+pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
@@ -267,6 +269,16 @@ pub enum CheckpointError {
         expected: String,
         /// The checkpoint's.
         found: String,
+    },
+    /// Tracing, compiling or inspecting the TF1 graph-mode form of a write failed
+    /// ([`Checkpoint::graph_mode`]).
+    #[error("TF1 graph-mode checkpoint: {what} failed")]
+    GraphMode {
+        /// What was being done: `tracing`, `compiling`, `running`, `reading`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<GraphModeFailure>,
     },
     /// Reading the matched values failed.
     #[error("restoring from checkpoint {prefix} failed")]

@@ -87,6 +87,7 @@ mod consts;
 mod flat;
 mod function;
 mod names;
+mod object;
 mod plan;
 mod registered;
 mod sharding;
@@ -107,6 +108,7 @@ pub use function::{
     trace_functions_with_savers, trace_save_function,
 };
 pub use names::UniqueNames;
+pub use object::{GraphModeTrace, trace_graph_mode_write};
 pub use registered::{RegisteredSaver, SaverCx};
 pub use sharding::{
     MaxShardSize, Shard, ShardByTask, ShardEntry, ShardableTensor, Sharding, ShardingPolicy,
