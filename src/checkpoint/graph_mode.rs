@@ -294,7 +294,8 @@ impl GraphModeSession {
             prefix: prefix.to_owned(),
             source: Box::new(super::WriteFailure::GraphMode(Box::new(failure))),
         };
-        (self.io.check_save_prefix(prefix))
+        // Held until the write ends: the prefix's lock, as `Session::save` holds it.
+        let _guard = (self.io.begin_save(prefix))
             .map_err(|source| fail(GraphModeFailure::Prefix(source)))?;
         let cx = RunContext::new(&self.store).with_io(&self.io);
         let feeds = vec![

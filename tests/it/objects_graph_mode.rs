@@ -120,3 +120,29 @@ fn graph_mode_rejects_values_it_cannot_write_as_initial_values() {
         "TF1 graph-mode checkpoint: tracing failed: `v/.ATTRIBUTES/VARIABLE_VALUE`: float16 values cannot be written as initial values"
     );
 }
+
+/// Unplaced variables (no device) share the object graph's task: one shard, as TensorFlow
+/// writes in graph mode (FORMATS.md 13.5).
+#[test]
+fn graph_mode_unplaced_variables_write_one_shard() {
+    let model = Object::new()
+        .child("a", &Object::variable("Variable"))
+        .child("b", &Object::variable("Variable"));
+    let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
+    let values = fixture_values(&fixture("obj/o9_write_graphs/graph/ckpt"));
+    let write = Checkpoint::new(graph, values.clone()).unwrap().graph_mode().unwrap();
+    let session = write.session(Default::default()).unwrap();
+    session.run_init().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    session.write(prefix.to_str().unwrap()).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["ckpt.data-00000-of-00001", "ckpt.index"]);
+    let fresh = write.session(Default::default()).unwrap();
+    fresh.run_restore_ops(prefix.to_str().unwrap()).unwrap();
+    assert_eq!(fresh.values().unwrap(), values);
+}
