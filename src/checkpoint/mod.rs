@@ -7,7 +7,8 @@
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
 //! so every layer can speak of it. [`Checkpoint`] writes, saves and restores by object
 //! (`tf.train.Checkpoint.write`/`save`/`restore`/`read`), synchronously or not
-//! ([`Checkpoint::with_async`]), or restores by variable name when the checkpoint has no
+//! ([`Checkpoint::with_async`]), gives the TF1 graph-mode form of a write and read
+//! ([`Checkpoint::graph_mode`]), or restores by variable name when the checkpoint has no
 //! object graph (a TF1 `Saver` checkpoint; [`full_name_keys`] for the reverse direction);
 //! [`CheckpointManager`] numbers, keeps and deletes saves in a directory
 //! (`tf.train.CheckpointManager`).

@@ -130,7 +130,10 @@ fn graph_mode_unplaced_variables_write_one_shard() {
         .child("b", &Object::variable("Variable"));
     let graph = build_object_graph(&Object::new().child("model", &model)).unwrap();
     let values = fixture_values(&fixture("obj/o9_write_graphs/graph/ckpt"));
-    let write = Checkpoint::new(graph, values.clone()).unwrap().graph_mode().unwrap();
+    let write = Checkpoint::new(graph, values.clone())
+        .unwrap()
+        .graph_mode()
+        .unwrap();
     let session = write.session(Default::default()).unwrap();
     session.run_init().unwrap();
     let dir = tempfile::tempdir().unwrap();
