@@ -20,8 +20,7 @@ use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph};
 use saveplan_ir::{DType, Module, verify_module};
 
 use super::CheckpointError;
-use super::save::Checkpoint;
-use super::save::{counter_tensor, shape_of};
+use super::save::{Checkpoint, counter_tensor, shape_of};
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError,
     RunContext, VarKey, VariableError, VariableStore,

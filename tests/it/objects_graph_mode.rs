@@ -8,10 +8,11 @@ use std::path::Path;
 
 use saveplan::checkpoint::{Checkpoint, CheckpointError, Object, build_object_graph};
 use saveplan::exec::HostTensor;
+use saveplan::export::{Loaded, read_graph_file};
 
 use crate::support::exec::{backends, fixture_module};
 use crate::support::objects::{assert_same_bundle, fixture_values};
-use crate::support::{ErrorForm, error_chain, fixture, settings};
+use crate::support::{ErrorForm, error_chain, fixture, manifest_path, settings};
 
 const A: &str = "model/a/.ATTRIBUTES/VARIABLE_VALUE";
 const B: &str = "model/b/.ATTRIBUTES/VARIABLE_VALUE";
@@ -121,10 +122,12 @@ fn graph_mode_rejects_values_it_cannot_write_as_initial_values() {
     );
 }
 
-/// Unplaced variables (no device) share the object graph's task: one shard, as TensorFlow
-/// writes in graph mode (FORMATS.md 13.5).
+/// Unplaced variables (no device) share the object graph's task: one shard. TensorFlow's
+/// graph and files for the same case (`tests/fixtures/saveplan/graph_mode_unplaced`, from
+/// `generators/gen_graph_mode_unplaced.py`) are matched node for node and byte for byte.
 #[test]
-fn graph_mode_unplaced_variables_write_one_shard() {
+fn graph_mode_unplaced_variables_are_tensorflows() {
+    let theirs = manifest_path("tests/fixtures/saveplan/graph_mode_unplaced");
     let model = Object::new()
         .child("a", &Object::variable("Variable"))
         .child("b", &Object::variable("Variable"));
@@ -134,18 +137,26 @@ fn graph_mode_unplaced_variables_write_one_shard() {
         .unwrap()
         .graph_mode()
         .unwrap();
-    let session = write.session(Default::default()).unwrap();
-    session.run_init().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("ckpt");
-    session.write(prefix.to_str().unwrap()).unwrap();
-    let mut files: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-        .collect();
-    files.sort();
-    assert_eq!(files, ["ckpt.data-00000-of-00001", "ckpt.index"]);
-    let fresh = write.session(Default::default()).unwrap();
-    fresh.run_restore_ops(prefix.to_str().unwrap()).unwrap();
-    assert_eq!(fresh.values().unwrap(), values);
+    let their_graph = match read_graph_file(&theirs.join("graph.pbtxt")).unwrap() {
+        Loaded::Graph(module) => module,
+        _ => panic!("graph.pbtxt is a GraphDef"),
+    };
+    assert_eq!(write.module().to_string(), their_graph.to_string());
+    for backend in backends() {
+        let session = write.session(backend).unwrap();
+        session.run_init().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        session.write(prefix.to_str().unwrap()).unwrap();
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["ckpt.data-00000-of-00001", "ckpt.index"]);
+        assert_same_bundle(&prefix, &theirs.join("ckpt"));
+        let fresh = write.session(backend).unwrap();
+        fresh.run_restore_ops(prefix.to_str().unwrap()).unwrap();
+        assert_eq!(fresh.values().unwrap(), values);
+    }
 }
