@@ -7,7 +7,8 @@
 //! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
 //! so every layer can speak of it. [`Checkpoint`] writes, saves and restores by object
 //! (`tf.train.Checkpoint.write`/`save`/`restore`/`read`), synchronously or not
-//! ([`Checkpoint::with_async`]), or restores by variable name when the checkpoint has no
+//! ([`Checkpoint::with_async`]), gives the TF1 graph-mode form of a write and read
+//! ([`Checkpoint::graph_mode`]), or restores by variable name when the checkpoint has no
 //! object graph (a TF1 `Saver` checkpoint; [`full_name_keys`] for the reverse direction);
 //! [`CheckpointManager`] numbers, keeps and deletes saves in a directory
 //! (`tf.train.CheckpointManager`).
@@ -26,6 +27,7 @@
 //! ```
 
 mod build;
+mod graph_mode;
 mod latest;
 mod manager;
 mod names;
@@ -39,6 +41,7 @@ use std::path::{Path, PathBuf};
 pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
+pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
@@ -267,6 +270,16 @@ pub enum CheckpointError {
         expected: String,
         /// The checkpoint's.
         found: String,
+    },
+    /// Tracing, compiling or inspecting the TF1 graph-mode form of a write failed
+    /// ([`Checkpoint::graph_mode`]).
+    #[error("TF1 graph-mode checkpoint: {what} failed")]
+    GraphMode {
+        /// What was being done: `tracing`, `compiling`, `running`, `reading`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<GraphModeFailure>,
     },
     /// Reading the matched values failed.
     #[error("restoring from checkpoint {prefix} failed")]

@@ -127,6 +127,11 @@ impl Checkpoint {
         self
     }
 
+    /// The options writes are traced with ([`Checkpoint::with_options`]).
+    pub fn trace_options(&self) -> &TraceOptions {
+        &self.options
+    }
+
     /// Whether writes are asynchronous ([`Checkpoint::with_async`]).
     pub fn is_async(&self) -> bool {
         self.async_writes
@@ -257,25 +262,13 @@ impl Checkpoint {
     fn capture(&self, prefix: &str, traced: bool) -> Result<CapturedWrite, CheckpointError> {
         let graph = self.object_graph();
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
-        let owned = value_keys(&graph, &self.values)?;
-        // TensorFlow writes `PythonState` attributes after every tensor attribute (13.5).
-        let (tensors, python): (Vec<&Attribute>, Vec<&Attribute>) =
-            attributes(&graph).partition(|attribute| attribute.name != PYTHON_STATE);
+        let saved = self.saved_values(&graph, &counter_value)?;
         let EagerVariables {
             mut trackables,
             store: variables,
-        } = EagerVariables::new(tensors.into_iter().chain(python).flat_map(|attribute| {
-            let key = attribute.checkpoint_key.as_str();
-            let keys = owned.get(key).filter(|keys| !keys.is_empty());
-            // The only attribute without a value is `save_counter`'s.
-            let keys = keys.map_or_else(|| vec![key], Clone::clone);
-            keys.into_iter().map(|value_key| {
-                let device = (self.devices.get(value_key))
-                    .or_else(|| self.devices.get(key))
-                    .map_or("/cpu:0", String::as_str);
-                let value = self.values.get(value_key).unwrap_or(&counter_value);
-                (value_key, device, value.clone())
-            })
+        } = EagerVariables::new(saved.into_iter().map(|saved| {
+            let device = saved.device.unwrap_or("/cpu:0");
+            (saved.key, device, saved.value.clone())
         }))?;
         trackables.push(Trackable {
             tensors: vec![SaveableTensor {
@@ -336,6 +329,50 @@ impl Checkpoint {
         self.save_counter = Some(counter);
         Ok(format!("{file_prefix}-{}", number.unwrap_or(counter)))
     }
+
+    /// Every value a write of `graph` (the [`Checkpoint::object_graph`]) saves, in the order
+    /// TensorFlow writes them: node order, `PythonState` attributes after every tensor
+    /// attribute (13.5), a legacy saveable's values in key order. `counter` is the value of
+    /// `save_counter`, the only attribute without a value.
+    pub(super) fn saved_values<'a>(
+        &'a self,
+        graph: &'a ObjectGraph,
+        counter: &'a HostTensor,
+    ) -> Result<Vec<SavedValue<'a>>, CheckpointError> {
+        let owned = value_keys(graph, &self.values)?;
+        let (tensors, python): (Vec<&Attribute>, Vec<&Attribute>) =
+            attributes(graph).partition(|attribute| attribute.name != PYTHON_STATE);
+        let mut saved = Vec::new();
+        for attribute in tensors.into_iter().chain(python) {
+            let key = attribute.checkpoint_key.as_str();
+            let keys = owned.get(key).filter(|keys| !keys.is_empty());
+            let keys = keys.map_or_else(|| vec![key], Clone::clone);
+            for value_key in keys {
+                let device = (self.devices.get(value_key))
+                    .or_else(|| self.devices.get(key))
+                    .map(String::as_str);
+                saved.push(SavedValue {
+                    key: value_key,
+                    attribute,
+                    device,
+                    value: self.values.get(value_key).unwrap_or(counter),
+                });
+            }
+        }
+        Ok(saved)
+    }
+}
+
+/// One value a write saves ([`Checkpoint::saved_values`]).
+pub(super) struct SavedValue<'a> {
+    /// Its checkpoint key.
+    pub key: &'a str,
+    /// The attribute it belongs to.
+    pub attribute: &'a Attribute,
+    /// The device it was placed on ([`Checkpoint::with_device`]), if any.
+    pub device: Option<&'a str>,
+    /// The value.
+    pub value: &'a HostTensor,
 }
 
 /// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
@@ -420,6 +457,9 @@ pub enum WriteFailure {
     /// Writing the files the plan made failed.
     #[error(transparent)]
     Files(crate::exec::IoError),
+    /// Running the TF1 graph-mode form failed ([`super::GraphModeSession`]).
+    #[error(transparent)]
+    GraphMode(Box<super::GraphModeFailure>),
 }
 
 /// Every attribute of `graph`, in node order.

@@ -187,6 +187,7 @@ pub fn trace_eager_functions(
         handle_name: EAGER_CAPTURE.to_owned(),
         read: stand_in,
         read_name: EAGER_CAPTURE.to_owned(),
+        assign: None,
     };
     let variables = vec![eager_variable; inputs.tensors.len()];
 

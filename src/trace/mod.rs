@@ -19,6 +19,10 @@
 //!   TensorFlow, variables captured as resources and read inside the function, plus the save
 //!   function's `FuncGraph` (g7: both `FunctionDef`s and `traced_save.graph.pbtxt`).
 //!
+//! [`trace_graph_mode_write`] traces an object-based `Checkpoint.write` and
+//! `read().run_restore_ops()` in a TF1 graph (`obj/o9_write_graphs/graph_mode.graph.pbtxt`):
+//! the variables with `init`, the object graph and prefixes as fed constants, save, restore.
+//!
 //! Every op goes through a [`Builder`]: the graph builder ([`GraphBuilder`], a `Graph`)
 //! records it; an eager builder (`crate::session::EagerBuilder`) also runs it at once.
 //! [`trace_flat_with`] traces parts of the flat plan (variables created or only attached, the
@@ -87,6 +91,7 @@ mod consts;
 mod flat;
 mod function;
 mod names;
+mod object;
 mod plan;
 mod registered;
 mod sharding;
@@ -107,6 +112,7 @@ pub use function::{
     trace_functions_with_savers, trace_save_function,
 };
 pub use names::UniqueNames;
+pub use object::{GraphModeTrace, trace_graph_mode_write};
 pub use registered::{RegisteredSaver, SaverCx};
 pub use sharding::{
     MaxShardSize, Shard, ShardByTask, ShardEntry, ShardableTensor, Sharding, ShardingPolicy,

@@ -31,6 +31,7 @@ mod objects;
 mod objects_async;
 mod objects_attributes;
 mod objects_cli;
+mod objects_graph_mode;
 mod objects_manager;
 mod objects_names;
 mod objects_restore;

@@ -47,6 +47,8 @@ pub(super) struct Variable {
     pub(super) handle_name: String,
     pub(super) read: OpId,
     pub(super) read_name: String,
+    /// The `Assign` of its initial value, when the plan created it.
+    pub(super) assign: Option<OpId>,
 }
 
 /// Emits ops through one builder (a graph, or an eager executor) with one name table.
@@ -223,7 +225,12 @@ impl<B: Builder> Tracer<B> {
             .emit(name, op, device, attrs, &mut inputs.into_iter(), &[])
     }
 
-    fn constant(&mut self, name: String, device: &str, value: Tensor) -> Result<OpId, TraceError> {
+    pub(super) fn constant(
+        &mut self,
+        name: String,
+        device: &str,
+        value: Tensor,
+    ) -> Result<OpId, TraceError> {
         let attrs = attrs([
             ("dtype", AttrValue::Type(value.dtype)),
             ("value", AttrValue::Tensor(Box::new(value))),

@@ -84,8 +84,10 @@ impl<B: Builder> Tracer<B> {
             [out(handle)],
         )?;
         let name = self.names.unique_in(&handle_name, "Assign");
-        self.assign(name, device, tensor.dtype, out(handle), out(initial))?;
-        self.variable_read(handle, handle_name, tensor, device)
+        let assign = self.assign(name, device, tensor.dtype, out(handle), out(initial))?;
+        let mut variable = self.variable_read(handle, handle_name, tensor, device)?;
+        variable.assign = Some(assign);
+        Ok(variable)
     }
 
     /// Looks variable `index` up without creating it: its handle (the same shared name as
@@ -110,6 +112,7 @@ impl<B: Builder> Tracer<B> {
                 read: handle,
                 read_name: handle_name.clone(),
                 handle_name,
+                assign: None,
             });
         }
         self.variable_read(handle, handle_name, tensor, device)
@@ -145,6 +148,7 @@ impl<B: Builder> Tracer<B> {
             handle_name: name.clone(),
             read: constant,
             read_name: name,
+            assign: None,
         })
     }
 
@@ -190,6 +194,7 @@ impl<B: Builder> Tracer<B> {
             read,
             read_name: self.graph.graph().op(read).name.clone(),
             handle_name,
+            assign: None,
         })
     }
 

@@ -1,0 +1,382 @@
+//! `tf.train.Checkpoint.write(prefix)` and `read(prefix).run_restore_ops()` in TF1 graph
+//! mode (a `tf.Graph` and a `Session`; FORMATS.md 13.5, 13.6, fixture `o9/graph`).
+//!
+//! [`Checkpoint::graph_mode`] traces the graph TensorFlow builds
+//! ([`trace_graph_mode_write`]): the checkpoint's variables created in the graph (named
+//! after their attribute's `full_name`, uniquified as a graph uniquifies names, so two
+//! `Variable`s become `Variable` and `Variable_1`) with their current values as initial
+//! values and the `init` op, then the save ops, then the restore ops. The object graph and
+//! both prefixes are `Const`s fed at run time; the object graph fed is the checkpoint's with
+//! the uniquified variable names as `full_name`s, which is all that distinguishes the files
+//! from a traced [`Checkpoint::write_traced`].
+//!
+//! [`GraphModeWrite::session`] compiles the three runs a TensorFlow session makes (`init`,
+//! the write with the object graph and prefix fed, the restore ops with the read prefix
+//! fed) for either backend and runs them on its own variables.
+
+use std::collections::BTreeMap;
+
+use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph};
+use saveplan_ir::{DType, Module, verify_module};
+
+use super::CheckpointError;
+use super::save::{Checkpoint, counter_tensor, shape_of};
+use crate::exec::{
+    Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError,
+    RunContext, VarKey, VariableError, VariableStore,
+};
+use crate::export::object_graph::encode;
+use crate::trace::{
+    GraphModeTrace, Init, ReadKind, SaveableTensor, Scalar, TraceError, Trackable, VariableDef,
+    trace_graph_mode_write,
+};
+
+/// The name a `tf.Variable` created in graph mode without a name asks for.
+const DEFAULT_VARIABLE_NAME: &str = "Variable";
+
+/// The device `write` places the object graph constant on.
+const OBJECT_GRAPH_DEVICE: &str = "/device:CPU:0";
+
+/// Why the graph-mode form of a write could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphModeFailure {
+    /// The plan could not be traced.
+    #[error(transparent)]
+    Trace(TraceError),
+    /// A value's dtype cannot be an initial value in the graph.
+    #[error("`{key}`: {dtype} values cannot be written as initial values")]
+    InitialValue {
+        /// The checkpoint key.
+        key: String,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// The traced graph breaks an invariant of the IR.
+    #[error("the traced graph is not valid")]
+    Invalid(#[source] saveplan_ir::VerifyErrors),
+    /// A plan could not be compiled for the backend.
+    #[error("cannot compile `{what}`")]
+    Compile {
+        /// Which run: `init`, `write` or `read`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: ExecError,
+    },
+    /// The prefix cannot be written.
+    #[error(transparent)]
+    Prefix(IoError),
+    /// Running a plan failed.
+    #[error("running `{what}`")]
+    Run {
+        /// Which run: `init`, `write` or `read`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: ExecError,
+    },
+    /// A variable has no value, or a value of another dtype or shape.
+    #[error("variable `{name}`")]
+    Variable {
+        /// The variable's name in the graph.
+        name: String,
+        /// Why.
+        #[source]
+        source: VariableError,
+    },
+}
+
+impl GraphModeFailure {
+    fn into_error(self, what: &'static str) -> CheckpointError {
+        CheckpointError::GraphMode {
+            what,
+            source: Box::new(self),
+        }
+    }
+}
+
+/// The TF1 graph-mode graph of a checkpoint's `write` and `read().run_restore_ops()`, and
+/// the names that run it.
+#[derive(Clone, Debug)]
+pub struct GraphModeWrite {
+    trace: GraphModeTrace,
+    object_graph: ObjectGraph,
+    variables: BTreeMap<String, String>,
+}
+
+impl Checkpoint {
+    /// The graph TensorFlow builds for this checkpoint in TF1 graph mode: its variables
+    /// (placed with [`Checkpoint::with_device`]; unplaced ones get no device) created with
+    /// their current values, `init`, the write and the read's restore ops, exactly as
+    /// `graph_mode.graph.pbtxt` of `o9` shows them.
+    pub fn graph_mode(&self) -> Result<GraphModeWrite, CheckpointError> {
+        let fail = |failure: GraphModeFailure| failure.into_error("tracing");
+        let graph = self.object_graph();
+        let counter = counter_tensor(self.save_counter().unwrap_or(0));
+        let mut trackables = Vec::new();
+        for saved in self.saved_values(&graph, &counter)? {
+            let name = match saved.attribute.full_name.as_str() {
+                "" => DEFAULT_VARIABLE_NAME,
+                name => name,
+            };
+            trackables.push(Trackable {
+                tensors: vec![SaveableTensor {
+                    checkpoint_key: saved.key.to_owned(),
+                    slice_spec: String::new(),
+                    dtype: saved.value.dtype(),
+                    shape: shape_of(saved.value),
+                    device: saved.device.unwrap_or_default().to_owned(),
+                    variable: VariableDef {
+                        name: Some(name.to_owned()),
+                        init: Init::Values(scalars(saved.key, saved.value).map_err(fail)?),
+                        read: ReadKind::Saveable,
+                    },
+                }],
+            });
+        }
+        trackables.push(Trackable {
+            tensors: vec![SaveableTensor {
+                checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
+                slice_spec: String::new(),
+                dtype: DType::String,
+                shape: Vec::new(),
+                device: OBJECT_GRAPH_DEVICE.to_owned(),
+                variable: VariableDef {
+                    name: None,
+                    // Fed with the serialized object graph at run time.
+                    init: Init::Values(vec![Scalar::Bytes(Vec::new())]),
+                    read: ReadKind::Constant,
+                },
+            }],
+        });
+        let trace = trace_graph_mode_write(&trackables, self.trace_options())
+            .map_err(|source| fail(GraphModeFailure::Trace(source)))?;
+        // Each restored key's variable: the handle its `AssignVariableOp` assigns.
+        let module_graph = &trace.module.graph;
+        let variables: BTreeMap<String, String> = (trace.restore_ops.iter())
+            .filter_map(|(key, assign)| {
+                let assign = module_graph.find(assign)?;
+                let handle = module_graph.input_at(assign, 0)?;
+                Some((key.clone(), module_graph.op(handle.src).name.clone()))
+            })
+            .collect();
+        let mut nodes = graph.into_nodes();
+        for attribute in nodes.iter_mut().flat_map(|node| &mut node.attributes) {
+            if let Some(name) = variables.get(&attribute.checkpoint_key) {
+                attribute.full_name.clone_from(name);
+            }
+        }
+        let object_graph =
+            ObjectGraph::new(nodes).expect("renaming attributes keeps the graph consistent");
+        Ok(GraphModeWrite {
+            trace,
+            object_graph,
+            variables,
+        })
+    }
+}
+
+impl GraphModeWrite {
+    /// The graph: variables, `init`, the write and the read's restore ops.
+    pub fn module(&self) -> &Module {
+        &self.trace.module
+    }
+
+    /// The object graph the write stores: the checkpoint's, with the variables' names in the
+    /// graph as `full_name`s.
+    pub fn object_graph(&self) -> &ObjectGraph {
+        &self.object_graph
+    }
+
+    /// The `init` op (`global_variables_initializer()`).
+    pub fn init_op(&self) -> &str {
+        &self.trace.init
+    }
+
+    /// The object graph constant, fed with the serialized object graph (`Const:0`).
+    pub fn object_graph_tensor(&self) -> &str {
+        self.trace
+            .constants
+            .first()
+            .map_or("", |(_, tensor)| tensor.as_str())
+    }
+
+    /// The write's prefix constant, fed with the path (`Const_1:0`).
+    pub fn prefix_tensor(&self) -> &str {
+        &self.trace.prefix
+    }
+
+    /// The tensor `write` returns: the prefix, once the merge ran (`Identity_4:0`).
+    pub fn save_tensor(&self) -> &str {
+        &self.trace.save
+    }
+
+    /// The read's prefix constant, fed with the path (`Const_4:0`).
+    pub fn restore_prefix_tensor(&self) -> &str {
+        &self.trace.restore_prefix
+    }
+
+    /// TensorFlow's `restore_ops`: per checkpoint key, the last restore op of its variable.
+    pub fn restore_ops(&self) -> &BTreeMap<String, String> {
+        &self.trace.restore_ops
+    }
+
+    /// Per restored checkpoint key, the name of its variable in the graph.
+    pub fn variables(&self) -> &BTreeMap<String, String> {
+        &self.variables
+    }
+
+    /// Compiles `init`, the write and the restore ops for `backend`, as a TensorFlow
+    /// session runs them, over variables of its own (uninitialized until
+    /// [`GraphModeSession::run_init`]).
+    pub fn session(&self, backend: Backend) -> Result<GraphModeSession, CheckpointError> {
+        let fail = |failure: GraphModeFailure| failure.into_error("compiling");
+        let module = self.module();
+        let verified =
+            verify_module(module).map_err(|errors| fail(GraphModeFailure::Invalid(errors)))?;
+        let compile = |what: &'static str, targets: &[&str], feeds: &[&str]| {
+            CompiledPlan::compile(verified, targets, feeds)
+                .and_then(|plan| Executor::new(plan, backend))
+                .map_err(|source| fail(GraphModeFailure::Compile { what, source }))
+        };
+        let init = compile("init", &[self.init_op()], &[])?;
+        let write = compile(
+            "write",
+            &[self.save_tensor()],
+            &[self.object_graph_tensor(), self.prefix_tensor()],
+        )?;
+        let restore_ops: Vec<&str> = self.restore_ops().values().map(String::as_str).collect();
+        let read = compile("read", &restore_ops, &[self.restore_prefix_tensor()])?;
+        Ok(GraphModeSession {
+            init,
+            write,
+            read,
+            object_graph: encode(&self.object_graph),
+            variables: self.variables.clone(),
+            store: VariableStore::new(),
+            io: BundleIo::default(),
+        })
+    }
+}
+
+/// A graph-mode write and read compiled for one backend, with its variables.
+#[derive(Debug)]
+pub struct GraphModeSession {
+    init: Executor,
+    write: Executor,
+    read: Executor,
+    object_graph: Vec<u8>,
+    variables: BTreeMap<String, String>,
+    store: VariableStore,
+    io: BundleIo,
+}
+
+impl GraphModeSession {
+    /// `session.run(init)`: assigns every variable its initial value.
+    pub fn run_init(&self) -> Result<(), CheckpointError> {
+        let cx = RunContext::new(&self.store);
+        (self.init.run(&cx, Vec::new())).map_err(|source| {
+            GraphModeFailure::Run {
+                what: "init",
+                source,
+            }
+            .into_error("running")
+        })?;
+        Ok(())
+    }
+
+    /// `session.run(write)` with the object graph and `prefix` fed: writes `prefix.index` and
+    /// its data files (the parent directory must exist) and returns the prefix the graph
+    /// returns.
+    pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
+        let fail = |failure: GraphModeFailure| CheckpointError::Write {
+            prefix: prefix.to_owned(),
+            source: Box::new(super::WriteFailure::GraphMode(Box::new(failure))),
+        };
+        // Held until the write ends: the prefix's lock, as `Session::save` holds it.
+        let _guard = (self.io.begin_save(prefix))
+            .map_err(|source| fail(GraphModeFailure::Prefix(source)))?;
+        let cx = RunContext::new(&self.store).with_io(&self.io);
+        let feeds = vec![
+            HostTensor::string_scalar(self.object_graph.clone()),
+            HostTensor::string_scalar(prefix),
+        ];
+        let fetched = (self.write.run(&cx, feeds)).map_err(|source| {
+            fail(GraphModeFailure::Run {
+                what: "write",
+                source,
+            })
+        })?;
+        let returned = fetched.first().and_then(HostTensor::as_string_scalar);
+        Ok(String::from_utf8_lossy(returned.unwrap_or_default()).into_owned())
+    }
+
+    /// `read(prefix).run_restore_ops()`: runs the restore ops with `prefix` fed.
+    pub fn run_restore_ops(&self, prefix: &str) -> Result<(), CheckpointError> {
+        let cx = RunContext::new(&self.store).with_io(&self.io);
+        (self.read.run(&cx, vec![HostTensor::string_scalar(prefix)])).map_err(|source| {
+            CheckpointError::Read {
+                prefix: prefix.to_owned(),
+                source: Box::new(super::WriteFailure::GraphMode(Box::new(
+                    GraphModeFailure::Run {
+                        what: "read",
+                        source,
+                    },
+                ))),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// The value of every restored variable, by checkpoint key.
+    pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
+        let mut values = BTreeMap::new();
+        for (key, name) in &self.variables {
+            let value = (self.store.get(&VarKey::new("", name.as_str()))).map_err(|source| {
+                GraphModeFailure::Variable {
+                    name: name.clone(),
+                    source,
+                }
+                .into_error("reading")
+            })?;
+            values.insert(key.clone(), value);
+        }
+        Ok(values)
+    }
+
+    /// The backend the plans run on.
+    pub fn backend(&self) -> Backend {
+        self.write.backend()
+    }
+}
+
+/// The elements of `value` as initial values (little-endian bytes decoded per dtype).
+fn scalars(key: &str, value: &HostTensor) -> Result<Vec<Scalar>, GraphModeFailure> {
+    let unsupported = || GraphModeFailure::InitialValue {
+        key: key.to_owned(),
+        dtype: value.dtype(),
+    };
+    if let Some(strings) = value.strings() {
+        return Ok(strings.iter().cloned().map(Scalar::Bytes).collect());
+    }
+    let bytes = value.bytes().ok_or_else(unsupported)?;
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> Scalar) -> Vec<Scalar> {
+        bytes
+            .chunks_exact(N)
+            .map(|chunk| f(chunk.try_into().unwrap_or([0; N])))
+            .collect()
+    }
+    Ok(match value.dtype() {
+        DType::Float => each(bytes, |b| Scalar::Float(f64::from(f32::from_le_bytes(b)))),
+        DType::Double => each(bytes, |b| Scalar::Float(f64::from_le_bytes(b))),
+        DType::Int8 => each(bytes, |b| Scalar::Int(i64::from(i8::from_le_bytes(b)))),
+        DType::Int16 => each(bytes, |b| Scalar::Int(i64::from(i16::from_le_bytes(b)))),
+        DType::Int32 => each(bytes, |b| Scalar::Int(i64::from(i32::from_le_bytes(b)))),
+        DType::Int64 => each(bytes, |b| Scalar::Int(i64::from_le_bytes(b))),
+        DType::UInt8 => each(bytes, |b| Scalar::Int(i64::from(u8::from_le_bytes(b)))),
+        DType::UInt16 => each(bytes, |b| Scalar::Int(i64::from(u16::from_le_bytes(b)))),
+        DType::UInt32 => each(bytes, |b| Scalar::Int(i64::from(u32::from_le_bytes(b)))),
+        DType::Bool => each(bytes, |[b]: [u8; 1]| Scalar::Bool(b != 0)),
+        _ => return Err(unsupported()),
+    })
+}
