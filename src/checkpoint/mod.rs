@@ -34,6 +34,7 @@ mod names;
 mod restore;
 mod save;
 mod spec;
+mod status;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -45,15 +46,15 @@ pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
-pub use restore::{
-    Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
-    RestoreReport, TensorType, ValueStatus,
-};
 pub use save::{Checkpoint, SAVE_COUNTER, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
 pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
+pub use status::{
+    Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
+    RestoreReport, TensorType, ValueStatus,
+};
 
 use saveplan_ir::device::DeviceError;
 

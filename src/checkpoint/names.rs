@@ -20,11 +20,11 @@ use std::collections::BTreeSet;
 use saveplan_ir::object_graph::VARIABLE_VALUE;
 
 use super::build::value_keys;
-use super::restore::{
+use super::save::{SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
+use super::status::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
     ValueStatus, node_names, node_repr, python_list, segment_paths, tensor_type,
 };
-use super::save::{SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
 use super::{Checkpoint, CheckpointError};
 use crate::bundle::BundleReader;
 use crate::exec::HostTensor;
