@@ -92,7 +92,7 @@ impl LoadStatus {
 
     /// Whether this is a name-based status (TensorFlow's `NameBasedSaverStatus`): the
     /// checkpoint had no object graph and values were matched by variable name (FORMATS.md
-    /// 13.13). [`Checkpoint::refresh_status`] re-checks it against objects attached since.
+    /// 13.13). [`Checkpoint::refresh_status`](super::Checkpoint::refresh_status) re-checks it against objects attached since.
     pub fn is_name_based(&self) -> bool {
         self.name_based.is_some()
     }
@@ -363,7 +363,7 @@ pub(super) struct Pair {
     pub(super) by_name: bool,
 }
 
-/// The outcome of matching a checkpoint against a [`Checkpoint`]'s objects, before any value is
+/// The outcome of matching a checkpoint against a [`Checkpoint`](super::Checkpoint)'s objects, before any value is
 /// read: the report, the load status the restore will return, and the values to read.
 #[derive(Clone, Debug)]
 pub struct RestoreMatch {
