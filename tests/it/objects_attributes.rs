@@ -14,6 +14,7 @@ use saveplan_ir::DType;
 use serde_json::Value;
 
 use crate::support::files::file_bytes_under;
+use crate::support::objects::assert_status_checks;
 use crate::support::{fixture, fixture_json};
 
 const O7: &str = "obj/o7_non_variable_attributes";
@@ -128,21 +129,7 @@ fn read_without_custom_matches_tensorflow() {
     let expected = expected("read_into_fresh_objects_without_custom");
     let mut checkpoint = o7_checkpoint(false, false);
     let status = checkpoint.read(&o7_prefix()).unwrap();
-    for (assertion, field) in [
-        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
-        (
-            Assertion::ExistingObjectsMatched,
-            "assert_existing_objects_matched",
-        ),
-        (Assertion::Consumed, "assert_consumed"),
-    ] {
-        let want = &expected["status"][field];
-        let got = status.check(assertion);
-        assert_eq!(got.is_ok(), want["ok"] == true, "{field}: {got:?}");
-        if let Err(err) = got {
-            assert_eq!(err.message, want["message"].as_str().unwrap(), "{field}");
-        }
-    }
+    assert_status_checks(&status, &expected["status"], "o7 read");
     let values = fixture_values();
     for key in [
         "table/.ATTRIBUTES/table-keys",

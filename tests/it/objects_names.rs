@@ -10,6 +10,7 @@ use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 use serde_json::Value;
 
+use crate::support::objects::assert_status_checks;
 use crate::support::{fixture, fixture_json};
 
 const O5: &str = "obj/o5_name_based";
@@ -63,33 +64,11 @@ fn i64_value(tensor: &HostTensor) -> i64 {
     i64::from_le_bytes(tensor.bytes().unwrap().try_into().unwrap())
 }
 
-/// The three assertions of `status` against a `status_checks` record of `expected.json`.
-fn assert_status(status: &LoadStatus, expected: &Value, what: &str) {
+/// A name-based status whose assertions are those of `expected`.
+fn assert_name_based_status(status: &LoadStatus, expected: &Value, what: &str) {
     assert_eq!(expected["type"], "NameBasedSaverStatus");
     assert!(status.is_name_based(), "{what}");
-    for (assertion, field) in [
-        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
-        (
-            Assertion::ExistingObjectsMatched,
-            "assert_existing_objects_matched",
-        ),
-        (Assertion::Consumed, "assert_consumed"),
-    ] {
-        let expected = &expected[field];
-        let got = status.check(assertion);
-        assert_eq!(
-            got.is_ok(),
-            expected["ok"] == true,
-            "{what} {field}: {got:?}"
-        );
-        if let Err(err) = got {
-            assert_eq!(
-                err.to_string(),
-                expected["message"].as_str().unwrap(),
-                "{what} {field}"
-            );
-        }
-    }
+    assert_status_checks(status, expected, what);
 }
 
 #[test]
@@ -100,7 +79,7 @@ fn n1_names_match_restore_now_and_on_attach() {
         ("bias", "dense/bias", DType::Float, &[2]),
     ]);
     let status = checkpoint.restore(Some(&tf1_prefix())).unwrap();
-    assert_status(&status, &expected["status"], "n1");
+    assert_name_based_status(&status, &expected["status"], "n1");
     let after = &expected["values_right_after_restore"];
     assert_eq!(
         f32_values(&value(&checkpoint, "kernel")),
@@ -143,7 +122,7 @@ fn n1_names_match_restore_now_and_on_attach() {
     // The status as it was stays; refreshed, it sees the late objects as TensorFlow does.
     assert!(status.assert_consumed().is_ok());
     let refreshed = checkpoint.refresh_status(&status).unwrap();
-    assert_status(
+    assert_name_based_status(
         &refreshed,
         &expected["status_after_late_variables"],
         "n1 late",
@@ -155,7 +134,7 @@ fn n2_n3_only_the_exact_name_matches() {
     let expected = scenario("n2_name_scope");
     let mut checkpoint = model(&[("kernel", "dense/kernel", DType::Float, &[2, 2])]);
     let status = checkpoint.read(&tf1_prefix()).unwrap();
-    assert_status(&status, &expected["status"], "n2");
+    assert_name_based_status(&status, &expected["status"], "n2");
     assert_eq!(
         f32_values(&value(&checkpoint, "kernel")),
         flat(&expected["value"])
@@ -165,7 +144,7 @@ fn n2_n3_only_the_exact_name_matches() {
     let mut checkpoint = model(&[("kernel", "kernel", DType::Float, &[2, 2])]);
     let status = checkpoint.restore(Some(&tf1_prefix())).unwrap();
     // The message shows the 2-D value as numpy prints it, one row per line.
-    assert_status(&status, &expected["status"], "n3");
+    assert_name_based_status(&status, &expected["status"], "n3");
     assert_eq!(
         f32_values(&value(&checkpoint, "kernel")),
         flat(&expected["value"])

@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 
 use saveplan::checkpoint::{
-    Assertion, Checkpoint, CheckpointError, LoadStatus, Object, ObjectSpec, RestoreKind,
-    ValueStatus, build_object_graph,
+    Checkpoint, CheckpointError, Object, ObjectSpec, RestoreKind, ValueStatus, build_object_graph,
 };
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 use serde_json::Value;
 
+use crate::support::objects::assert_status_checks;
 use crate::support::{fixture, fixture_json, for_each_case, manifest_path, saveplan, settings};
 
 const O4: &str = "obj/o4_restore_semantics";
@@ -76,38 +76,11 @@ fn value(checkpoint: &Checkpoint, key: &str) -> HostTensor {
     checkpoint.values()[&format!("model/{key}/.ATTRIBUTES/VARIABLE_VALUE")].clone()
 }
 
-/// The three assertions of `status` against a `status_checks` record of `expected.json`.
-fn assert_status(status: &LoadStatus, expected: &Value, what: &str) {
-    for (assertion, field) in [
-        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
-        (
-            Assertion::ExistingObjectsMatched,
-            "assert_existing_objects_matched",
-        ),
-        (Assertion::Consumed, "assert_consumed"),
-    ] {
-        let expected = &expected[field];
-        let got = status.check(assertion);
-        assert_eq!(
-            got.is_ok(),
-            expected["ok"] == true,
-            "{what} {field}: {got:?}"
-        );
-        if let Err(err) = got {
-            assert_eq!(
-                err.to_string(),
-                expected["message"].as_str().unwrap(),
-                "{what} {field}"
-            );
-        }
-    }
-}
-
 #[test]
 fn s01_same_structure_restores_everything() {
     let mut checkpoint = zero_tree();
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
-    assert_status(&status, &scenario("s01_same_structure")["status"], "s01");
+    assert_status_checks(&status, &scenario("s01_same_structure")["status"], "s01");
     assert_eq!(value(&checkpoint, "a/w"), f32s(&[1.0, 2.0]));
     assert_eq!(value(&checkpoint, "a/b"), f32s(&[3.0]));
     assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[4]));
@@ -121,7 +94,7 @@ fn s02_s03_subset_fails_consumed_and_warns_unless_partial() {
     let mut checkpoint = tree(&[(&["model", "a", "w"], f32s(&[0.0, 0.0]))]);
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
     let expected = scenario("s02_subset");
-    assert_status(&status, &expected["status"], "s02");
+    assert_status_checks(&status, &expected["status"], "s02");
     assert_eq!(value(&checkpoint, "a/w"), f32s(&[1.0, 2.0]));
     let warnings: Vec<&str> = expected["warnings_logged"]
         .as_array()
@@ -131,7 +104,7 @@ fn s02_s03_subset_fails_consumed_and_warns_unless_partial() {
         .collect();
     assert_eq!(status.warnings(), warnings);
     let status = status.expect_partial();
-    assert_status(
+    assert_status_checks(
         &status,
         &scenario("s03_subset_expect_partial")["status"],
         "s03",
@@ -149,20 +122,20 @@ fn s04_superset_and_s05_disjoint_fail_existing_objects_matched() {
         (&["model", "extra"], f32s(&[-1.0])),
     ]);
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
-    assert_status(&status, &scenario("s04_superset")["status"], "s04");
+    assert_status_checks(&status, &scenario("s04_superset")["status"], "s04");
     assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[4]));
     assert_eq!(value(&checkpoint, "extra"), f32s(&[-1.0]));
 
     let mut checkpoint = tree(&[(&["model", "zzz"], f32s(&[0.0]))]);
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
-    assert_status(&status, &scenario("s05_disjoint")["status"], "s05");
+    assert_status_checks(&status, &scenario("s05_disjoint")["status"], "s05");
 }
 
 #[test]
 fn s06_empty_checkpoint_matches_its_save_counter() {
     let mut checkpoint = tree(&[]);
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
-    assert_status(
+    assert_status_checks(
         &status,
         &scenario("s06_empty_checkpoint_object")["status"],
         "s06",
@@ -225,7 +198,7 @@ fn s13_read_and_restore_differ_by_save_counter() {
             RestoreKind::Read => checkpoint.read(&prefix(name)),
         }
         .unwrap();
-        assert_status(&status, &expected[label]["status"], label);
+        assert_status_checks(&status, &expected[label]["status"], label);
         assert_eq!(
             checkpoint.save_counter().is_some(),
             expected[label]["save_counter_created"] == true,
@@ -239,7 +212,7 @@ fn s14_restore_none_is_initialization_only() {
     let mut checkpoint = zero_tree();
     let status = checkpoint.restore(None).unwrap();
     assert!(status.is_initialization_only());
-    assert_status(&status, &scenario("s14_restore_none")["status"], "s14");
+    assert_status_checks(&status, &scenario("s14_restore_none")["status"], "s14");
     assert_eq!(checkpoint.save_counter(), None);
 }
 
@@ -273,7 +246,7 @@ fn s16_a_node_shared_in_the_checkpoint_restores_the_first_object_only() {
     ]);
     let status = checkpoint.read(&path).unwrap();
     let expected = scenario("s16_shared_in_ckpt_distinct_in_python");
-    assert_status(&status, &expected["status"], "s16");
+    assert_status_checks(&status, &expected["status"], "s16");
     assert_eq!(value(&checkpoint, "x"), f32s(&[5.0]));
     assert_eq!(value(&checkpoint, "y"), f32s(&[0.0]));
 }
@@ -305,7 +278,7 @@ fn s17_root_and_keyword_layouts_do_not_match() {
     let expected = scenario("s17_root_vs_kwarg");
     let mut checkpoint = zero_tree_as_root();
     let status = checkpoint.read(&prefix("write/ckpt")).unwrap();
-    assert_status(
+    assert_status_checks(
         &status,
         &expected["write_model_read_root"]["status"],
         "write_model_read_root",
@@ -327,7 +300,7 @@ fn s17_root_and_keyword_layouts_do_not_match() {
     written.write(&path).unwrap();
     let mut checkpoint = zero_tree();
     let status = checkpoint.read(&path).unwrap();
-    assert_status(
+    assert_status_checks(
         &status,
         &expected["write_root_read_model"]["status"],
         "write_root_read_model",
@@ -335,7 +308,7 @@ fn s17_root_and_keyword_layouts_do_not_match() {
     assert_eq!(value(&checkpoint, "a/w"), f32s(&[0.0, 0.0]));
     let mut checkpoint = zero_tree_as_root();
     let status = checkpoint.read(&path).unwrap();
-    assert_status(
+    assert_status_checks(
         &status,
         &expected["write_root_read_root"]["status"],
         "write_root_read_root",
@@ -352,8 +325,8 @@ fn s18_two_restores_apply_in_order() {
     let mut checkpoint = zero_tree();
     let first = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
     let second = checkpoint.restore(Some(&prefix("base/ckpt-2"))).unwrap();
-    assert_status(&first, &expected["status_of_first_restore"], "first");
-    assert_status(&second, &expected["status_of_second_restore"], "second");
+    assert_status_checks(&first, &expected["status_of_first_restore"], "first");
+    assert_status_checks(&second, &expected["status_of_second_restore"], "second");
     assert_eq!(value(&checkpoint, "a/w"), f32s(&[10.0, 20.0]));
     assert_eq!(value(&checkpoint, "c"), i64s(vec![], &[40]));
     assert_eq!(checkpoint.save_counter(), Some(2));
@@ -538,7 +511,7 @@ fn s07_s08_values_arrive_when_objects_are_attached() {
     let steps = &expected["steps"];
     let mut checkpoint = empty_model(false);
     let status = checkpoint.restore(Some(&prefix("base/ckpt-1"))).unwrap();
-    assert_status(&status, &steps["after_restore"]["status"], "after_restore");
+    assert_status_checks(&status, &steps["after_restore"]["status"], "after_restore");
     assert_eq!(checkpoint.save_counter(), Some(1));
 
     let w: &[&str] = &["model", "a", "w"];

@@ -57,3 +57,37 @@ pub fn assert_same_bundle(ours: &Path, theirs: &Path) {
         );
     }
 }
+
+/// The three assertions of `status` against a `status_checks` record of an `expected.json`
+/// (`{"assert_consumed": {"ok": …, "message": …}, …}`): the same outcome, and TensorFlow's
+/// exact message for each that fails.
+pub fn assert_status_checks(
+    status: &saveplan::checkpoint::LoadStatus,
+    expected: &serde_json::Value,
+    what: &str,
+) {
+    use saveplan::checkpoint::Assertion;
+    for (assertion, field) in [
+        (Assertion::NontrivialMatch, "assert_nontrivial_match"),
+        (
+            Assertion::ExistingObjectsMatched,
+            "assert_existing_objects_matched",
+        ),
+        (Assertion::Consumed, "assert_consumed"),
+    ] {
+        let expected = &expected[field];
+        let got = status.check(assertion);
+        assert_eq!(
+            got.is_ok(),
+            expected["ok"] == true,
+            "{what} {field}: {got:?}"
+        );
+        if let Err(err) = got {
+            assert_eq!(
+                err.to_string(),
+                expected["message"].as_str().unwrap(),
+                "{what} {field}"
+            );
+        }
+    }
+}
