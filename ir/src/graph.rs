@@ -125,6 +125,15 @@ pub struct Graph {
     next_control: Vec<u32>,
     /// Every device string ops of this graph have named, each stored once. Never iterated.
     devices: HashSet<Arc<str>, FxBuildHasher>,
+    /// Per node index, the edge of each data input slot ([`vacant`] where none is
+    /// connected), without trailing vacancies: finding, counting and checking one input is
+    /// O(1), so an op with N inputs (a `SaveV2` of N tensors) costs O(N) to build and read.
+    data_inputs: Vec<Vec<EdgeIndex<u32>>>,
+}
+
+/// The mark of a data input slot with no edge in [`Graph::data_inputs`].
+fn vacant() -> EdgeIndex<u32> {
+    EdgeIndex::end()
 }
 
 impl Graph {
@@ -141,6 +150,7 @@ impl Graph {
             next_seq: 0,
             next_control: Vec::with_capacity(n_ops),
             devices: HashSet::default(),
+            data_inputs: Vec::with_capacity(n_ops),
         }
     }
 
@@ -243,29 +253,57 @@ impl Graph {
         dst: OpId,
         input: u32,
     ) -> Result<(), GraphError> {
-        if self
-            .inputs_raw(dst)
-            .any(|(_, edge)| matches!(edge, Edge::Data { input: i, .. } if *i == input))
-        {
+        if self.input_edge(dst, input).is_some() {
             let name = self.op(dst).name.clone();
             return Err(GraphError::InputTaken { name, input });
         }
-        self.inner
+        let edge = self
+            .inner
             .add_edge(src.0, dst.0, Edge::Data { output, input });
+        self.set_input_edge(dst, input, edge);
         Ok(())
+    }
+
+    /// The edge connected to data input `slot` of `id`, if any.
+    fn input_edge(&self, id: OpId, slot: u32) -> Option<EdgeIndex<u32>> {
+        let edge = *self.data_inputs.get(id.0.index())?.get(slot as usize)?;
+        (edge != vacant()).then_some(edge)
+    }
+
+    /// Records `edge` (or [`vacant`]) as data input `slot` of `id`, keeping no trailing
+    /// vacancy.
+    fn set_input_edge(&mut self, id: OpId, slot: u32, edge: EdgeIndex<u32>) {
+        let index = id.0.index();
+        if self.data_inputs.len() <= index {
+            self.data_inputs.resize_with(index + 1, Vec::new);
+        }
+        let slots = &mut self.data_inputs[index];
+        let slot = slot as usize;
+        if slots.len() <= slot {
+            if edge == vacant() {
+                return;
+            }
+            slots.resize(slot + 1, vacant());
+        }
+        slots[slot] = edge;
+        while slots.last() == Some(&vacant()) {
+            slots.pop();
+        }
     }
 
     /// Appends a data input to `dst` (the next free slot) and returns its slot.
     pub fn push_input(&mut self, dst: OpId, src: OpId, output: Port) -> u32 {
         let input = self.num_inputs(dst);
-        self.inner
+        let edge = self
+            .inner
             .add_edge(src.0, dst.0, Edge::Data { output, input });
+        self.set_input_edge(dst, input, edge);
         input
     }
 
     /// Appends data inputs to `dst` in order, from its next free slot on, and returns the
-    /// first slot used. Linear in the number of inputs (repeated [`Graph::push_input`] calls
-    /// are quadratic, since each one counts the existing inputs).
+    /// first slot used. Linear in the number of inputs, as repeated [`Graph::push_input`]
+    /// calls are.
     pub fn push_inputs(
         &mut self,
         dst: OpId,
@@ -273,8 +311,10 @@ impl Graph {
     ) -> u32 {
         let first = self.num_inputs(dst);
         for (input, (src, output)) in (first..).zip(inputs) {
-            self.inner
+            let edge = self
+                .inner
                 .add_edge(src.0, dst.0, Edge::Data { output, input });
+            self.set_input_edge(dst, input, edge);
         }
         first
     }
@@ -290,46 +330,42 @@ impl Graph {
         self.inner.add_edge(src.0, dst.0, Edge::Control { order });
     }
 
-    /// The number of data inputs of an op (one past its highest connected slot).
+    /// The number of data inputs of an op (one past its highest connected slot). O(1).
     pub fn num_inputs(&self, id: OpId) -> u32 {
-        self.inputs_raw(id)
-            .filter_map(|(_, edge)| match edge {
-                Edge::Data { input, .. } => Some(input + 1),
-                Edge::Control { .. } => None,
-            })
-            .max()
-            .unwrap_or(0)
+        self.data_inputs
+            .get(id.0.index())
+            .map_or(0, |slots| slots.len() as u32)
     }
 
-    /// The data inputs of an op, by slot. Slots are dense in a verified graph.
+    /// The data inputs of an op, by slot. Slots are dense in a verified graph. Linear in the
+    /// op's data inputs.
     pub fn inputs(&self, id: OpId) -> Vec<(u32, Input)> {
-        let mut inputs: Vec<(u32, Input)> = self
-            .inputs_raw(id)
-            .filter_map(|(src, edge)| match edge {
-                Edge::Data { output, input } => Some((
-                    *input,
-                    Input {
-                        src,
-                        output: output.clone(),
-                    },
-                )),
-                Edge::Control { .. } => None,
-            })
-            .collect();
-        inputs.sort_by_key(|(slot, _)| *slot);
-        inputs
+        let Some(slots) = self.data_inputs.get(id.0.index()) else {
+            return Vec::new();
+        };
+        (0u32..)
+            .zip(slots)
+            .filter(|(_, edge)| **edge != vacant())
+            .filter_map(|(slot, &edge)| Some((slot, self.input_of_edge(edge)?)))
+            .collect()
     }
 
-    /// The data input of an op at `slot`, if it is connected. Unlike [`Graph::inputs`] it
-    /// sorts nothing, so reading one input of an op with many is cheap.
+    /// The data input of an op at `slot`, if it is connected. O(1), so reading one input of
+    /// an op with many is cheap.
     pub fn input_at(&self, id: OpId, slot: u32) -> Option<Input> {
-        self.inputs_raw(id).find_map(|(src, edge)| match edge {
-            Edge::Data { output, input } if *input == slot => Some(Input {
-                src,
+        self.input_of_edge(self.input_edge(id, slot)?)
+    }
+
+    /// The data input a data edge carries.
+    fn input_of_edge(&self, edge: EdgeIndex<u32>) -> Option<Input> {
+        let (src, _) = self.inner.edge_endpoints(edge)?;
+        match self.inner.edge_weight(edge)? {
+            Edge::Data { output, .. } => Some(Input {
+                src: OpId(src),
                 output: output.clone(),
             }),
-            _ => None,
-        })
+            Edge::Control { .. } => None,
+        }
     }
 
     /// The ops `roots` depend on through data and control inputs, roots included.
@@ -406,7 +442,7 @@ impl Graph {
             .collect();
         for &(edge, dst, input) in &uses {
             self.inner.remove_edge(edge);
-            self.inner.add_edge(
+            let edge = self.inner.add_edge(
                 new.0,
                 dst,
                 Edge::Data {
@@ -414,13 +450,29 @@ impl Graph {
                     input,
                 },
             );
+            self.set_input_edge(OpId(dst), input, edge);
         }
         uses.len()
     }
 
     /// Removes an op and all its edges, returning it. Users of its outputs lose those inputs.
     pub fn remove_op(&mut self, id: OpId) -> Option<OpNode> {
+        // The users of its outputs lose those input slots.
+        let lost: Vec<(NodeIndex<u32>, u32)> = self
+            .inner
+            .edges_directed(id.0, Direction::Outgoing)
+            .filter_map(|edge| match edge.weight() {
+                Edge::Data { input, .. } => Some((edge.target(), *input)),
+                Edge::Control { .. } => None,
+            })
+            .collect();
         let node = self.inner.remove_node(id.0)?;
+        for (dst, input) in lost {
+            self.set_input_edge(OpId(dst), input, vacant());
+        }
+        if let Some(slots) = self.data_inputs.get_mut(id.0.index()) {
+            *slots = Vec::new();
+        }
         if let Ok(entry) = self
             .by_name
             .find_entry(name_hash(&node.name), |&other| other == id)
