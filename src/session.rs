@@ -243,6 +243,8 @@ impl Session {
 
     /// Compiles the save and restore plans of `module` for `targets` and binds their
     /// checkpoint keys to variables (graph mode only: eager mode needs a spec).
+    /// With the JIT backend, each plan's native code is generated at its first run
+    /// ([`Executor::lazy`]), so a session pays only for the plans it runs.
     pub fn new(
         module: &Module,
         targets: SaverNames,
@@ -255,7 +257,7 @@ impl Session {
         let verified = verify_module(module).map_err(SessionError::Invalid)?;
         let feeds = [targets.filename_tensor_name.as_str()];
         let save = CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
-            .and_then(|plan| Executor::new(plan, options.backend))
+            .and_then(|plan| Executor::lazy(plan, options.backend))
             .map_err(|source| SessionError::Compile {
                 what: "save",
                 source: Box::new(source),
@@ -263,7 +265,7 @@ impl Session {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
         let restore = CompiledPlan::compile(verified, &restore_targets, &feeds)
-            .and_then(|plan| Executor::new(plan, options.backend))
+            .and_then(|plan| Executor::lazy(plan, options.backend))
             .map_err(|source| SessionError::Compile {
                 what: "restore",
                 source: Box::new(source),

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::signature::{self, PortError, signature};
 use saveplan_ir::{
@@ -310,9 +311,12 @@ impl Compiler<'_> {
                 fetches: Vec::new(),
                 n_slots: feeds.len(),
             },
-            step_of: BTreeMap::new(),
-            outputs_of: BTreeMap::new(),
+            step_of: FxHashMap::default(),
+            outputs_of: FxHashMap::default(),
+            devices: FxHashMap::default(),
         };
+        builder.step_of.reserve(order.len());
+        builder.outputs_of.reserve(order.len());
         for &id in &order {
             self.add_step(graph, id, &fed, &fully_fed, &mut builder)?;
         }
@@ -351,8 +355,8 @@ impl Compiler<'_> {
         targets: &[Target],
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
-    ) -> Result<BTreeSet<OpId>, ExecError> {
-        let mut needed = BTreeSet::new();
+    ) -> Result<FxHashSet<OpId>, ExecError> {
+        let mut needed = FxHashSet::default();
         let mut work: Vec<OpId> = Vec::new();
         for target in targets {
             match *target {
@@ -382,16 +386,24 @@ impl Compiler<'_> {
     }
 
     /// Resolves op `id` into a step of `builder`.
-    fn add_step(
+    fn add_step<'g>(
         &self,
-        graph: &Graph,
+        graph: &'g Graph,
         id: OpId,
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
-        builder: &mut PlanBuilder,
+        builder: &mut PlanBuilder<'g>,
     ) -> Result<(), ExecError> {
         let node = graph.op(id);
-        let device = resolve_device(&node.name, &node.device, &self.default_device)?;
+        // Ops share a few device strings: each is resolved once.
+        let device = match builder.devices.get(&*node.device) {
+            Some(device) => device.clone(),
+            None => {
+                let device = resolve_device(&node.name, &node.device, &self.default_device)?;
+                builder.devices.insert(&node.device, device.clone());
+                device
+            }
+        };
         let n_inputs = n_inputs(node)?;
         let mut inputs = Vec::with_capacity(n_inputs);
         let mut deps = BTreeSet::new();
@@ -543,13 +555,15 @@ impl Compiler<'_> {
 }
 
 /// Accumulates steps, slots and queues during compilation.
-struct PlanBuilder {
+struct PlanBuilder<'g> {
     plan: CompiledPlan,
-    step_of: BTreeMap<OpId, StepId>,
-    outputs_of: BTreeMap<OpId, Vec<SlotId>>,
+    step_of: FxHashMap<OpId, StepId>,
+    outputs_of: FxHashMap<OpId, Vec<SlotId>>,
+    /// The resolved form of each requested device string met so far.
+    devices: FxHashMap<&'g str, String>,
 }
 
-impl PlanBuilder {
+impl PlanBuilder<'_> {
     /// Appends the step of `id`.
     #[expect(
         clippy::too_many_arguments,
