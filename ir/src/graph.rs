@@ -129,6 +129,10 @@ pub struct Graph {
     /// connected), without trailing vacancies: finding, counting and checking one input is
     /// O(1), so an op with N inputs (a `SaveV2` of N tensors) costs O(N) to build and read.
     data_inputs: Vec<Vec<EdgeIndex<u32>>>,
+    /// Debug builds only: how many edges walks over an op's edges have visited
+    /// ([`Graph::edges_visited`]).
+    #[cfg(debug_assertions)]
+    visited: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The mark of a data input slot with no edge in [`Graph::data_inputs`].
@@ -151,6 +155,8 @@ impl Graph {
             next_control: Vec::with_capacity(n_ops),
             devices: HashSet::default(),
             data_inputs: Vec::with_capacity(n_ops),
+            #[cfg(debug_assertions)]
+            visited: Arc::default(),
         }
     }
 
@@ -395,9 +401,7 @@ impl Graph {
 
     /// Every op that uses `id` (data or control), with the edge, in creation order of the users.
     pub fn users(&self, id: OpId) -> Vec<(OpId, Edge)> {
-        let mut users: Vec<(OpId, Edge)> = self
-            .inner
-            .edges_directed(id.0, Direction::Outgoing)
+        let mut users: Vec<(OpId, Edge)> = self.edges_of(id.0, Direction::Outgoing)
             .map(|edge| (OpId(edge.target()), edge.weight().clone()))
             .collect();
         users.sort_by_key(|(user, edge)| (self.inner[user.0].seq, edge_sort_key(edge)));
@@ -430,9 +434,7 @@ impl Graph {
         new: OpId,
         new_output: Port,
     ) -> usize {
-        let uses: Vec<(EdgeIndex<u32>, NodeIndex<u32>, u32)> = self
-            .inner
-            .edges_directed(old.0, Direction::Outgoing)
+        let uses: Vec<(EdgeIndex<u32>, NodeIndex<u32>, u32)> = self.edges_of(old.0, Direction::Outgoing)
             .filter_map(|edge| match edge.weight() {
                 Edge::Data { output, input } if output == old_output => {
                     Some((edge.id(), edge.target(), *input))
@@ -458,9 +460,7 @@ impl Graph {
     /// Removes an op and all its edges, returning it. Users of its outputs lose those inputs.
     pub fn remove_op(&mut self, id: OpId) -> Option<OpNode> {
         // The users of its outputs lose those input slots.
-        let lost: Vec<(NodeIndex<u32>, u32)> = self
-            .inner
-            .edges_directed(id.0, Direction::Outgoing)
+        let lost: Vec<(NodeIndex<u32>, u32)> = self.edges_of(id.0, Direction::Outgoing)
             .filter_map(|edge| match edge.weight() {
                 Edge::Data { input, .. } => Some((edge.target(), *input)),
                 Edge::Control { .. } => None,
@@ -536,9 +536,7 @@ impl Graph {
         let mut pending = vec![0usize; self.inner.node_bound()];
         let mut ready = BinaryHeap::new();
         for &id in &ids {
-            let n_in = self
-                .inner
-                .edges_directed(id.0, Direction::Incoming)
+            let n_in = self.edges_of(id.0, Direction::Incoming)
                 .filter(|edge| counts(edge.source()))
                 .count();
             pending[id.0.index()] = n_in;
@@ -552,7 +550,7 @@ impl Graph {
             if !counts(node) {
                 continue;
             }
-            for edge in self.inner.edges_directed(node, Direction::Outgoing) {
+            for edge in self.edges_of(node, Direction::Outgoing) {
                 let target = edge.target();
                 if !member[target.index()] {
                     continue;
@@ -582,7 +580,7 @@ impl Graph {
         let mut pending = vec![0u32; self.inner.node_bound()];
         let mut ready = Vec::new();
         for node in self.inner.node_indices() {
-            let n_in = self.inner.edges_directed(node, Direction::Incoming).count() as u32;
+            let n_in = self.edges_of(node, Direction::Incoming).count() as u32;
             pending[node.index()] = n_in;
             if n_in == 0 {
                 ready.push(node);
@@ -591,7 +589,7 @@ impl Graph {
         let mut n_done = 0;
         while let Some(node) = ready.pop() {
             n_done += 1;
-            for edge in self.inner.edges_directed(node, Direction::Outgoing) {
+            for edge in self.edges_of(node, Direction::Outgoing) {
                 let count = &mut pending[edge.target().index()];
                 *count -= 1;
                 if *count == 0 {
@@ -602,9 +600,37 @@ impl Graph {
         n_done != self.len()
     }
 
-    fn inputs_raw(&self, id: OpId) -> impl Iterator<Item = (OpId, &Edge)> + '_ {
+    /// The edges into or out of `node`. Every walk over edges goes through here, so debug
+    /// builds count the edges visited.
+    fn edges_of(
+        &self,
+        node: NodeIndex<u32>,
+        direction: Direction,
+    ) -> impl Iterator<Item = petgraph::stable_graph::EdgeReference<'_, Edge, u32>> + '_ {
         self.inner
-            .edges_directed(id.0, Direction::Incoming)
+            .edges_directed(node, direction)
+            .inspect(move |_| self.note_visit())
+    }
+
+    /// Counts one visited edge (debug builds).
+    #[inline]
+    fn note_visit(&self) {
+        #[cfg(debug_assertions)]
+        self.visited
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Debug builds only: the number of edges that walks over ops' edges (inputs, users,
+    /// ancestors, orders, cycle checks) have visited since this graph was made, shared with
+    /// its clones. A measure of work for tests: building, verifying, printing or compiling an
+    /// op with N inputs must visit O(N) edges, not O(N²).
+    #[cfg(debug_assertions)]
+    pub fn edges_visited(&self) -> u64 {
+        self.visited.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn inputs_raw(&self, id: OpId) -> impl Iterator<Item = (OpId, &Edge)> + '_ {
+        self.edges_of(id.0, Direction::Incoming)
             .map(|edge| (OpId(edge.source()), edge.weight()))
     }
 }
