@@ -160,6 +160,15 @@ impl Graph {
         }
     }
 
+    /// Makes room for `n_ops` more ops and `n_edges` more edges.
+    pub fn reserve(&mut self, n_ops: usize, n_edges: usize) {
+        self.inner.reserve_nodes(n_ops);
+        self.inner.reserve_edges(n_edges);
+        let inner = &self.inner;
+        self.by_name
+            .reserve(n_ops, |&other| name_hash(&inner[other.0].name));
+    }
+
     /// Adds an op; fails if the name is taken.
     pub fn add_op(
         &mut self,
