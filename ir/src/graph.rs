@@ -385,14 +385,18 @@ impl Graph {
 
     /// The ops `roots` depend on through data and control inputs, roots included.
     pub fn ancestors(&self, roots: impl IntoIterator<Item = OpId>) -> BTreeSet<OpId> {
-        let mut seen = BTreeSet::new();
+        let mut seen = vec![false; self.inner.node_bound()];
+        let mut found = Vec::new();
         let mut work: Vec<OpId> = roots.into_iter().collect();
         while let Some(id) = work.pop() {
-            if seen.insert(id) {
+            if !std::mem::replace(&mut seen[id.0.index()], true) {
+                found.push(id);
                 work.extend(self.inputs_raw(id).map(|(src, _)| src));
             }
         }
-        seen
+        // Sorted first, so the set is built in bulk.
+        found.sort_unstable();
+        found.into_iter().collect()
     }
 
     /// The control inputs of an op, in the order they were added.

@@ -406,7 +406,7 @@ impl Compiler<'_> {
         };
         let n_inputs = n_inputs(node)?;
         let mut inputs = Vec::with_capacity(n_inputs);
-        let mut deps = BTreeSet::new();
+        let mut deps = Vec::new();
         // Verified: the slots are dense and as many as the signature gives.
         for (_, input) in graph.inputs(id) {
             let src = graph.op(input.src);
@@ -417,7 +417,7 @@ impl Compiler<'_> {
             }
             let slot = builder.outputs_of[&input.src][output as usize];
             inputs.push(slot);
-            deps.insert(builder.step_of[&input.src]);
+            deps.push(builder.step_of[&input.src]);
         }
         debug_assert_eq!(
             inputs.len(),
@@ -426,9 +426,11 @@ impl Compiler<'_> {
         );
         for src in graph.control_inputs(id) {
             if !fully_fed.contains(&src) {
-                deps.insert(builder.step_of[&src]);
+                deps.push(builder.step_of[&src]);
             }
         }
+        deps.sort_unstable();
+        deps.dedup();
         let work = self.resolve_work(node, &device, n_inputs)?;
         let n_outputs = n_outputs(node)?;
         builder.push(id, node, work, device, inputs, n_outputs, deps);
@@ -564,7 +566,7 @@ struct PlanBuilder<'g> {
 }
 
 impl PlanBuilder<'_> {
-    /// Appends the step of `id`.
+    /// Appends the step of `id`; `deps` are sorted and distinct.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call site, all parts of a step"
@@ -577,7 +579,7 @@ impl PlanBuilder<'_> {
         device: String,
         inputs: Vec<SlotId>,
         n_outputs: usize,
-        deps: BTreeSet<StepId>,
+        deps: Vec<StepId>,
     ) {
         let step_id = StepId(self.plan.steps.len() as u32);
         let queue = match self.plan.queues.iter().position(|q| q.device == device) {
@@ -606,7 +608,7 @@ impl PlanBuilder<'_> {
             work,
             inputs,
             outputs: outputs.clone(),
-            deps: deps.into_iter().collect(),
+            deps,
             users: Vec::new(),
         });
         self.step_of.insert(id, step_id);
