@@ -65,7 +65,9 @@ fn main() {
 
 /// Times the CLI commands on a MetaGraphDef compiled from the 1-task spec.
 fn run_cli(cli: &PathBuf, options: &Options) {
-    let dir = options.dir.join(format!("saveplan-setup-bench-{}", std::process::id()));
+    let dir = options
+        .dir
+        .join(format!("saveplan-setup-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create the bench folder");
     let spec = dir.join("spec.json");
@@ -120,7 +122,10 @@ fn spec_text(n: usize, n_tasks: usize) -> String {
             let device = if n_tasks == 1 {
                 "/job:localhost/replica:0/task:0/device:CPU:0".to_owned()
             } else {
-                format!("/job:worker/replica:0/task:{}/device:CPU:0", index % n_tasks)
+                format!(
+                    "/job:worker/replica:0/task:{}/device:CPU:0",
+                    index % n_tasks
+                )
             };
             json!({"checkpoint_key": format!("layer_{index:06}/kernel"), "dtype": "float32",
                    "shape": [64], "device": device})

@@ -414,7 +414,8 @@ impl Graph {
 
     /// Every op that uses `id` (data or control), with the edge, in creation order of the users.
     pub fn users(&self, id: OpId) -> Vec<(OpId, Edge)> {
-        let mut users: Vec<(OpId, Edge)> = self.edges_of(id.0, Direction::Outgoing)
+        let mut users: Vec<(OpId, Edge)> = self
+            .edges_of(id.0, Direction::Outgoing)
             .map(|edge| (OpId(edge.target()), edge.weight().clone()))
             .collect();
         users.sort_by_key(|(user, edge)| (self.inner[user.0].seq, edge_sort_key(edge)));
@@ -447,7 +448,8 @@ impl Graph {
         new: OpId,
         new_output: Port,
     ) -> usize {
-        let uses: Vec<(EdgeIndex<u32>, NodeIndex<u32>, u32)> = self.edges_of(old.0, Direction::Outgoing)
+        let uses: Vec<(EdgeIndex<u32>, NodeIndex<u32>, u32)> = self
+            .edges_of(old.0, Direction::Outgoing)
             .filter_map(|edge| match edge.weight() {
                 Edge::Data { output, input } if output == old_output => {
                     Some((edge.id(), edge.target(), *input))
@@ -473,7 +475,8 @@ impl Graph {
     /// Removes an op and all its edges, returning it. Users of its outputs lose those inputs.
     pub fn remove_op(&mut self, id: OpId) -> Option<OpNode> {
         // The users of its outputs lose those input slots.
-        let lost: Vec<(NodeIndex<u32>, u32)> = self.edges_of(id.0, Direction::Outgoing)
+        let lost: Vec<(NodeIndex<u32>, u32)> = self
+            .edges_of(id.0, Direction::Outgoing)
             .filter_map(|edge| match edge.weight() {
                 Edge::Data { input, .. } => Some((edge.target(), *input)),
                 Edge::Control { .. } => None,
@@ -549,7 +552,8 @@ impl Graph {
         let mut pending = vec![0usize; self.inner.node_bound()];
         let mut ready = BinaryHeap::new();
         for &id in &ids {
-            let n_in = self.edges_of(id.0, Direction::Incoming)
+            let n_in = self
+                .edges_of(id.0, Direction::Incoming)
                 .filter(|edge| counts(edge.source()))
                 .count();
             pending[id.0.index()] = n_in;

@@ -464,8 +464,7 @@ fn only_known_fields(descriptor: &MessageDescriptor, mut bytes: &[u8], depth: u3
                     )
             }
             WireType::SixtyFourBit => {
-                skip(&mut bytes, 8)
-                    && matches!(kind, Kind::Double | Kind::Fixed64 | Kind::Sfixed64)
+                skip(&mut bytes, 8) && matches!(kind, Kind::Double | Kind::Fixed64 | Kind::Sfixed64)
             }
             WireType::ThirtyTwoBit => {
                 skip(&mut bytes, 4) && matches!(kind, Kind::Float | Kind::Fixed32 | Kind::Sfixed32)

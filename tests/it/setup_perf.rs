@@ -102,8 +102,12 @@ fn import_work_per_input_is_constant() {
 fn a_lazy_executor_generates_native_code_only_when_asked() {
     use saveplan::exec::Executor;
     let trace = trace(10);
-    let session = Session::new(&trace.module, trace.saver.clone(), SessionOptions::default())
-        .unwrap();
+    let session = Session::new(
+        &trace.module,
+        trace.saver.clone(),
+        SessionOptions::default(),
+    )
+    .unwrap();
     let plan = session.save_plan().unwrap().clone();
     let lazy = Executor::lazy(plan.clone(), Backend::Jit).unwrap();
     assert_eq!(lazy.backend(), Backend::Jit);
