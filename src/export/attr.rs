@@ -306,7 +306,7 @@ mod tests {
     fn unset_and_empty_list_differ() {
         let unset = pb::AttrValue { value: None };
         let empty = pb::AttrValue {
-            value: Some(Value::List(ListValue::default())),
+            value: Some(Value::List(Box::default())),
         };
         assert_eq!(import_attr(&unset).unwrap(), AttrValue::Unset);
         assert_eq!(export_attr(&import_attr(&empty).unwrap()), empty);
