@@ -243,6 +243,8 @@ impl Session {
 
     /// Compiles the save and restore plans of `module` for `targets` and binds their
     /// checkpoint keys to variables (graph mode only: eager mode needs a spec).
+    /// With the JIT backend, each plan's native code is generated at its first run
+    /// ([`Executor::lazy`]), so a session pays only for the plans it runs.
     pub fn new(
         module: &Module,
         targets: SaverNames,
@@ -254,20 +256,27 @@ impl Session {
         // The one place a graph to run enters: verified here, trusted by the plan compiler.
         let verified = verify_module(module).map_err(SessionError::Invalid)?;
         let feeds = [targets.filename_tensor_name.as_str()];
-        let save = CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
-            .and_then(|plan| Executor::new(plan, options.backend))
-            .map_err(|source| SessionError::Compile {
-                what: "save",
-                source: Box::new(source),
-            })?;
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        let restore = CompiledPlan::compile(verified, &restore_targets, &feeds)
-            .and_then(|plan| Executor::new(plan, options.backend))
-            .map_err(|source| SessionError::Compile {
-                what: "restore",
-                source: Box::new(source),
-            })?;
+        // The two plans are independent: compiled at the same time.
+        let (save, restore) = rayon::join(
+            || {
+                CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
+                    .and_then(|plan| Executor::lazy(plan, options.backend))
+            },
+            || {
+                CompiledPlan::compile(verified, &restore_targets, &feeds)
+                    .and_then(|plan| Executor::lazy(plan, options.backend))
+            },
+        );
+        let save = save.map_err(|source| SessionError::Compile {
+            what: "save",
+            source: Box::new(source),
+        })?;
+        let restore = restore.map_err(|source| SessionError::Compile {
+            what: "restore",
+            source: Box::new(source),
+        })?;
         Session::bound(module, targets, Runner::Graph { save, restore }, options)
     }
 
@@ -281,8 +290,13 @@ impl Session {
     ) -> Result<Session, SessionError> {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        let saved = group(bind::bind_save(module, &[&targets.save_target])?)?;
-        let restored = group(bind::bind_restore(module, &restore_targets)?)?;
+        // Independent walks of the same graph: done at the same time.
+        let (saved, restored) = rayon::join(
+            || bind::bind_save(module, &[&targets.save_target]),
+            || bind::bind_restore(module, &restore_targets),
+        );
+        let saved = group(saved?)?;
+        let restored = group(restored?)?;
         Ok(Session {
             targets,
             runner,

@@ -10,7 +10,9 @@ use saveplan_ir::VerifyErrors;
 /// [`is_broken_pipe`], and `main` then exits quietly with code 0, as ripgrep does.
 pub fn write_stdout(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: stdout alone is line-buffered, and a large text form (a plan of 100k
+    // variables) written through it piece by piece searches every piece for a newline.
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     stdout.write_fmt(args)?;
     stdout.flush()?;
     Ok(())

@@ -1,7 +1,12 @@
 //! [`Executor`]: one entry point over both backends, the reference interpreter
 //! ([`super::scheduler`]) and the cranelift JIT (`crate::exec::jit`, cargo feature `jit`).
+//! The JIT's native code is generated when the executor is made ([`Executor::new`]) or at its
+//! first run ([`Executor::lazy`], what a `Session` uses: a plan of 100k variables takes seconds
+//! to lower, which a session that only saves once, or never restores, need not pay up front).
 
 use std::sync::Arc;
+#[cfg(feature = "jit")]
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::backend::Backend;
 use super::error::ExecError;
@@ -21,7 +26,16 @@ pub struct Executor {
 enum Prepared {
     Interp,
     #[cfg(feature = "jit")]
-    Jit(super::jit::JitPlan),
+    Jit(LazyJit),
+}
+
+/// The JIT's code for a plan, generated once, on first use (or at once by [`Executor::new`]).
+#[cfg(feature = "jit")]
+#[derive(Debug, Default)]
+struct LazyJit {
+    code: OnceLock<super::jit::JitPlan>,
+    /// Held while generating, so that concurrent first runs lower the plan once.
+    lowering: Mutex<()>,
 }
 
 impl Executor {
@@ -30,15 +44,44 @@ impl Executor {
         plan: impl Into<Arc<CompiledPlan>>,
         backend: Backend,
     ) -> Result<Executor, ExecError> {
+        let executor = Executor::lazy(plan, backend)?;
+        #[cfg(feature = "jit")]
+        if let Prepared::Jit(jit) = &executor.backend {
+            executor.lowered(jit)?;
+        }
+        Ok(executor)
+    }
+
+    /// Prepares `plan` for `backend` without generating the JIT's native code: the first
+    /// [`Executor::run`] does (and reports a lowering error). Fails only if `backend` is not
+    /// built in.
+    pub fn lazy(
+        plan: impl Into<Arc<CompiledPlan>>,
+        backend: Backend,
+    ) -> Result<Executor, ExecError> {
         let plan = plan.into();
         let backend = match backend {
             Backend::Interp => Prepared::Interp,
             #[cfg(feature = "jit")]
-            Backend::Jit => Prepared::Jit(super::jit::JitPlan::compile_shared(Arc::clone(&plan))?),
+            Backend::Jit => Prepared::Jit(LazyJit::default()),
             #[cfg(not(feature = "jit"))]
             Backend::Jit => return Err(ExecError::BackendUnavailable { backend }),
         };
         Ok(Executor { plan, backend })
+    }
+
+    /// The JIT's code for the plan, generated now if no run has yet.
+    #[cfg(feature = "jit")]
+    fn lowered<'e>(&'e self, jit: &'e LazyJit) -> Result<&'e super::jit::JitPlan, ExecError> {
+        if let Some(code) = jit.code.get() {
+            return Ok(code);
+        }
+        let _lowering = jit.lowering.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(code) = jit.code.get() {
+            return Ok(code);
+        }
+        let code = super::jit::JitPlan::compile_shared(Arc::clone(&self.plan))?;
+        Ok(jit.code.get_or_init(|| code))
     }
 
     /// Runs the plan on the current rayon pool with `feeds` in compile order, returning the
@@ -51,7 +94,7 @@ impl Executor {
         match &self.backend {
             Prepared::Interp => self.plan.run(run, feeds),
             #[cfg(feature = "jit")]
-            Prepared::Jit(jit) => jit.run(run, feeds),
+            Prepared::Jit(jit) => self.lowered(jit)?.run(run, feeds),
         }
     }
 
@@ -60,11 +103,12 @@ impl Executor {
         &self.plan
     }
 
-    /// The JIT's code for the plan, when the backend is [`Backend::Jit`].
+    /// The JIT's code for the plan, when the backend is [`Backend::Jit`] and the code was
+    /// generated ([`Executor::new`], or a first run of an [`Executor::lazy`]).
     #[cfg(feature = "jit")]
     pub fn jit_plan(&self) -> Option<&super::jit::JitPlan> {
         match &self.backend {
-            Prepared::Jit(jit) => Some(jit),
+            Prepared::Jit(jit) => jit.code.get(),
             Prepared::Interp => None,
         }
     }

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::signature::{self, PortError, signature};
 use saveplan_ir::{
@@ -310,9 +311,12 @@ impl Compiler<'_> {
                 fetches: Vec::new(),
                 n_slots: feeds.len(),
             },
-            step_of: BTreeMap::new(),
-            outputs_of: BTreeMap::new(),
+            step_of: FxHashMap::default(),
+            outputs_of: FxHashMap::default(),
+            devices: FxHashMap::default(),
         };
+        builder.step_of.reserve(order.len());
+        builder.outputs_of.reserve(order.len());
         for &id in &order {
             self.add_step(graph, id, &fed, &fully_fed, &mut builder)?;
         }
@@ -351,8 +355,8 @@ impl Compiler<'_> {
         targets: &[Target],
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
-    ) -> Result<BTreeSet<OpId>, ExecError> {
-        let mut needed = BTreeSet::new();
+    ) -> Result<FxHashSet<OpId>, ExecError> {
+        let mut needed = FxHashSet::default();
         let mut work: Vec<OpId> = Vec::new();
         for target in targets {
             match *target {
@@ -382,19 +386,27 @@ impl Compiler<'_> {
     }
 
     /// Resolves op `id` into a step of `builder`.
-    fn add_step(
+    fn add_step<'g>(
         &self,
-        graph: &Graph,
+        graph: &'g Graph,
         id: OpId,
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
-        builder: &mut PlanBuilder,
+        builder: &mut PlanBuilder<'g>,
     ) -> Result<(), ExecError> {
         let node = graph.op(id);
-        let device = resolve_device(&node.name, &node.device, &self.default_device)?;
+        // Ops share a few device strings: each is resolved once.
+        let device = match builder.devices.get(&*node.device) {
+            Some(device) => device.clone(),
+            None => {
+                let device = resolve_device(&node.name, &node.device, &self.default_device)?;
+                builder.devices.insert(&node.device, device.clone());
+                device
+            }
+        };
         let n_inputs = n_inputs(node)?;
         let mut inputs = Vec::with_capacity(n_inputs);
-        let mut deps = BTreeSet::new();
+        let mut deps = Vec::new();
         // Verified: the slots are dense and as many as the signature gives.
         for (_, input) in graph.inputs(id) {
             let src = graph.op(input.src);
@@ -405,7 +417,7 @@ impl Compiler<'_> {
             }
             let slot = builder.outputs_of[&input.src][output as usize];
             inputs.push(slot);
-            deps.insert(builder.step_of[&input.src]);
+            deps.push(builder.step_of[&input.src]);
         }
         debug_assert_eq!(
             inputs.len(),
@@ -414,9 +426,11 @@ impl Compiler<'_> {
         );
         for src in graph.control_inputs(id) {
             if !fully_fed.contains(&src) {
-                deps.insert(builder.step_of[&src]);
+                deps.push(builder.step_of[&src]);
             }
         }
+        deps.sort_unstable();
+        deps.dedup();
         let work = self.resolve_work(node, &device, n_inputs)?;
         let n_outputs = n_outputs(node)?;
         builder.push(id, node, work, device, inputs, n_outputs, deps);
@@ -543,14 +557,16 @@ impl Compiler<'_> {
 }
 
 /// Accumulates steps, slots and queues during compilation.
-struct PlanBuilder {
+struct PlanBuilder<'g> {
     plan: CompiledPlan,
-    step_of: BTreeMap<OpId, StepId>,
-    outputs_of: BTreeMap<OpId, Vec<SlotId>>,
+    step_of: FxHashMap<OpId, StepId>,
+    outputs_of: FxHashMap<OpId, Vec<SlotId>>,
+    /// The resolved form of each requested device string met so far.
+    devices: FxHashMap<&'g str, String>,
 }
 
-impl PlanBuilder {
-    /// Appends the step of `id`.
+impl PlanBuilder<'_> {
+    /// Appends the step of `id`; `deps` are sorted and distinct.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call site, all parts of a step"
@@ -563,7 +579,7 @@ impl PlanBuilder {
         device: String,
         inputs: Vec<SlotId>,
         n_outputs: usize,
-        deps: BTreeSet<StepId>,
+        deps: Vec<StepId>,
     ) {
         let step_id = StepId(self.plan.steps.len() as u32);
         let queue = match self.plan.queues.iter().position(|q| q.device == device) {
@@ -592,7 +608,7 @@ impl PlanBuilder {
             work,
             inputs,
             outputs: outputs.clone(),
-            deps: deps.into_iter().collect(),
+            deps,
             users: Vec::new(),
         });
         self.step_of.insert(id, step_id);

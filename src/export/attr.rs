@@ -73,8 +73,8 @@ pub(crate) fn export_attr(value: &AttrValue) -> pb::AttrValue {
         AttrValue::B(b) => Some(Value::B(*b)),
         AttrValue::Type(t) => Some(Value::Type(t.number())),
         AttrValue::Shape(shape) => Some(Value::Shape(export_shape(shape))),
-        AttrValue::Tensor(tensor) => Some(Value::Tensor(export_tensor(tensor))),
-        AttrValue::List(list) => Some(Value::List(export_list(list))),
+        AttrValue::Tensor(tensor) => Some(Value::Tensor(Box::new(export_tensor(tensor)))),
+        AttrValue::List(list) => Some(Value::List(Box::new(export_list(list)))),
         AttrValue::Func(func) => Some(Value::Func(export_func(func))),
         AttrValue::Placeholder(name) => Some(Value::Placeholder(name.clone())),
     };
@@ -306,7 +306,7 @@ mod tests {
     fn unset_and_empty_list_differ() {
         let unset = pb::AttrValue { value: None };
         let empty = pb::AttrValue {
-            value: Some(Value::List(ListValue::default())),
+            value: Some(Value::List(Box::default())),
         };
         assert_eq!(import_attr(&unset).unwrap(), AttrValue::Unset);
         assert_eq!(export_attr(&import_attr(&empty).unwrap()), empty);

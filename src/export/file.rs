@@ -5,7 +5,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use prost_reflect::{DynamicMessage, Value};
+use prost::encoding::{WireType, decode_key, decode_varint};
+use prost_reflect::{Kind, MessageDescriptor};
 use saveplan_ir::{Function, Library, Module, SaverDef};
 use saveplan_proto::TextError;
 use saveplan_proto::tensorflow as pb;
@@ -329,8 +330,7 @@ impl ProtoMessage {
         fn strict<M: Message + prost::Name + Default>(bytes: &[u8]) -> Option<M> {
             let pool = saveplan_proto::descriptor_pool();
             let descriptor = pool.get_message_by_name(&M::full_name())?;
-            let dynamic = DynamicMessage::decode(descriptor, bytes).ok()?;
-            if has_unknown_fields(&dynamic) {
+            if !only_known_fields(&descriptor, bytes, 0) {
                 return None;
             }
             M::decode(bytes).ok()
@@ -430,20 +430,81 @@ impl Loaded {
     }
 }
 
-/// Whether `message` or any message inside it holds fields its schema does not define.
-fn has_unknown_fields(message: &DynamicMessage) -> bool {
-    message.unknown_fields().next().is_some()
-        || message
-            .fields()
-            .any(|(_, value)| value_has_unknown_fields(value))
+/// How deep messages may nest (prost's own decoding limit).
+const MAX_DEPTH: u32 = 100;
+
+/// Whether `bytes` are well-formed wire format of `descriptor` in which every field, at any
+/// depth, is one its schema defines, with a wire type that field can have. A single scan of
+/// the bytes that builds nothing, so a 100 MB plan costs one pass, not a dynamic message tree.
+fn only_known_fields(descriptor: &MessageDescriptor, mut bytes: &[u8], depth: u32) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    while !bytes.is_empty() {
+        let Ok((tag, wire_type)) = decode_key(&mut bytes) else {
+            return false;
+        };
+        let Some(field) = descriptor.get_field(tag) else {
+            return false;
+        };
+        let kind = field.kind();
+        let known = match wire_type {
+            WireType::Varint => {
+                decode_varint(&mut bytes).is_ok()
+                    && matches!(
+                        kind,
+                        Kind::Int32
+                            | Kind::Int64
+                            | Kind::Uint32
+                            | Kind::Uint64
+                            | Kind::Sint32
+                            | Kind::Sint64
+                            | Kind::Bool
+                            | Kind::Enum(_)
+                    )
+            }
+            WireType::SixtyFourBit => {
+                skip(&mut bytes, 8) && matches!(kind, Kind::Double | Kind::Fixed64 | Kind::Sfixed64)
+            }
+            WireType::ThirtyTwoBit => {
+                skip(&mut bytes, 4) && matches!(kind, Kind::Float | Kind::Fixed32 | Kind::Sfixed32)
+            }
+            WireType::LengthDelimited => {
+                let Some(inner) = decode_varint(&mut bytes)
+                    .ok()
+                    .and_then(|len| usize::try_from(len).ok())
+                    .and_then(|len| bytes.split_at_checked(len))
+                    .map(|(inner, rest)| {
+                        bytes = rest;
+                        inner
+                    })
+                else {
+                    return false;
+                };
+                match kind {
+                    Kind::Message(message) => only_known_fields(&message, inner, depth + 1),
+                    Kind::String | Kind::Bytes => true,
+                    // A packed repeated scalar.
+                    _ => field.is_list(),
+                }
+            }
+            WireType::StartGroup | WireType::EndGroup => false,
+        };
+        if !known {
+            return false;
+        }
+    }
+    true
 }
 
-fn value_has_unknown_fields(value: &Value) -> bool {
-    match value {
-        Value::Message(message) => has_unknown_fields(message),
-        Value::List(values) => values.iter().any(value_has_unknown_fields),
-        Value::Map(entries) => entries.values().any(value_has_unknown_fields),
-        _ => false,
+/// Advances `bytes` past `n` bytes; false if fewer are left.
+fn skip(bytes: &mut &[u8], n: usize) -> bool {
+    match bytes.split_at_checked(n) {
+        Some((_, rest)) => {
+            *bytes = rest;
+            true
+        }
+        None => false,
     }
 }
 

@@ -131,9 +131,21 @@ pub(crate) fn import_nodes(
     nodes: &[pb::NodeDef],
     syntax: Syntax,
 ) -> Result<(), ImportError> {
+    use rayon::prelude::*;
+    // What each node is on its own (checked names, op, device, attributes) does not depend
+    // on the others: converted in parallel, then added in order, so the first error is the
+    // one a sequential import meets.
+    let converted: Vec<Result<Converted, ImportError>> = nodes
+        .par_iter()
+        .with_min_len(1024)
+        .map(|node| convert_node(node, syntax))
+        .collect();
+    let n_inputs: usize = nodes.iter().map(|node| node.input.len()).sum();
+    graph.reserve(nodes.len(), n_inputs);
     let ids = nodes
         .iter()
-        .map(|node| import_node(graph, node, syntax))
+        .zip(converted)
+        .map(|(node, converted)| import_node(graph, node, converted?))
         .collect::<Result<Vec<OpId>, _>>()?;
     for (node, &id) in nodes.iter().zip(&ids) {
         connect_inputs(graph, node, id, syntax)?;
@@ -175,7 +187,14 @@ fn check_printable(node: &pb::NodeDef) -> Result<(), ImportError> {
     Ok(())
 }
 
-fn import_node(graph: &mut Graph, node: &pb::NodeDef, syntax: Syntax) -> Result<OpId, ImportError> {
+/// What a `NodeDef` converts to on its own, before it joins a graph.
+struct Converted {
+    op: Op,
+    attrs: Attrs,
+}
+
+/// Checks a `NodeDef` and converts its op and attributes.
+fn convert_node(node: &pb::NodeDef, syntax: Syntax) -> Result<Converted, ImportError> {
     check_printable(node)?;
     let op = Op::from_type_name(&node.op);
     if syntax == Syntax::FunctionBody && op == Op::Arg {
@@ -195,6 +214,15 @@ fn import_node(graph: &mut Graph, node: &pb::NodeDef, syntax: Syntax) -> Result<
             attr,
             source,
         })?;
+    Ok(Converted { op, attrs })
+}
+
+/// Adds a converted `NodeDef` to `graph` (its inputs are connected once every node is in).
+fn import_node(
+    graph: &mut Graph,
+    node: &pb::NodeDef,
+    Converted { op, attrs }: Converted,
+) -> Result<OpId, ImportError> {
     let id = graph
         .add_op(node.name.clone(), op, node.device.clone(), attrs)
         .map_err(|_| ImportError::DuplicateNode {

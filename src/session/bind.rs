@@ -18,13 +18,9 @@
 //! A saved tensor that does not come from a variable (a constant, a computed value) cannot be
 //! bound and is an error: the session would have nowhere to put the user's value.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::rc::Rc;
-
 use saveplan_ir::saver_ops::{self, save_v2};
 use saveplan_ir::signature;
-use saveplan_ir::{AttrValue, DType, Graph, Input, Module, Op, OpId, OpNode, Port, TensorName};
+use saveplan_ir::{AttrValue, DType, Graph, Module, Op, OpId, OpNode, Port, TensorName};
 
 use super::error::{BadCheckpointOp, SessionError, Unbound};
 use crate::exec::VarKey;
@@ -61,13 +57,7 @@ struct Frame<'m> {
 struct Walker<'m> {
     module: &'m Module,
     frames: Vec<Frame<'m>>,
-    /// The data inputs of ops already looked at, by slot: `SaveV2` and call ops have one per
-    /// variable, so listing them again for each variable would be quadratic.
-    inputs: InputCache,
 }
-
-/// The data inputs of (frame, op), by slot, shared.
-type InputCache = RefCell<BTreeMap<(usize, OpId), Rc<Vec<Input>>>>;
 
 /// The bindings of every `SaveV2` that running `targets` (op or tensor names) executes.
 pub fn bind_save(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, SessionError> {
@@ -160,24 +150,7 @@ impl<'m> Walker<'m> {
                 function: None,
                 caller: None,
             }],
-            inputs: RefCell::new(BTreeMap::new()),
         }
-    }
-
-    /// The data inputs of `id` in `frame`, by slot.
-    fn inputs_of(&self, frame: usize, id: OpId) -> Rc<Vec<Input>> {
-        let mut cache = self.inputs.borrow_mut();
-        let entry = cache.entry((frame, id)).or_insert_with(|| {
-            let graph = self.frames[frame].graph;
-            Rc::new(
-                graph
-                    .inputs(id)
-                    .into_iter()
-                    .map(|(_, input)| input)
-                    .collect(),
-            )
-        });
-        Rc::clone(entry)
     }
 
     /// The ops of type `wanted` that running `targets` executes, as (frame, op), in graph
@@ -310,8 +283,9 @@ impl<'m> Walker<'m> {
         loop {
             let graph = self.frames[frame].graph;
             let node = graph.op(id);
-            let inputs = self.inputs_of(frame, id);
-            let Some(edge) = inputs.get(input as usize) else {
+            // O(1) whatever the op's number of inputs (`SaveV2` and call ops have one per
+            // variable).
+            let Some(edge) = graph.input_at(id, input) else {
                 return Err(Unbound::NoInput {
                     op: node.name.clone(),
                     input,

@@ -38,6 +38,7 @@ mod objects_restore;
 mod objects_save;
 mod run_cli;
 mod session;
+mod setup_perf;
 mod trace;
 mod trace_perf;
 mod verify_fixtures;

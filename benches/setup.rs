@@ -1,0 +1,191 @@
+//! Setup cost of a graph-mode [`Session`] (trace + verify + plan compile + bind) for N
+//! float32[64] variables (default 100,000, BENCH.md's `many-small`) on 1 and 8 tasks and on
+//! every backend, and, with `--cli BIN`, the CLI's `check`, `graph show` and `run --save` of
+//! a MetaGraphDef that `BIN compile` made of the same spec.
+//!
+//! ```text
+//! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR]
+//! ```
+//!
+//! Times are the best of `--repeat` runs (default 1).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use saveplan::exec::Backend;
+use saveplan::session::{Session, SessionOptions};
+use saveplan::trace::spec::SpecFile;
+use serde_json::{Value, json};
+
+/// Command-line options.
+struct Options {
+    vars: usize,
+    repeat: usize,
+    cli: Option<PathBuf>,
+    dir: PathBuf,
+}
+
+fn main() {
+    let options = match parse(std::env::args().skip(1).collect()) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("setup bench: {message}");
+            std::process::exit(2);
+        }
+    };
+    println!("setup of {} float32[64] variables", options.vars);
+    for n_tasks in [1, 8] {
+        let text = spec_text(options.vars, n_tasks);
+        let spec = SpecFile::parse(&text).expect("the generated spec parses");
+        for backend in Backend::available() {
+            // Dropped after timing, as a program keeps its session.
+            let mut sessions = Vec::new();
+            let setup = best_of(options.repeat, || {
+                let session_options = SessionOptions {
+                    backend,
+                    ..SessionOptions::default()
+                };
+                let session = Session::from_spec(&spec, session_options).expect("session builds");
+                sessions.push(session);
+            });
+            drop(sessions);
+            println!(
+                "  {n_tasks} task(s), {backend}: trace + compile + bind {:.3} s",
+                setup.as_secs_f64()
+            );
+        }
+    }
+    if let Some(cli) = &options.cli {
+        run_cli(cli, &options);
+    }
+}
+
+/// Times the CLI commands on a MetaGraphDef compiled from the 1-task spec.
+fn run_cli(cli: &PathBuf, options: &Options) {
+    let dir = options
+        .dir
+        .join(format!("saveplan-setup-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the bench folder");
+    let spec = dir.join("spec.json");
+    std::fs::write(&spec, spec_text(options.vars, 1)).expect("write the spec");
+    let out = dir.join("plan");
+    let status = Command::new(cli)
+        .arg("compile")
+        .arg(&spec)
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run compile");
+    assert!(status.success(), "compile failed");
+    let meta = out.join("meta_graph.pb");
+    let prefix = dir.join("ckpt");
+    let values = dir.join("values.safetensors");
+    std::fs::write(&values, safetensors_values(options.vars)).expect("write the values");
+    let commands: [(&str, Vec<String>); 3] = [
+        ("check", vec!["check".into(), meta.display().to_string()]),
+        (
+            "graph show",
+            vec!["graph".into(), "show".into(), meta.display().to_string()],
+        ),
+        (
+            "run --save",
+            vec![
+                "run".into(),
+                meta.display().to_string(),
+                "--values".into(),
+                values.display().to_string(),
+                "--save".into(),
+                prefix.display().to_string(),
+            ],
+        ),
+    ];
+    for (what, args) in commands {
+        let time = best_of(options.repeat, || {
+            let status = Command::new(cli)
+                .args(&args)
+                .stdout(Stdio::null())
+                .status()
+                .expect("run the cli");
+            assert!(status.success(), "{what} failed");
+        });
+        println!("  cli {what}: {:.3} s", time.as_secs_f64());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `.safetensors` file of the `n` variables of [`spec_text`] (the format is a little-endian
+/// header length, a JSON header, then the data).
+fn safetensors_values(n: usize) -> Vec<u8> {
+    const N_BYTES: usize = 64 * 4;
+    let header: serde_json::Map<String, Value> = (0..n)
+        .map(|index| {
+            let offsets = [index * N_BYTES, (index + 1) * N_BYTES];
+            let entry = json!({"dtype": "F32", "shape": [64], "data_offsets": offsets});
+            (format!("layer_{index:06}/kernel"), entry)
+        })
+        .collect();
+    let mut header = Value::Object(header).to_string().into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    bytes.resize(bytes.len() + n * N_BYTES, 0);
+    bytes
+}
+
+/// A spec of `n` float32[64] variables round-robin over `n_tasks` tasks.
+fn spec_text(n: usize, n_tasks: usize) -> String {
+    let variables: Vec<Value> = (0..n)
+        .map(|index| {
+            let device = if n_tasks == 1 {
+                "/job:localhost/replica:0/task:0/device:CPU:0".to_owned()
+            } else {
+                format!(
+                    "/job:worker/replica:0/task:{}/device:CPU:0",
+                    index % n_tasks
+                )
+            };
+            json!({"checkpoint_key": format!("layer_{index:06}/kernel"), "dtype": "float32",
+                   "shape": [64], "device": device})
+        })
+        .collect();
+    json!({ "variables": variables }).to_string()
+}
+
+/// The fastest of `repeat` runs.
+fn best_of(repeat: usize, mut run: impl FnMut()) -> Duration {
+    (0..repeat.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            run();
+            start.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn parse(args: Vec<String>) -> Result<Options, String> {
+    let mut options = Options {
+        vars: 100_000,
+        repeat: 1,
+        cli: None,
+        dir: PathBuf::from("/dev/shm"),
+    };
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--vars" => options.vars = value()?.parse().map_err(|_| "bad --vars")?,
+            "--repeat" => options.repeat = value()?.parse().map_err(|_| "bad --repeat")?,
+            "--cli" => options.cli = Some(PathBuf::from(value()?)),
+            "--dir" => options.dir = PathBuf::from(value()?),
+            "--bench" => {}
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(options)
+}
