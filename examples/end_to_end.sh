@@ -74,6 +74,16 @@ cat "$out/two_tasks/saver_def.pbtxt"
 "$saveplan" compile examples/two_tasks.json -o "$out/two_tasks_function" --form function --emit pb,pbtxt,txt
 "$saveplan" check "$out/two_tasks_function/meta_graph.pbtxt"
 
+say "object-based (tf.train.Checkpoint): write a model + Adam slot tree from an object spec, inspect its object graph, read it back by object"
+rm -rf "$out/objects" "$out/objects_again"
+"$saveplan" save tests/inputs/objects/o2_v1_adam.json --values "$fixtures/obj/o2_optimizer/v1_adam/ckpt-1" --prefix "$out/objects/ckpt"
+"$saveplan" inspect "$out/objects/ckpt" --objects
+"$saveplan" restore tests/inputs/objects/o2_v1_adam.json --prefix "$out/objects/ckpt" --read --expect consumed --out "$out/objects_restored.safetensors"
+# The object graph travels in the safetensors metadata: back to a checkpoint TF restores by object.
+"$saveplan" convert "$out/objects/ckpt" "$out/objects.safetensors"
+"$saveplan" convert "$out/objects.safetensors" "$out/objects_again/ckpt"
+"$saveplan" restore tests/inputs/objects/o2_v1_adam.json --prefix "$out/objects_again/ckpt" --read --expect consumed --out "$out/objects_restored_again.safetensors"
+
 say "check a broken plan: every problem is reported, and the exit code is 1"
 if "$saveplan" check tests/inputs/check/err/many_problems.pbtxt; then
     echo "the broken plan passed the check" >&2

@@ -461,7 +461,11 @@ impl ObjectSpec {
             }
         }
         let mut values = values;
-        let counter = values.remove(&counter_key());
+        // A values checkpoint made by `save()` holds a counter: it is written only when the
+        // spec lists `["save_counter"]`, as `write()` of a tree without one writes none.
+        let counter = values
+            .remove(&counter_key())
+            .filter(|_| keys.contains(&counter_key()));
         let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
         if let Some(counter) = counter {
             let bytes = counter.bytes().and_then(|bytes| bytes.try_into().ok());

@@ -52,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `tf.train.Checkpoint(**children).write(prefix)` for an object spec. A values checkpoint's
-/// own object graph is not a value.
+/// own object graph is not a value, nor is its `save_counter` unless the spec lists it.
 fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> anyhow::Result<()> {
     let spec = ObjectSpec::parse(text).with_context(|| format!("{}", spec_path.display()))?;
     let mut values = read_values(values)?;

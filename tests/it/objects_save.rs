@@ -301,3 +301,32 @@ fn o9_eager_and_traced_write() {
     ckpt.write_traced(traced.to_str().unwrap()).unwrap();
     assert_same_bundle(&traced, &fixtures.join("fn/ckpt"));
 }
+
+/// A values checkpoint made by `save()` holds `save_counter`; an object spec without a
+/// `["save_counter"]` entry writes what `write()` writes, without it.
+#[test]
+fn cli_save_object_spec_leaves_out_a_values_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let values = fixture("obj/o2_optimizer/v1_adam/ckpt-1");
+    let out = saveplan(&[
+        "save",
+        "tests/inputs/objects/o2_v1_adam.json",
+        "--values",
+        values.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reader = BundleReader::open(&prefix).unwrap();
+    assert!(reader.entry(COUNTER_KEY).is_none());
+    // `fixture_values` leaves out the counter and the object graph.
+    assert_eq!(fixture_values(&prefix), fixture_values(&values));
+    let graph = read_object_graph(&reader).unwrap();
+    let stored = read_object_graph(&BundleReader::open(&values).unwrap()).unwrap();
+    assert_eq!(graph, without_save_counter(stored));
+}
