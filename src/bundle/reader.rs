@@ -78,11 +78,12 @@ pub enum Values {
     Strings(Vec<Vec<u8>>),
 }
 
-/// The decoded index of a bundle: header fields and raw entries (used by merge).
-pub(crate) struct RawIndex {
+/// The decoded index of a bundle: header fields and raw entries, each decoded as an `E`
+/// ([`read_index_with`]; merge keeps canonical entries encoded).
+pub(crate) struct RawIndex<E = BundleEntryProto> {
     pub num_shards: u32,
     /// (key, entry) in key order, header excluded.
-    pub entries: Vec<(Vec<u8>, BundleEntryProto)>,
+    pub entries: Vec<(Vec<u8>, E)>,
 }
 
 /// A data file opened on first use: the file and its length, or why it could not be opened.
@@ -900,6 +901,17 @@ fn bad_entry(path: &Path, key: &str, detail: &str) -> BundleError {
 
 /// Reads and decodes an index file: header and raw entries.
 pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
+    read_index_with(path, |value| {
+        BundleEntryProto::decode(value).map_err(|err| err.to_string())
+    })
+}
+
+/// Reads an index file: its header, and each entry's value decoded by `decode` (which says
+/// why a value is not an entry).
+pub(crate) fn read_index_with<E>(
+    path: &Path,
+    decode: impl Fn(&[u8]) -> std::result::Result<E, String>,
+) -> Result<RawIndex<E>> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -914,7 +926,7 @@ pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
         path: path.to_path_buf(),
         detail: detail.to_string(),
     };
-    let Some(((first_key, header_bytes), rest)) = table.split_first() else {
+    let Some(((first_key, header_bytes), _)) = table.split_first() else {
         return Err(bad_header("the index has no entries"));
     };
     if !first_key.is_empty() {
@@ -935,12 +947,12 @@ pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
     {
         return Err(bad_header("the bundle's version excludes this reader"));
     }
-    let entries = rest
-        .iter()
-        .map(|(key, value)| {
-            BundleEntryProto::decode(*value)
-                .map(|entry| (key.clone(), entry))
-                .map_err(|err| bad_entry(path, &String::from_utf8_lossy(key), &err.to_string()))
+    let entries = table
+        .into_iter()
+        .skip(1)
+        .map(|(key, value)| match decode(value) {
+            Ok(entry) => Ok((key, entry)),
+            Err(detail) => Err(bad_entry(path, &String::from_utf8_lossy(&key), &detail)),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(RawIndex {
@@ -958,9 +970,8 @@ fn convert_entry(
     num_shards: u32,
 ) -> Result<Entry> {
     let (name, slice) = if key.first() == Some(&0) {
-        let (name, slice) = decode_slice_key(&key).map_err(|err| {
-            bad_entry(path, &String::from_utf8_lossy(&key), &err.to_string())
-        })?;
+        let (name, slice) = decode_slice_key(&key)
+            .map_err(|err| bad_entry(path, &String::from_utf8_lossy(&key), &err.to_string()))?;
         (name, Some(slice))
     } else {
         let name = String::from_utf8(key).map_err(|err| {
