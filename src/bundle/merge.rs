@@ -4,7 +4,7 @@
 //!
 //! Entries are not decoded when they need not be: an entry in protobuf's canonical encoding
 //! (what TensorFlow and our writer produce) without slices is kept as its bytes, and only its
-//! `shard_id` field is rewritten ([`CanonicalEntry`]), which gives the same bytes as decoding,
+//! `shard_id` field is rewritten (`CanonicalEntry`), which gives the same bytes as decoding,
 //! shifting and encoding it again. Anything else is decoded.
 
 use std::ops::Range;
