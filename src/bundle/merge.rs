@@ -1,7 +1,13 @@
 //! Merging bundle parts into one checkpoint with MergeV2Checkpoints semantics (FORMATS.md §9.3):
 //! merged index, data files renamed to their final shard names, source indexes deleted. The
 //! renames are one journaled commit ([`super::journal`]).
+//!
+//! Entries are not decoded when they need not be: an entry in protobuf's canonical encoding
+//! (what TensorFlow and our writer produce) without slices is kept as its bytes, and only its
+//! `shard_id` field is rewritten (`CanonicalEntry`), which gives the same bytes as decoding,
+//! shifting and encoding it again. Anything else is decoded.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -9,7 +15,8 @@ use prost::Message;
 use super::error::{BundleError, Result};
 use super::journal::{self, unique_name};
 use super::proto::BundleEntryProto;
-use super::reader::{RawIndex, read_index};
+use super::reader::{RawIndex, read_index_with};
+use super::sstable::{get_varint, put_varint};
 use super::writer::{WriteOptions, write_index};
 use super::{data_path, fsops, index_path};
 
@@ -68,10 +75,10 @@ pub fn merge_bundles<P: AsRef<Path>>(
             });
         }
     }
-    let mut present: Vec<(PathBuf, RawIndex)> = Vec::new();
+    let mut present: Vec<(PathBuf, RawIndex<MergeEntry>)> = Vec::new();
     for source in sources {
         let source = source.as_ref();
-        match read_index(&index_path(source)) {
+        match read_index_with(&index_path(source), MergeEntry::decode) {
             Ok(raw) => present.push((source.to_path_buf(), raw)),
             Err(BundleError::IndexNotFound { .. }) if options.flags.allow_missing_files => {}
             Err(BundleError::IndexNotFound { .. }) => {
@@ -118,7 +125,7 @@ pub fn merge_bundles<P: AsRef<Path>>(
     }
     let encoded: Vec<(Vec<u8>, Vec<u8>)> = merged
         .into_iter()
-        .map(|(key, entry)| (key, entry.encode_to_vec()))
+        .map(|(key, entry)| (key, entry.encode()))
         .collect();
     // The index is complete on disk before any data file moves (see above).
     let staged = unique_name(&index, ".merging");
@@ -157,23 +164,23 @@ pub fn merge_bundles<P: AsRef<Path>>(
 /// the sources' runs (linear for one source) and puts equal keys next to each other in source
 /// order; the error returned is the one met first going through the sources in order, as
 /// entry-by-entry insertion would meet it.
-fn merge_entries(present: &mut [(PathBuf, RawIndex)]) -> Result<Vec<(Vec<u8>, BundleEntryProto)>> {
+fn merge_entries(
+    present: &mut [(PathBuf, RawIndex<MergeEntry>)],
+) -> Result<Vec<(Vec<u8>, MergeEntry)>> {
     let total = present.iter().map(|(_, raw)| raw.entries.len()).sum();
     // (key, entry, source, position in the source)
-    let mut all: Vec<(Vec<u8>, BundleEntryProto, usize, usize)> = Vec::with_capacity(total);
+    let mut all: Vec<(Vec<u8>, MergeEntry, usize, usize)> = Vec::with_capacity(total);
     let mut base = 0i32;
     for (source, (_, raw)) in present.iter_mut().enumerate() {
         for (position, (key, mut entry)) in std::mem::take(&mut raw.entries).into_iter().enumerate()
         {
-            if entry.slices.is_empty() {
-                entry.shard_id += base;
-            }
+            entry.shift_shard(base);
             all.push((key, entry, source, position));
         }
         base += raw.num_shards as i32;
     }
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut merged: Vec<(Vec<u8>, BundleEntryProto)> = Vec::with_capacity(all.len());
+    let mut merged: Vec<(Vec<u8>, MergeEntry)> = Vec::with_capacity(all.len());
     // The first conflict in source order: (source, position, key, detail).
     let mut first: Option<(usize, usize, Vec<u8>, &'static str)> = None;
     let mut conflicted: Option<Vec<u8>> = None;
@@ -186,13 +193,18 @@ fn merge_entries(present: &mut [(PathBuf, RawIndex)]) -> Result<Vec<(Vec<u8>, Bu
             // Only a key's first conflict can be met first.
             continue;
         }
-        let detail = if existing.slices.is_empty() || entry.slices.is_empty() {
-            Some("duplicate tensor key encountered when merging")
-        } else if existing.dtype != entry.dtype || existing.shape != entry.shape {
-            Some("slices of one tensor disagree on dtype or shape when merging")
-        } else {
-            existing.slices.extend(entry.slices);
-            None
+        let detail = match (existing, entry) {
+            (MergeEntry::Decoded(existing), MergeEntry::Decoded(entry))
+                if !existing.slices.is_empty() && !entry.slices.is_empty() =>
+            {
+                if existing.dtype != entry.dtype || existing.shape != entry.shape {
+                    Some("slices of one tensor disagree on dtype or shape when merging")
+                } else {
+                    existing.slices.extend(entry.slices);
+                    None
+                }
+            }
+            _ => Some("duplicate tensor key encountered when merging"),
         };
         if let Some(detail) = detail {
             if first
@@ -214,9 +226,193 @@ fn merge_entries(present: &mut [(PathBuf, RawIndex)]) -> Result<Vec<(Vec<u8>, Bu
     Ok(merged)
 }
 
+/// An index entry as merge holds it.
+#[derive(Debug)]
+enum MergeEntry {
+    /// A canonically encoded entry without slices, kept as its bytes.
+    Canonical(CanonicalEntry),
+    /// Any other entry, decoded.
+    Decoded(BundleEntryProto),
+}
+
+impl MergeEntry {
+    /// Keeps `value` encoded if it is canonical and has no slices, else decodes it.
+    fn decode(value: &[u8]) -> std::result::Result<MergeEntry, String> {
+        match CanonicalEntry::scan(value) {
+            Some(entry) => Ok(MergeEntry::Canonical(entry)),
+            None => BundleEntryProto::decode(value)
+                .map(MergeEntry::Decoded)
+                .map_err(|err| err.to_string()),
+        }
+    }
+
+    /// Adds `base` to the shard id of an entry that is not sliced (a sliced tensor's full
+    /// entry keeps shard 0; its slices carry their own).
+    fn shift_shard(&mut self, base: i32) {
+        match self {
+            MergeEntry::Canonical(entry) => entry.shard_id += base,
+            MergeEntry::Decoded(entry) if entry.slices.is_empty() => entry.shard_id += base,
+            MergeEntry::Decoded(_) => {}
+        }
+    }
+
+    /// The entry's encoding.
+    fn encode(self) -> Vec<u8> {
+        match self {
+            MergeEntry::Canonical(entry) => entry.encode(),
+            MergeEntry::Decoded(entry) => entry.encode_to_vec(),
+        }
+    }
+}
+
+/// A `BundleEntryProto` without slices whose bytes are protobuf's canonical encoding of it
+/// (known fields in field order, each once, no default values, minimal varints, no negative
+/// numbers, a shape of sizes only): decoding and encoding it again gives the same bytes, so
+/// merge keeps the bytes and rewrites only the `shard_id` field (3).
+#[derive(Debug)]
+struct CanonicalEntry {
+    bytes: Vec<u8>,
+    /// The `shard_id` field's bytes (empty, where it would go, when it is 0 and so absent).
+    shard_field: Range<usize>,
+    /// The shard id to encode.
+    shard_id: i32,
+}
+
+impl CanonicalEntry {
+    /// `value` if it is a canonical entry without slices.
+    fn scan(value: &[u8]) -> Option<CanonicalEntry> {
+        let mut rest = value;
+        let mut last = 0;
+        let mut shard = None;
+        let mut insert_at = None;
+        while !rest.is_empty() {
+            let start = value.len() - rest.len();
+            let (field, wire) = canonical_tag(&mut rest)?;
+            if field <= last {
+                return None;
+            }
+            last = field;
+            if field > 3 && shard.is_none() && insert_at.is_none() {
+                insert_at = Some(start);
+            }
+            match (field, wire) {
+                // dtype, offset, size
+                (1, 0) => {
+                    positive(&mut rest, i32::MAX as u64)?;
+                }
+                (4 | 5, 0) => {
+                    positive(&mut rest, i64::MAX as u64)?;
+                }
+                (2, 2) => canonical_shape(length_delimited(&mut rest)?)?,
+                (3, 0) => {
+                    let id = positive(&mut rest, i32::MAX as u64)?;
+                    shard = Some((start..value.len() - rest.len(), id as i32));
+                }
+                (6, 5) => {
+                    let (crc, tail) = rest.split_first_chunk::<4>()?;
+                    if *crc == [0; 4] {
+                        return None;
+                    }
+                    rest = tail;
+                }
+                _ => return None,
+            }
+        }
+        let (shard_field, shard_id) = shard.unwrap_or_else(|| {
+            let at = insert_at.unwrap_or(value.len());
+            (at..at, 0)
+        });
+        Some(CanonicalEntry {
+            bytes: value.to_vec(),
+            shard_field,
+            shard_id,
+        })
+    }
+
+    /// The bytes with the shard id as it is now.
+    fn encode(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes.len() + 6);
+        out.extend_from_slice(&self.bytes[..self.shard_field.start]);
+        if self.shard_id != 0 {
+            out.push(3 << 3);
+            put_varint(&mut out, self.shard_id as u64);
+        }
+        out.extend_from_slice(&self.bytes[self.shard_field.end..]);
+        out
+    }
+}
+
+/// A `TensorShapeProto` of dimension sizes only (no names), canonically encoded.
+fn canonical_shape(mut rest: &[u8]) -> Option<()> {
+    let mut last = 0;
+    while !rest.is_empty() {
+        let (field, wire) = canonical_tag(&mut rest)?;
+        // `dim` (2) repeats; `unknown_rank` (3) comes once, after it.
+        if field < last || (field == last && field != 2) {
+            return None;
+        }
+        last = field;
+        match (field, wire) {
+            (2, 2) => {
+                let mut dim = length_delimited(&mut rest)?;
+                if !dim.is_empty() {
+                    let (1, 0) = canonical_tag(&mut dim)? else {
+                        return None;
+                    };
+                    positive(&mut dim, i64::MAX as u64)?;
+                    if !dim.is_empty() {
+                        return None;
+                    }
+                }
+            }
+            (3, 0) => {
+                if minimal_varint(&mut rest)? != 1 {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+/// A field tag of one byte: (field number, wire type).
+fn canonical_tag(rest: &mut &[u8]) -> Option<(u8, u8)> {
+    let (&tag, tail) = rest.split_first()?;
+    if tag & 0x80 != 0 {
+        return None;
+    }
+    *rest = tail;
+    Some((tag >> 3, tag & 7))
+}
+
+/// A varint encoded in as few bytes as its value needs.
+fn minimal_varint(rest: &mut &[u8]) -> Option<u64> {
+    let before = rest.len();
+    let value = get_varint(rest)?;
+    let needed = (64 - value.leading_zeros()).div_ceil(7).max(1) as usize;
+    (needed == before - rest.len()).then_some(value)
+}
+
+/// A minimal varint in `1..=max` (zero is a default value, which a canonical encoding omits).
+fn positive(rest: &mut &[u8], max: u64) -> Option<u64> {
+    minimal_varint(rest).filter(|&value| value != 0 && value <= max)
+}
+
+/// The bytes of a length-delimited field (minimal length varint).
+fn length_delimited<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = usize::try_from(minimal_varint(rest)?).ok()?;
+    if len > rest.len() {
+        return None;
+    }
+    let (field, tail) = rest.split_at(len);
+    *rest = tail;
+    Some(field)
+}
+
 /// Lists (from, to) data-file renames, checking that every source data file exists.
 fn plan_renames(
-    present: &[(PathBuf, RawIndex)],
+    present: &[(PathBuf, RawIndex<MergeEntry>)],
     dest: &Path,
     total_shards: u32,
 ) -> Result<Vec<(PathBuf, PathBuf)>> {
@@ -335,6 +531,72 @@ mod tests {
                 after.iter().all(|name| !name.contains(".merging")),
                 "{fail_at}: {after:?}"
             );
+        }
+    }
+
+    /// Keeping a canonical entry's bytes and rewriting its shard id gives what decoding,
+    /// shifting and encoding it gives; entries that are not canonical are decoded.
+    #[test]
+    fn canonical_entries_are_patched_like_a_decode_and_encode() {
+        use saveplan_proto::tensorflow::{TensorShapeProto, tensor_shape_proto::Dim};
+        let shapes = [
+            None,
+            Some(vec![]),
+            Some(vec![0]),
+            Some(vec![64]),
+            Some(vec![3, 0, 1 << 40]),
+        ];
+        let mut checked = 0;
+        for shape in &shapes {
+            for (dtype, shard, offset, size, crc) in [
+                (1, 0, 0, 0, 0),
+                (1, 2, 300, 256, 7),
+                (9, 0, 1 << 33, 4, u32::MAX),
+                (19, 1, 5, 0, 1),
+            ] {
+                let entry = BundleEntryProto {
+                    dtype,
+                    shape: shape.as_ref().map(|dims: &Vec<i64>| TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&size| Dim {
+                                size,
+                                name: String::new(),
+                            })
+                            .collect(),
+                        unknown_rank: false,
+                    }),
+                    shard_id: shard,
+                    offset,
+                    size,
+                    crc32c: crc,
+                    slices: Vec::new(),
+                };
+                let bytes = entry.encode_to_vec();
+                for base in [0, 1, 200] {
+                    let mut merged = MergeEntry::decode(&bytes).unwrap();
+                    assert!(matches!(merged, MergeEntry::Canonical(_)), "{entry:?}");
+                    merged.shift_shard(base);
+                    let mut shifted = entry.clone();
+                    shifted.shard_id += base;
+                    assert_eq!(
+                        merged.encode(),
+                        shifted.encode_to_vec(),
+                        "{entry:?} + {base}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, shapes.len() * 4 * 3);
+        // A default written out, fields out of order, a non-minimal varint, a dimension name.
+        for bytes in [
+            &[0x08, 0x01, 0x18, 0x00][..],
+            &[0x18, 0x01, 0x08, 0x01],
+            &[0x08, 0x81, 0x00],
+            &[0x12, 0x05, 0x12, 0x03, 0x12, 0x01, b'x'],
+        ] {
+            assert!(CanonicalEntry::scan(bytes).is_none(), "{bytes:?}");
         }
     }
 }

@@ -78,11 +78,12 @@ pub enum Values {
     Strings(Vec<Vec<u8>>),
 }
 
-/// The decoded index of a bundle: header fields and raw entries (used by merge).
-pub(crate) struct RawIndex {
+/// The decoded index of a bundle: header fields and raw entries, each decoded as an `E`
+/// ([`read_index_with`]; merge keeps canonical entries encoded).
+pub(crate) struct RawIndex<E = BundleEntryProto> {
     pub num_shards: u32,
     /// (key, entry) in key order, header excluded.
-    pub entries: Vec<(Vec<u8>, BundleEntryProto)>,
+    pub entries: Vec<(Vec<u8>, E)>,
 }
 
 /// A data file opened on first use: the file and its length, or why it could not be opened.
@@ -156,9 +157,9 @@ impl BundleReader {
         super::lock::recover_before_read(&prefix);
         let index_path = index_path(&prefix);
         let raw = read_index(&index_path)?;
-        let mut entries = Vec::new();
+        let mut entries = Vec::with_capacity(raw.entries.len());
         let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
-        for (key, proto) in &raw.entries {
+        for (key, proto) in raw.entries {
             let entry = convert_entry(&index_path, key, proto, raw.num_shards)?;
             match entry.slice {
                 Some(_) => slice_entries
@@ -234,10 +235,24 @@ impl BundleReader {
 
     /// The entry of tensor `key`.
     pub fn entry(&self, key: &str) -> Option<&Entry> {
+        self.entry_position(key).map(|at| &self.entries[at])
+    }
+
+    /// Where tensor `key`'s entry is in [`BundleReader::entries`].
+    pub fn entry_position(&self, key: &str) -> Option<usize> {
         self.entries
             .binary_search_by(|entry| entry.key.as_str().cmp(key))
             .ok()
-            .map(|at| &self.entries[at])
+    }
+
+    /// [`BundleReader::entry_position`] of `key`, trying position `hint` first: callers that
+    /// look keys up in index order (as `RestoreV2`'s sorted names are) pass the position after
+    /// the last one found and compare one key instead of searching.
+    pub fn entry_position_from(&self, hint: usize, key: &str) -> Option<usize> {
+        match self.entries.get(hint) {
+            Some(entry) if entry.key == key => Some(hint),
+            _ => self.entry_position(key),
+        }
     }
 
     /// The stored slices of tensor `key`, in index (slice-key) order; empty for unsliced tensors.
@@ -886,6 +901,17 @@ fn bad_entry(path: &Path, key: &str, detail: &str) -> BundleError {
 
 /// Reads and decodes an index file: header and raw entries.
 pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
+    read_index_with(path, |value| {
+        BundleEntryProto::decode(value).map_err(|err| err.to_string())
+    })
+}
+
+/// Reads an index file: its header, and each entry's value decoded by `decode` (which says
+/// why a value is not an entry).
+pub(crate) fn read_index_with<E>(
+    path: &Path,
+    decode: impl Fn(&[u8]) -> std::result::Result<E, String>,
+) -> Result<RawIndex<E>> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -900,7 +926,7 @@ pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
         path: path.to_path_buf(),
         detail: detail.to_string(),
     };
-    let Some(((first_key, header_bytes), rest)) = table.split_first() else {
+    let Some(((first_key, header_bytes), _)) = table.split_first() else {
         return Err(bad_header("the index has no entries"));
     };
     if !first_key.is_empty() {
@@ -921,12 +947,12 @@ pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
     {
         return Err(bad_header("the bundle's version excludes this reader"));
     }
-    let entries = rest
-        .iter()
-        .map(|(key, value)| {
-            BundleEntryProto::decode(*value)
-                .map(|entry| (key.clone(), entry))
-                .map_err(|err| bad_entry(path, &String::from_utf8_lossy(key), &err.to_string()))
+    let entries = table
+        .into_iter()
+        .skip(1)
+        .map(|(key, value)| match decode(value) {
+            Ok(entry) => Ok((key, entry)),
+            Err(detail) => Err(bad_entry(path, &String::from_utf8_lossy(&key), &detail)),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(RawIndex {
@@ -936,20 +962,25 @@ pub(crate) fn read_index(path: &Path) -> Result<RawIndex> {
 }
 
 /// Validates one raw entry and converts it to an [`Entry`].
+/// Takes the key's buffer: the name of an unsliced tensor is not copied.
 fn convert_entry(
     path: &Path,
-    key: &[u8],
-    proto: &BundleEntryProto,
+    key: Vec<u8>,
+    proto: BundleEntryProto,
     num_shards: u32,
 ) -> Result<Entry> {
-    let lossy = String::from_utf8_lossy(key);
     let (name, slice) = if key.first() == Some(&0) {
-        let (name, slice) =
-            decode_slice_key(key).map_err(|err| bad_entry(path, &lossy, &err.to_string()))?;
+        let (name, slice) = decode_slice_key(&key)
+            .map_err(|err| bad_entry(path, &String::from_utf8_lossy(&key), &err.to_string()))?;
         (name, Some(slice))
     } else {
-        let name = String::from_utf8(key.to_vec())
-            .map_err(|_| bad_entry(path, &lossy, "key is not UTF-8"))?;
+        let name = String::from_utf8(key).map_err(|err| {
+            bad_entry(
+                path,
+                &String::from_utf8_lossy(err.as_bytes()),
+                "key is not UTF-8",
+            )
+        })?;
         (name, None)
     };
     let bad = |detail: &str| bad_entry(path, &name, detail);

@@ -307,8 +307,15 @@ fn restore_from(
 ) -> Result<Vec<HostTensor>, IoError> {
     {
         let mut out = Vec::with_capacity(tensors.len());
+        // Names usually come in index order: each lookup tries the entry after the last one.
+        let mut next = 0;
         for request in tensors {
-            if let Some(value) = restore_mapped(reader, request)? {
+            let position = reader.entry_position_from(next, request.name);
+            if let Some(at) = position {
+                next = at + 1;
+            }
+            let entry = position.map(|at| &reader.entries()[at]);
+            if let Some(value) = restore_mapped(reader, entry, request)? {
                 out.push(value);
                 continue;
             }
@@ -341,17 +348,19 @@ fn restore_from(
 
 /// A whole fixed-width tensor of the declared dtype as a view into its data file's memory map
 /// ([`BundleReader::map`]: checksum checked, nothing copied), on Unix; `None` for everything
-/// else (slices, strings, a dtype mismatch, a missing key), which the copying read handles with
-/// its own errors. On other systems a mapped file cannot be replaced while it is mapped, so a
-/// later save to the same prefix would fail: there every read copies.
+/// else (slices, strings, a dtype mismatch, a missing key: `entry` is the request's entry in
+/// `reader`, if any), which the copying read handles with its own errors. On other systems a
+/// mapped file cannot be replaced while it is mapped, so a later save to the same prefix would
+/// fail: there every read copies.
 fn restore_mapped(
     reader: &BundleReader,
+    entry: Option<&bundle::Entry>,
     request: &RestoreRequest<'_>,
 ) -> Result<Option<HostTensor>, IoError> {
     if !cfg!(unix) || !request.shape_and_slice.is_empty() {
         return Ok(None);
     }
-    let Some(entry) = reader.entry(request.name) else {
+    let Some(entry) = entry else {
         return Ok(None);
     };
     if entry.dtype != request.dtype || entry.dtype.element_size().is_none() {

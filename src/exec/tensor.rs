@@ -204,22 +204,23 @@ impl HostTensor {
     pub fn from_mapped(mapped: MappedTensor) -> Result<Self, TensorError> {
         let dtype = mapped.dtype;
         let size = fixed_size(dtype)?;
-        // The reader checks every stored dimension is non-negative.
-        let shape: Vec<u64> = mapped.shape.iter().map(|&dim| dim.max(0) as u64).collect();
+        // The reader checks every stored dimension is non-negative. Collected straight into
+        // the shared slice: one allocation.
+        let shape: Arc<[u64]> = mapped.shape.iter().map(|&dim| dim.max(0) as u64).collect();
         let expected = element_count(&shape)?
             .checked_mul(size)
             .ok_or_else(|| too_big(&shape))?;
         if mapped.len() != expected {
             return Err(TensorError::ByteLength {
                 dtype,
-                shape,
+                shape: shape.to_vec(),
                 expected,
                 got: mapped.len(),
             });
         }
         Ok(HostTensor {
             dtype,
-            shape: shape.into(),
+            shape,
             data: TensorData::Mapped(Arc::new(mapped)),
         })
     }
