@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use saveplan_ir::DType;
 
-use super::step::lock;
+use super::sync::lock;
 use super::tensor::{HostTensor, TensorData, TensorError};
 pub use crate::bundle::MergeFlags;
 use crate::bundle::{

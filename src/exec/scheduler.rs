@@ -26,7 +26,8 @@ use std::sync::{Mutex, OnceLock};
 
 use super::error::ExecError;
 use super::plan::{CompiledPlan, StepId, Work};
-use super::step::{RunContext, fetch, finish_call, lock, prepare_slots, run_kernel};
+use super::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
+use super::sync::lock;
 use super::tensor::HostTensor;
 
 /// The mutable state of one run.

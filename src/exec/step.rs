@@ -5,7 +5,7 @@
 //! ([`super::scheduler`]) and the JIT (`super::jit`) differ only in how they order steps, so
 //! their errors and observer events are the same.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
 use super::error::{ExecError, KernelError};
 use super::io::CheckpointIo;
@@ -164,11 +164,4 @@ fn finish_step(
         });
     }
     Ok(outputs)
-}
-
-/// Locks a mutex; a poisoned one is still consistent, since no code panics while holding it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use saveplan_ir::{DType, Shape, Tensor, TensorValues};
 
-use super::variables::VarKeyRef;
 use crate::bundle::MappedTensor;
 
 /// What a value slot of a plan holds. Today every value lives in host memory.
@@ -84,16 +83,6 @@ pub struct ResourceHandle {
     pub dtype: DType,
     /// The variable's declared shape (may be partial).
     pub shape: Shape,
-}
-
-impl ResourceHandle {
-    /// The key of the variable this handle names, borrowed from it.
-    pub fn key(&self) -> VarKeyRef<'_> {
-        VarKeyRef {
-            container: &self.container,
-            shared_name: &self.shared_name,
-        }
-    }
 }
 
 /// Errors from building a [`HostTensor`].

@@ -13,7 +13,7 @@ use hashbrown::{Equivalent, HashMap};
 use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
 
-use super::tensor::HostTensor;
+use super::tensor::{HostTensor, ResourceHandle};
 
 /// Identifies a variable: the `container` and `shared_name` of its `VarHandleOp`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -38,6 +38,16 @@ impl VarKeyRef<'_> {
     /// The owned key (for errors and for creating a variable).
     pub fn to_key(self) -> VarKey {
         VarKey::new(self.container, self.shared_name)
+    }
+}
+
+impl ResourceHandle {
+    /// The key of the variable this handle names, borrowed from it.
+    pub fn key(&self) -> VarKeyRef<'_> {
+        VarKeyRef {
+            container: &self.container,
+            shared_name: &self.shared_name,
+        }
     }
 }
 

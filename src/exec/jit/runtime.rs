@@ -13,7 +13,8 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::exec::error::ExecError;
 use crate::exec::plan::{StepId, Work};
-use crate::exec::step::{RunContext, fetch, finish_call, lock, prepare_slots, run_kernel};
+use crate::exec::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
+use crate::exec::sync::lock;
 use crate::exec::tensor::HostTensor;
 
 use super::JitPlan;
