@@ -355,14 +355,20 @@ impl Graph {
     /// The data inputs of an op, by slot. Slots are dense in a verified graph. Linear in the
     /// op's data inputs.
     pub fn inputs(&self, id: OpId) -> Vec<(u32, Input)> {
-        let Some(slots) = self.data_inputs.get(id.0.index()) else {
-            return Vec::new();
-        };
+        self.inputs_iter(id).collect()
+    }
+
+    /// [`Graph::inputs`] without collecting them: walks the op's data inputs by slot, for
+    /// callers that visit every op and should not allocate per op.
+    pub fn inputs_iter(&self, id: OpId) -> impl Iterator<Item = (u32, Input)> + '_ {
+        let slots = self
+            .data_inputs
+            .get(id.0.index())
+            .map_or(&[][..], Vec::as_slice);
         (0u32..)
             .zip(slots)
             .filter(|(_, edge)| **edge != vacant())
             .filter_map(|(slot, &edge)| Some((slot, self.input_of_edge(edge)?)))
-            .collect()
     }
 
     /// The data input of an op at `slot`, if it is connected. O(1), so reading one input of

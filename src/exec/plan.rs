@@ -312,11 +312,9 @@ impl Compiler<'_> {
                 n_slots: feeds.len(),
             },
             step_of: FxHashMap::default(),
-            outputs_of: FxHashMap::default(),
             devices: FxHashMap::default(),
         };
         builder.step_of.reserve(order.len());
-        builder.outputs_of.reserve(order.len());
         for &id in &order {
             self.add_step(graph, id, &fed, &fully_fed, &mut builder)?;
         }
@@ -324,7 +322,7 @@ impl Compiler<'_> {
             if let Target::Tensor(op, output) = *target {
                 let slot = match fed.get(&(op, output)) {
                     Some(&slot) => slot,
-                    None => builder.outputs_of[&op][output as usize],
+                    None => builder.output_slot(op, output),
                 };
                 builder.plan.fetches.push(slot);
             }
@@ -369,7 +367,7 @@ impl Compiler<'_> {
             if !needed.insert(id) {
                 continue;
             }
-            for (_, input) in graph.inputs(id) {
+            for (_, input) in graph.inputs_iter(id) {
                 let output = resolve_port(graph.op(input.src), &input.output)?;
                 if !fed.contains_key(&(input.src, output)) {
                     work.push(input.src);
@@ -408,16 +406,16 @@ impl Compiler<'_> {
         let mut inputs = Vec::with_capacity(n_inputs);
         let mut deps = Vec::new();
         // Verified: the slots are dense and as many as the signature gives.
-        for (_, input) in graph.inputs(id) {
+        for (_, input) in graph.inputs_iter(id) {
             let src = graph.op(input.src);
             let output = resolve_port(src, &input.output)?;
             if let Some(&slot) = fed.get(&(input.src, output)) {
                 inputs.push(slot);
                 continue;
             }
-            let slot = builder.outputs_of[&input.src][output as usize];
-            inputs.push(slot);
-            deps.push(builder.step_of[&input.src]);
+            let (step, first) = builder.step_of[&input.src];
+            inputs.push(SlotId(first.0 + output));
+            deps.push(step);
         }
         debug_assert_eq!(
             inputs.len(),
@@ -426,7 +424,7 @@ impl Compiler<'_> {
         );
         for src in graph.control_inputs(id) {
             if !fully_fed.contains(&src) {
-                deps.push(builder.step_of[&src]);
+                deps.push(builder.step_of[&src].0);
             }
         }
         deps.sort_unstable();
@@ -559,13 +557,19 @@ impl Compiler<'_> {
 /// Accumulates steps, slots and queues during compilation.
 struct PlanBuilder<'g> {
     plan: CompiledPlan,
-    step_of: FxHashMap<OpId, StepId>,
-    outputs_of: FxHashMap<OpId, Vec<SlotId>>,
+    /// Each op's step and the first of its output slots (an op's outputs take consecutive
+    /// slots), in one table so that an input costs one lookup and no op a vector.
+    step_of: FxHashMap<OpId, (StepId, SlotId)>,
     /// The resolved form of each requested device string met so far.
     devices: FxHashMap<&'g str, String>,
 }
 
 impl PlanBuilder<'_> {
+    /// The slot output `output` of the already compiled op `id` is written to.
+    fn output_slot(&self, id: OpId, output: u32) -> SlotId {
+        SlotId(self.step_of[&id].1.0 + output)
+    }
+
     /// Appends the step of `id`; `deps` are sorted and distinct.
     #[expect(
         clippy::too_many_arguments,
@@ -607,12 +611,11 @@ impl PlanBuilder<'_> {
             queue: QueueId(queue as u32),
             work,
             inputs,
-            outputs: outputs.clone(),
+            outputs,
             deps,
             users: Vec::new(),
         });
-        self.step_of.insert(id, step_id);
-        self.outputs_of.insert(id, outputs);
+        self.step_of.insert(id, (step_id, SlotId(first as u32)));
     }
 }
 

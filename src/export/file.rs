@@ -436,67 +436,140 @@ const MAX_DEPTH: u32 = 100;
 /// Whether `bytes` are well-formed wire format of `descriptor` in which every field, at any
 /// depth, is one its schema defines, with a wire type that field can have. A single scan of
 /// the bytes that builds nothing, so a 100 MB plan costs one pass, not a dynamic message tree.
-fn only_known_fields(descriptor: &MessageDescriptor, mut bytes: &[u8], depth: u32) -> bool {
-    if depth > MAX_DEPTH {
-        return false;
-    }
-    while !bytes.is_empty() {
-        let Ok((tag, wire_type)) = decode_key(&mut bytes) else {
-            return false;
-        };
-        let Some(field) = descriptor.get_field(tag) else {
-            return false;
-        };
-        let kind = field.kind();
-        let known = match wire_type {
-            WireType::Varint => {
-                decode_varint(&mut bytes).is_ok()
-                    && matches!(
-                        kind,
-                        Kind::Int32
-                            | Kind::Int64
-                            | Kind::Uint32
-                            | Kind::Uint64
-                            | Kind::Sint32
-                            | Kind::Sint64
-                            | Kind::Bool
-                            | Kind::Enum(_)
-                    )
-            }
-            WireType::SixtyFourBit => {
-                skip(&mut bytes, 8) && matches!(kind, Kind::Double | Kind::Fixed64 | Kind::Sfixed64)
-            }
-            WireType::ThirtyTwoBit => {
-                skip(&mut bytes, 4) && matches!(kind, Kind::Float | Kind::Fixed32 | Kind::Sfixed32)
-            }
-            WireType::LengthDelimited => {
-                let Some(inner) = decode_varint(&mut bytes)
-                    .ok()
-                    .and_then(|len| usize::try_from(len).ok())
-                    .and_then(|len| bytes.split_at_checked(len))
-                    .map(|(inner, rest)| {
-                        bytes = rest;
-                        inner
-                    })
-                else {
-                    return false;
-                };
-                match kind {
-                    Kind::Message(message) => only_known_fields(&message, inner, depth + 1),
-                    Kind::String | Kind::Bytes => true,
-                    // A packed repeated scalar.
-                    _ => field.is_list(),
-                }
-            }
-            WireType::StartGroup | WireType::EndGroup => false,
-        };
-        if !known {
-            return false;
-        }
-    }
-    true
+fn only_known_fields(descriptor: &MessageDescriptor, bytes: &[u8], depth: u32) -> bool {
+    Schema::of(descriptor).scan(0, bytes, depth)
 }
 
+/// What a field's wire type may be, from its schema.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum FieldKind {
+    /// A varint scalar (integers, bools, enums).
+    Varint,
+    /// `double`, `fixed64`, `sfixed64`.
+    Fixed64,
+    /// `float`, `fixed32`, `sfixed32`.
+    Fixed32,
+    /// `string` or `bytes`.
+    Bytes,
+    /// A message: the index of its table in [`Schema::messages`].
+    Message(usize),
+}
+
+/// A field of a [`Schema`] table.
+#[derive(Copy, Clone)]
+struct FieldClass {
+    /// Its kind.
+    kind: FieldKind,
+    /// Whether it is repeated (a repeated scalar may come packed, length-delimited).
+    list: bool,
+}
+
+/// The fields of every message reachable from a root, flattened into tables once, so the scan
+/// costs a slice index per field instead of a descriptor lookup.
+struct Schema {
+    /// Per message, its fields by number (`None` where it has none).
+    messages: Vec<Vec<Option<FieldClass>>>,
+}
+
+impl Schema {
+    /// The tables of `root` (index 0) and every message its fields reach.
+    fn of(root: &MessageDescriptor) -> Schema {
+        // Messages by full name: every descriptor here comes from the same pool.
+        let mut index: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::from([(root.full_name().to_owned(), 0)]);
+        let mut pending = vec![(root.clone(), 0)];
+        let mut messages = vec![Vec::new()];
+        while let Some((message, at)) = pending.pop() {
+            let mut fields: Vec<Option<FieldClass>> = Vec::new();
+            for field in message.fields() {
+                let kind = match field.kind() {
+                    Kind::Int32
+                    | Kind::Int64
+                    | Kind::Uint32
+                    | Kind::Uint64
+                    | Kind::Sint32
+                    | Kind::Sint64
+                    | Kind::Bool
+                    | Kind::Enum(_) => FieldKind::Varint,
+                    Kind::Double | Kind::Fixed64 | Kind::Sfixed64 => FieldKind::Fixed64,
+                    Kind::Float | Kind::Fixed32 | Kind::Sfixed32 => FieldKind::Fixed32,
+                    Kind::String | Kind::Bytes => FieldKind::Bytes,
+                    Kind::Message(inner) => {
+                        let next = index.len();
+                        let inner_at =
+                            *index
+                                .entry(inner.full_name().to_owned())
+                                .or_insert_with(|| {
+                                    pending.push((inner, next));
+                                    messages.push(Vec::new());
+                                    next
+                                });
+                        FieldKind::Message(inner_at)
+                    }
+                };
+                let number = field.number() as usize;
+                if fields.len() <= number {
+                    fields.resize(number + 1, None);
+                }
+                fields[number] = Some(FieldClass {
+                    kind,
+                    list: field.is_list(),
+                });
+            }
+            messages[at] = fields;
+        }
+        Schema { messages }
+    }
+
+    /// [`only_known_fields`] for message table `message`.
+    fn scan(&self, message: usize, mut bytes: &[u8], depth: u32) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        let fields = &self.messages[message];
+        while !bytes.is_empty() {
+            let Ok((tag, wire_type)) = decode_key(&mut bytes) else {
+                return false;
+            };
+            let Some(&Some(class)) = fields.get(tag as usize) else {
+                return false;
+            };
+            let known = match wire_type {
+                WireType::Varint => {
+                    decode_varint(&mut bytes).is_ok() && class.kind == FieldKind::Varint
+                }
+                WireType::SixtyFourBit => skip(&mut bytes, 8) && class.kind == FieldKind::Fixed64,
+                WireType::ThirtyTwoBit => skip(&mut bytes, 4) && class.kind == FieldKind::Fixed32,
+                WireType::LengthDelimited => {
+                    let Some(inner) = decode_varint(&mut bytes)
+                        .ok()
+                        .and_then(|len| usize::try_from(len).ok())
+                        .and_then(|len| bytes.split_at_checked(len))
+                        .map(|(inner, rest)| {
+                            bytes = rest;
+                            inner
+                        })
+                    else {
+                        return false;
+                    };
+                    match class.kind {
+                        FieldKind::Message(inner_message) => {
+                            self.scan(inner_message, inner, depth + 1)
+                        }
+                        FieldKind::Bytes => true,
+                        // A packed repeated scalar.
+                        FieldKind::Varint | FieldKind::Fixed64 | FieldKind::Fixed32 => class.list,
+                    }
+                }
+                WireType::StartGroup | WireType::EndGroup => false,
+            };
+            if !known {
+                return false;
+            }
+        }
+        true
+    }
+}
 /// Advances `bytes` past `n` bytes; false if fewer are left.
 fn skip(bytes: &mut &[u8], n: usize) -> bool {
     match bytes.split_at_checked(n) {

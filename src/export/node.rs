@@ -224,7 +224,7 @@ fn import_node(
     Converted { op, attrs }: Converted,
 ) -> Result<OpId, ImportError> {
     let id = graph
-        .add_op(node.name.clone(), op, node.device.clone(), attrs)
+        .add_op(node.name.clone(), op, &node.device, attrs)
         .map_err(|_| ImportError::DuplicateNode {
             node: node.name.clone(),
         })?;
