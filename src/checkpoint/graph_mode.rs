@@ -84,6 +84,9 @@ pub enum GraphModeFailure {
         #[source]
         source: VariableError,
     },
+    /// The write ran but did not return its prefix as a string scalar.
+    #[error("`write` returned no prefix")]
+    NoPrefixReturned,
 }
 
 impl GraphModeFailure {
@@ -307,8 +310,9 @@ impl GraphModeSession {
                 source,
             })
         })?;
-        let returned = fetched.first().and_then(HostTensor::as_string_scalar);
-        Ok(String::from_utf8_lossy(returned.unwrap_or_default()).into_owned())
+        let returned = (fetched.first().and_then(HostTensor::as_string_scalar))
+            .ok_or_else(|| fail(GraphModeFailure::NoPrefixReturned))?;
+        Ok(String::from_utf8_lossy(returned).into_owned())
     }
 
     /// `read(prefix).run_restore_ops()`: runs the restore ops with `prefix` fed.
