@@ -496,11 +496,7 @@ fn step_of(checkpoint: &Checkpoint, key: &str) -> Result<i64, CheckpointError> {
     let value: &HostTensor = checkpoint.values().get(key).ok_or_else(bad)?;
     match value.dtype() {
         DType::Int32 => value.as_i32_scalar().map(i64::from).ok_or_else(bad),
-        DType::Int64 if value.is_scalar() => value
-            .bytes()
-            .and_then(|bytes| bytes.try_into().ok())
-            .map(i64::from_le_bytes)
-            .ok_or_else(bad),
+        DType::Int64 => value.as_i64_scalar().ok_or_else(bad),
         _ => Err(bad()),
     }
 }

@@ -46,7 +46,7 @@ pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
-pub use save::{Checkpoint, SAVE_COUNTER, WriteFailure};
+pub use save::{Checkpoint, SAVE_COUNTER, SAVE_COUNTER_KEY, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };

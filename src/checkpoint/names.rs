@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use saveplan_ir::object_graph::VARIABLE_VALUE;
 
 use super::build::value_keys;
-use super::save::{SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
+use super::save::{SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
 use super::status::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
     ValueStatus, node_names, node_repr, python_list, segment_paths, tensor_type,
@@ -53,7 +53,7 @@ pub(super) fn match_names(
             .cloned()
             .unwrap_or_else(|| counter_value.clone())
     };
-    let counter_key = format!("{SAVE_COUNTER}/.ATTRIBUTES/{VARIABLE_VALUE}");
+    let counter_key = SAVE_COUNTER_KEY;
     // Checked when the checkpoint was made; `save_counter` has no value key.
     let owned = value_keys(&ours, checkpoint.values()).unwrap_or_default();
     let names = node_names(&ours);

@@ -21,13 +21,13 @@
 //! [`Checkpoint::attach`] gives the objects attached later their values from the pending
 //! restores, the newest first.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use saveplan_ir::DType;
 use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph};
 
 use super::build::value_keys;
-use super::save::{EagerVariables, SAVE_COUNTER, counter_tensor, shape_of, with_save_counter};
+use super::save::{EagerVariables, SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
 use super::status::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
     ValueStatus, node_names, node_repr, python_list, python_shape, segment_paths, tensor_type,
@@ -360,14 +360,18 @@ impl Checkpoint {
 
     /// Restores `new_keys` from the pending restores, newest first.
     fn restore_new(&mut self, new_keys: &[String]) -> Result<Vec<String>, CheckpointError> {
-        let mut done: Vec<String> = Vec::new();
+        // Sets: every matched pair is looked up in both.
+        let new_keys: BTreeSet<&str> = new_keys.iter().map(String::as_str).collect();
+        let mut done: BTreeSet<String> = BTreeSet::new();
         let mut reads: Vec<(String, Vec<Pair>)> = Vec::new();
         for prefix in self.pending_restores().iter().rev() {
             let matched = self.match_checkpoint(prefix, RestoreKind::Read)?;
             let pairs: Vec<Pair> = matched
                 .pairs
                 .into_iter()
-                .filter(|pair| new_keys.contains(&pair.our_key) && !done.contains(&pair.our_key))
+                .filter(|pair| {
+                    new_keys.contains(pair.our_key.as_str()) && !done.contains(&pair.our_key)
+                })
                 .collect();
             if let Some(error) = failure(&pairs) {
                 return Err(error);
@@ -380,8 +384,7 @@ impl Checkpoint {
             restored.extend(read_pairs(&prefix, &pairs)?);
         }
         self.assign_restored(restored)?;
-        done.sort();
-        Ok(done)
+        Ok(done.into_iter().collect())
     }
 
     fn assign_restored(
@@ -389,15 +392,9 @@ impl Checkpoint {
         restored: BTreeMap<String, HostTensor>,
     ) -> Result<(), CheckpointError> {
         for (key, value) in restored {
-            if key == format!("{SAVE_COUNTER}/.ATTRIBUTES/VARIABLE_VALUE")
-                && !self.values().contains_key(&key)
-            {
-                let counter = match value.bytes() {
-                    Some(bytes) if bytes.len() == 8 => {
-                        i64::from_le_bytes(bytes.try_into().expect("eight bytes"))
-                    }
-                    _ => 0,
-                };
+            if key == SAVE_COUNTER_KEY && !self.values().contains_key(&key) {
+                // Matched against our int64 scalar counter: a mismatch failed before.
+                let counter = value.as_i64_scalar().unwrap_or(0);
                 self.set_save_counter(Some(counter));
             } else {
                 self.set_value(&key, value)?;

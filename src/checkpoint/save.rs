@@ -34,6 +34,9 @@ use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, TraceOptions, Trackab
 /// The local name and shared name of `tf.train.Checkpoint`'s save counter.
 pub const SAVE_COUNTER: &str = "save_counter";
 
+/// The checkpoint key of the save counter's value.
+pub const SAVE_COUNTER_KEY: &str = "save_counter/.ATTRIBUTES/VARIABLE_VALUE";
+
 /// A `tf.train.Checkpoint` in eager mode: an object graph (as [`super::build_object_graph`]
 /// builds it, without `save_counter`) and the value of every attribute, by checkpoint key.
 ///
@@ -434,12 +437,7 @@ pub(super) fn shape_of(value: &HostTensor) -> Vec<i64> {
 
 /// `save_counter`'s value as a tensor (an int64 scalar).
 pub(super) fn counter_tensor(value: i64) -> HostTensor {
-    HostTensor::from_bytes(
-        saveplan_ir::DType::Int64,
-        Vec::new(),
-        value.to_le_bytes().to_vec(),
-    )
-    .expect("eight bytes are one int64")
+    HostTensor::int64_scalar(value)
 }
 
 /// Why writing (or reading) a checkpoint failed.

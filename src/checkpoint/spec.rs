@@ -43,8 +43,8 @@ use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
 use super::{
-    Checkpoint, CheckpointError, Checkpointable, Object, SAVE_COUNTER, build_object_graph,
-    display_path,
+    Checkpoint, CheckpointError, Checkpointable, Object, SAVE_COUNTER, SAVE_COUNTER_KEY,
+    build_object_graph, display_path,
 };
 use crate::exec::HostTensor;
 use crate::trace::TraceOptions;
@@ -394,7 +394,7 @@ impl ObjectSpec {
         let mut keys = Vec::with_capacity(self.objects.len());
         for (index, entry) in self.objects.iter().enumerate() {
             if self.is_counter(index)? {
-                keys.push(counter_key());
+                keys.push(SAVE_COUNTER_KEY.to_owned());
                 continue;
             }
             let node = match &entry.slot {
@@ -464,12 +464,11 @@ impl ObjectSpec {
         // A values checkpoint made by `save()` holds a counter: it is written only when the
         // spec lists `["save_counter"]`, as `write()` of a tree without one writes none.
         let counter = values
-            .remove(&counter_key())
-            .filter(|_| keys.contains(&counter_key()));
+            .remove(SAVE_COUNTER_KEY)
+            .filter(|_| keys.iter().any(|key| key == SAVE_COUNTER_KEY));
         let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
         if let Some(counter) = counter {
-            let bytes = counter.bytes().and_then(|bytes| bytes.try_into().ok());
-            checkpoint.set_save_counter(bytes.map(i64::from_le_bytes));
+            checkpoint.set_save_counter(counter.as_i64_scalar());
         }
         for (entry, key) in self.objects.iter().zip(keys) {
             if let Some(device) = &entry.device {
@@ -561,11 +560,6 @@ fn taken(tree: &[TreeNode], index: usize, path: &[String], node: usize) -> Objec
             "module"
         },
     }
-}
-
-/// The key the checkpoint's counter is saved under.
-fn counter_key() -> String {
-    format!("{SAVE_COUNTER}/.ATTRIBUTES/{VARIABLE_VALUE}")
 }
 
 fn path_text(path: &[String]) -> String {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
-    Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER, full_name_keys, is_object_based,
+    Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
 use saveplan::session::Session;
 use saveplan::trace::spec::SpecFile;
@@ -141,7 +141,8 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
     };
     let matched = checkpoint.match_checkpoint(&prefix, kind)?;
     let report = matched.report().clone();
-    let keys = matched.restored_keys();
+    // A set: the values are filtered by it below, one lookup per value.
+    let keys: std::collections::BTreeSet<String> = matched.restored_keys().into_iter().collect();
     if args.json {
         out!("{}\n", serde_json::to_string_pretty(&report)?)?;
     } else {
@@ -150,11 +151,13 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
     let status = checkpoint.apply(matched)?;
     let mut restored = checkpoint.values().clone();
     restored.retain(|key, _| keys.contains(key));
-    if let Some(counter) = checkpoint.save_counter() {
-        let key = format!("{SAVE_COUNTER}/.ATTRIBUTES/VARIABLE_VALUE");
-        if keys.contains(&key) {
-            restored.insert(key, counter_value(counter));
-        }
+    if let Some(counter) = checkpoint.save_counter()
+        && keys.contains(SAVE_COUNTER_KEY)
+    {
+        restored.insert(
+            SAVE_COUNTER_KEY.to_owned(),
+            saveplan::exec::HostTensor::int64_scalar(counter),
+        );
     }
     // Named string and variant tensors (non-variable attributes) have no safetensors type.
     restored.retain(|key, value| {
@@ -185,13 +188,4 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn counter_value(counter: i64) -> saveplan::exec::HostTensor {
-    saveplan::exec::HostTensor::from_bytes(
-        saveplan::bundle::DType::Int64,
-        Vec::new(),
-        counter.to_le_bytes().to_vec(),
-    )
-    .expect("eight bytes are one int64")
 }

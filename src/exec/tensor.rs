@@ -282,6 +282,15 @@ impl HostTensor {
         }
     }
 
+    /// A `DT_INT64` scalar.
+    pub fn int64_scalar(value: i64) -> Self {
+        HostTensor {
+            dtype: DType::Int64,
+            shape: Arc::new([]),
+            data: TensorData::Bytes(Arc::new(value.to_le_bytes().to_vec())),
+        }
+    }
+
     /// A `DT_FLOAT` tensor.
     pub fn from_f32s(shape: Vec<u64>, values: &[f32]) -> Result<Self, TensorError> {
         let bytes = values
@@ -469,6 +478,16 @@ impl HostTensor {
         match self.bytes() {
             Some(bytes) if self.dtype == DType::Int32 && self.is_scalar() => {
                 Some(i32::from_le_bytes(bytes.try_into().ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// The value of an int64 scalar.
+    pub fn as_i64_scalar(&self) -> Option<i64> {
+        match self.bytes() {
+            Some(bytes) if self.dtype == DType::Int64 && self.is_scalar() => {
+                Some(i64::from_le_bytes(bytes.try_into().ok()?))
             }
             _ => None,
         }

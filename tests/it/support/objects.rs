@@ -8,8 +8,9 @@ use saveplan::bundle::{BundleReader, Values};
 use saveplan::checkpoint::OBJECT_GRAPH_KEY;
 use saveplan::exec::HostTensor;
 
-/// The checkpoint key of `save_counter`.
-pub const COUNTER_KEY: &str = "save_counter/.ATTRIBUTES/VARIABLE_VALUE";
+/// The checkpoint key of `save_counter` (checked against TensorFlow's files by every fixture
+/// comparison that leaves it out).
+pub use saveplan::checkpoint::SAVE_COUNTER_KEY as COUNTER_KEY;
 
 /// The values of a fixture bundle by key, without the object graph and the save counter.
 pub fn fixture_values(prefix: &Path) -> BTreeMap<String, HostTensor> {
