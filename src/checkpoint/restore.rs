@@ -414,11 +414,16 @@ fn unused_values(
 ) -> Vec<ReportValue> {
     let entries: Vec<_> = match reader.entry(key) {
         Some(entry) => vec![entry],
-        None => reader
-            .entries()
-            .iter()
-            .filter(|entry| entry.key.starts_with(key) && !entry.key[key.len()..].contains('/'))
-            .collect(),
+        None => {
+            // The entries are sorted by key: those extending `key` follow its place.
+            let entries = reader.entries();
+            let start = entries.partition_point(|entry| entry.key.as_str() < key);
+            entries[start..]
+                .iter()
+                .take_while(|entry| entry.key.starts_with(key))
+                .filter(|entry| !entry.key[key.len()..].contains('/'))
+                .collect()
+        }
     };
     let value = |key: &str, checkpoint| ReportValue {
         path: path.to_vec(),

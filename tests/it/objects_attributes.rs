@@ -385,3 +385,39 @@ fn only_legacy_attributes_own_extended_keys() {
         );
     }
 }
+
+/// A legacy saveable the program lacks is reported once per bundle key its attribute's key
+/// prefixes (`table` → `table-keys`, `table-values`), next to the plain unused values.
+#[test]
+fn an_unused_legacy_attribute_reports_each_of_its_keys() {
+    let root = Object::new().child(
+        "gen",
+        &Object::new().child("_state_var", &Object::variable("StateVar")),
+    );
+    let key = "gen/_state_var/.ATTRIBUTES/VARIABLE_VALUE";
+    let values: BTreeMap<String, HostTensor> = fixture_values()
+        .into_iter()
+        .filter(|(k, _)| k == key)
+        .collect();
+    let checkpoint = Checkpoint::new(build_object_graph(&root).unwrap(), values).unwrap();
+    let matched = checkpoint
+        .match_checkpoint(&o7_prefix(), saveplan::checkpoint::RestoreKind::Read)
+        .unwrap();
+    let mut unused: Vec<(&str, &str)> = (matched.report().values.iter())
+        .filter(|v| v.status == ValueStatus::Unused)
+        .map(|v| (v.attribute.as_str(), v.checkpoint_key.as_deref().unwrap()))
+        .collect();
+    unused.sort_unstable();
+    assert_eq!(
+        unused,
+        [
+            ("ITERATOR", "it/.ATTRIBUTES/ITERATOR_STATE"),
+            ("first", "custom/.ATTRIBUTES/first"),
+            ("py_state", "pystate/.ATTRIBUTES/py_state"),
+            ("table", "table/.ATTRIBUTES/table-keys"),
+            ("table", "table/.ATTRIBUTES/table-values"),
+            ("with.Sslash..dot", "custom/.ATTRIBUTES/with..Sslash....dot"),
+        ]
+    );
+    assert_eq!(matched.report().counts.matched, 1);
+}
