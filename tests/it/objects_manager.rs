@@ -102,6 +102,28 @@ fn assert_directory(dir: &Path, expected: &Value, context: &str) {
     );
 }
 
+/// One recorded save of TensorFlow's manager: the path it returned, the managed checkpoints
+/// after it, and the directory (files and `checkpoint` text).
+fn assert_step(
+    dir: &Path,
+    returned: &Path,
+    manager: &CheckpointManager,
+    step: &Value,
+    context: &str,
+) {
+    assert_eq!(
+        names(dir, [returned.to_path_buf()]),
+        [step["returned"].as_str().unwrap()],
+        "{context}"
+    );
+    assert_eq!(
+        Value::from(names(dir, manager.checkpoints())),
+        step["manager_checkpoints"],
+        "{context}"
+    );
+    assert_directory(dir, step, context);
+}
+
 fn replay_a_max_to_keep(asynchronous: bool) {
     let expected = expected();
     let dir = tempfile::tempdir().unwrap();
@@ -123,21 +145,17 @@ fn replay_a_max_to_keep(asynchronous: bool) {
             .unwrap();
         let returned = manager.save(None, true).unwrap().unwrap();
         let manager = synced(&manager);
-        let context = format!("a_max_to_keep step {i}");
-        assert_eq!(
-            names(dir.path(), [returned]),
-            [step["returned"].as_str().unwrap()]
-        );
-        assert_eq!(
-            Value::from(names(dir.path(), manager.checkpoints())),
-            step["manager_checkpoints"],
-            "{context}"
+        assert_step(
+            dir.path(),
+            &returned,
+            manager,
+            step,
+            &format!("a_max_to_keep step {i}"),
         );
         assert_eq!(
             names(dir.path(), manager.latest_checkpoint()),
             [step["latest_checkpoint"].as_str().unwrap()]
         );
-        assert_directory(dir.path(), step, &context);
     }
     for kept in ["model-3", "model-4"] {
         assert_same_bundle(
@@ -180,16 +198,7 @@ fn replay_b_keep_every_n_hours(asynchronous: bool) {
         let returned = manager.save(None, true).unwrap().unwrap();
         let manager = synced(&manager);
         let context = format!("b_keep_every_n_hours step {i}");
-        assert_eq!(
-            names(dir.path(), [returned]),
-            [step["returned"].as_str().unwrap()]
-        );
-        assert_eq!(
-            Value::from(names(dir.path(), manager.checkpoints())),
-            step["manager_checkpoints"],
-            "{context}"
-        );
-        assert_directory(dir.path(), step, &context);
+        assert_step(dir.path(), &returned, manager, step, &context);
     }
     for kept in ["ckpt-5", "ckpt-7", "ckpt-8"] {
         assert_same_bundle(
