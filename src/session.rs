@@ -55,10 +55,13 @@ pub mod values;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 use saveplan_ir::{DType, Module, Op, SaverNames, saver_ops, verify_module};
 
 pub use bind::Binding;
@@ -263,16 +266,22 @@ impl Session {
         let feeds = [targets.filename_tensor_name.as_str()];
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        // The two plans are independent: compiled at the same time.
-        let (save, restore) = rayon::join(
+        // The two plans and the two key bindings are independent walks of one graph: done at
+        // the same time. Errors are reported in that order: save plan, restore plan, keys.
+        let ((save, restore), keys) = rayon::join(
             || {
-                CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
-                    .and_then(|plan| Executor::lazy(plan, options.backend))
+                rayon::join(
+                    || {
+                        CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
+                            .and_then(|plan| Executor::lazy(plan, options.backend))
+                    },
+                    || {
+                        CompiledPlan::compile(verified, &restore_targets, &feeds)
+                            .and_then(|plan| Executor::lazy(plan, options.backend))
+                    },
+                )
             },
-            || {
-                CompiledPlan::compile(verified, &restore_targets, &feeds)
-                    .and_then(|plan| Executor::lazy(plan, options.backend))
-            },
+            || bind_keys(module, &targets),
         );
         let save = save.map_err(|source| SessionError::Compile {
             what: "save",
@@ -282,7 +291,12 @@ impl Session {
             what: "restore",
             source: Box::new(source),
         })?;
-        Session::bound(module, targets, Runner::Graph { save, restore }, options)
+        Ok(Session::assemble(
+            targets,
+            Runner::Graph { save, restore },
+            keys?,
+            options,
+        ))
     }
 
     /// A session running `runner`, with the checkpoint keys of `module`'s plans for
@@ -293,16 +307,18 @@ impl Session {
         runner: Runner,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
-        let restore_targets: Vec<&str> =
-            targets.restore_targets.iter().map(String::as_str).collect();
-        // Independent walks of the same graph: done at the same time.
-        let (saved, restored) = rayon::join(
-            || bind::bind_save(module, &[&targets.save_target]),
-            || bind::bind_restore(module, &restore_targets),
-        );
-        let saved = group(saved?)?;
-        let restored = group(restored?)?;
-        Ok(Session {
+        let keys = bind_keys(module, &targets)?;
+        Ok(Session::assemble(targets, runner, keys, options))
+    }
+
+    /// A session of its parts, with no variable set yet.
+    fn assemble(
+        targets: SaverNames,
+        runner: Runner,
+        (saved, restored): BoundKeys,
+        options: SessionOptions,
+    ) -> Session {
+        Session {
             targets,
             runner,
             saved,
@@ -312,7 +328,7 @@ impl Session {
             io: Box::new(BundleIo {
                 write: options.write,
             }),
-        })
+        }
     }
 
     /// Replaces the checkpoint backend (the default writes TensorFlow bundles on disk).
@@ -663,13 +679,33 @@ fn check_value(tensor: &CheckpointTensor, value: &HostTensor) -> Result<(), Sess
     Ok(())
 }
 
+/// The tensors a session's save plan writes and its restore plan reads, by checkpoint key.
+type BoundKeys = (
+    BTreeMap<String, CheckpointTensor>,
+    BTreeMap<String, CheckpointTensor>,
+);
+
+/// The checkpoint keys of `module`'s plans for `targets`, bound to variables. The save and
+/// restore plans are independent walks of the same graph: done at the same time.
+fn bind_keys(module: &Module, targets: &SaverNames) -> Result<BoundKeys, SessionError> {
+    let restore_targets: Vec<&str> = targets.restore_targets.iter().map(String::as_str).collect();
+    let (saved, restored) = rayon::join(
+        || group(bind::bind_save(module, &[&targets.save_target])?),
+        || group(bind::bind_restore(module, &restore_targets)?),
+    );
+    Ok((saved?, restored?))
+}
+
 /// Groups bindings by checkpoint key, checking that the parts of a key agree.
 fn group(bindings: Vec<Binding>) -> Result<BTreeMap<String, CheckpointTensor>, SessionError> {
-    let mut out: BTreeMap<String, CheckpointTensor> = BTreeMap::new();
+    // The tensors in order of first binding, found by key through a table of their positions
+    // (a key is hashed once and stored once, in its tensor).
+    let mut tensors: Vec<CheckpointTensor> = Vec::with_capacity(bindings.len());
+    let mut by_key: HashTable<usize> = HashTable::with_capacity(bindings.len());
+    let hash = |key: &str| FxBuildHasher.hash_one(key);
     for binding in bindings {
-        let key = binding.checkpoint_key.clone();
         let inconsistent = |reason: InconsistentKey| SessionError::InconsistentKey {
-            key: key.clone(),
+            key: binding.checkpoint_key.clone(),
             reason,
         };
         let bad_spec = |reason: SliceError| {
@@ -692,49 +728,52 @@ fn group(bindings: Vec<Binding>) -> Result<BTreeMap<String, CheckpointTensor>, S
             let full: Vec<u64> = parsed.full_shape.iter().map(|&dim| dim as u64).collect();
             (Some(full), Some(region))
         };
+        let key_hash = hash(&binding.checkpoint_key);
+        let found = by_key
+            .find(key_hash, |&i| tensors[i].key == binding.checkpoint_key)
+            .copied();
         let part = Part {
             variable: binding.variable,
             slice_spec: match region {
-                Some(_) => binding.slice_spec,
+                Some(_) => binding.slice_spec.clone(),
                 None => String::new(),
             },
             region,
         };
-        match out.get_mut(&key) {
-            None => {
-                out.insert(
-                    key.clone(),
-                    CheckpointTensor {
-                        key,
-                        dtype: binding.dtype,
-                        shape,
-                        parts: vec![part],
-                    },
-                );
-            }
-            Some(existing) => {
-                if existing.dtype != binding.dtype {
-                    return Err(inconsistent(InconsistentKey::DTypes {
-                        first: existing.dtype,
-                        second: binding.dtype,
-                    }));
-                }
-                if existing.shape != shape {
-                    return Err(inconsistent(InconsistentKey::FullShapes));
-                }
-                if existing.parts[0].region.is_some() != part.region.is_some() {
-                    return Err(inconsistent(InconsistentKey::WholeAndSliced));
-                }
-                // A variable the plan slices itself appears once per slice: keep it once.
-                if !existing
-                    .parts
-                    .iter()
-                    .any(|known| known.variable == part.variable && known.region == part.region)
-                {
-                    existing.parts.push(part);
-                }
-            }
+        let Some(index) = found else {
+            by_key.insert_unique(key_hash, tensors.len(), |&i| hash(&tensors[i].key));
+            tensors.push(CheckpointTensor {
+                key: binding.checkpoint_key,
+                dtype: binding.dtype,
+                shape,
+                parts: vec![part],
+            });
+            continue;
+        };
+        let existing = &mut tensors[index];
+        if existing.dtype != binding.dtype {
+            return Err(inconsistent(InconsistentKey::DTypes {
+                first: existing.dtype,
+                second: binding.dtype,
+            }));
+        }
+        if existing.shape != shape {
+            return Err(inconsistent(InconsistentKey::FullShapes));
+        }
+        if existing.parts[0].region.is_some() != part.region.is_some() {
+            return Err(inconsistent(InconsistentKey::WholeAndSliced));
+        }
+        // A variable the plan slices itself appears once per slice: keep it once.
+        if !existing
+            .parts
+            .iter()
+            .any(|known| known.variable == part.variable && known.region == part.region)
+        {
+            existing.parts.push(part);
         }
     }
-    Ok(out)
+    Ok(tensors
+        .into_iter()
+        .map(|tensor| (tensor.key.clone(), tensor))
+        .collect())
 }

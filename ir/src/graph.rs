@@ -17,6 +17,14 @@ use crate::{Attrs, Op};
 #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct OpId(NodeIndex<u32>);
 
+impl OpId {
+    /// A small number identifying the op in its graph, below [`Graph::id_bound`]: an index
+    /// for tables kept beside a graph (a removed op's number can be reused).
+    pub fn index(self) -> usize {
+        self.0.index()
+    }
+}
+
 /// One op: its unique name, kind, requested device and attributes.
 #[derive(Clone, PartialEq, Debug)]
 pub struct OpNode {
@@ -241,6 +249,11 @@ impl Graph {
     /// The number of ops.
     pub fn len(&self) -> usize {
         self.inner.node_count()
+    }
+
+    /// One more than the largest [`OpId::index`] in use: the size of a table indexed by op.
+    pub fn id_bound(&self) -> usize {
+        self.inner.node_bound()
     }
 
     /// Whether the graph has no ops.
@@ -555,6 +568,19 @@ impl Graph {
             }
         }
         let counts = |node: NodeIndex<u32>| member[node.index()] && !cut(OpId(node));
+        // Ops are usually created after their inputs (a tracer emits them so, an importer
+        // sorts them so). Then creation order is the answer: the first op in creation order
+        // not yet placed always has all its inputs placed, so it is the one the ready queue
+        // below would pick. One pass over the edges checks it, with no queue.
+        ids.sort_unstable_by_key(|id| self.inner[id.0].seq);
+        let in_creation_order = ids.iter().all(|&id| {
+            let seq = self.inner[id.0].seq;
+            self.edges_of(id.0, Direction::Incoming)
+                .all(|edge| !counts(edge.source()) || self.inner[edge.source()].seq < seq)
+        });
+        if in_creation_order {
+            return Ok(ids);
+        }
         let mut pending = vec![0usize; self.inner.node_bound()];
         let mut ready = BinaryHeap::new();
         for &id in &ids {
@@ -764,6 +790,33 @@ mod tests {
         assert_eq!(graph.topo_order().unwrap(), [b, c, a]);
         graph.add_control(a, c);
         assert_eq!(graph.topo_order().unwrap_err(), [a, c]);
+    }
+
+    #[test]
+    fn topo_order_of_ops_made_in_order_is_creation_order() {
+        let mut graph = Graph::new();
+        let (a, b, c, d) = (
+            op(&mut graph, "a"),
+            op(&mut graph, "b"),
+            op(&mut graph, "c"),
+            op(&mut graph, "d"),
+        );
+        graph.push_input(c, a, Port::Index(0));
+        graph.add_control(b, d);
+        assert_eq!(graph.topo_order().unwrap(), [a, b, c, d]);
+        // A subset, given out of order, comes back in creation order.
+        assert_eq!(
+            graph.topo_order_of([d, a, c], |_| false).unwrap(),
+            [a, c, d]
+        );
+        // An edge against creation order leaves the fast path; ties still follow creation.
+        graph.add_control(d, a);
+        assert_eq!(graph.topo_order().unwrap(), [b, d, a, c]);
+        // Edges from a cut op order nothing.
+        assert_eq!(
+            graph.topo_order_of([a, c, d], |id| id == d).unwrap(),
+            [a, c, d]
+        );
     }
 
     #[test]

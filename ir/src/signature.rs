@@ -200,14 +200,37 @@ pub fn flat_output(node: &OpNode, port: &Port) -> Result<u32, PortError> {
         Port::Index(index) => Ok(*index),
         Port::Named { .. } if node.op == Op::Arg => Err(PortError::Argument),
         Port::Named { arg, index } => {
-            let op_type = node.op.type_name();
-            let sig = signature(op_type).ok_or_else(|| PortError::UnknownSignature {
-                op_type: op_type.to_owned(),
+            let sig = of_op(&node.op).ok_or_else(|| PortError::UnknownSignature {
+                op_type: node.op.type_name().to_owned(),
             })?;
             let flat =
                 sig.output_index(arg, *index as usize, &|name| attr_len(&node.attrs, name))?;
             u32::try_from(flat).map_err(|_| PortError::TooLarge { flat })
         }
+    }
+}
+
+/// [`signature`] of an op, memoized per op kind: verifying and compiling a plan ask for
+/// the signature of every op and of every input's producer, and the table lookup compares
+/// names.
+pub fn of_op(op: &Op) -> Option<&'static OpSignature> {
+    use std::mem::Discriminant;
+    use std::sync::OnceLock;
+    static BY_KIND: OnceLock<
+        rustc_hash::FxHashMap<Discriminant<Op>, Option<&'static OpSignature>>,
+    > = OnceLock::new();
+    if let Op::Other(name) = op {
+        return signature(name);
+    }
+    let by_kind = BY_KIND.get_or_init(|| {
+        Op::ALL
+            .iter()
+            .map(|op| (std::mem::discriminant(op), signature(op.type_name())))
+            .collect()
+    });
+    match by_kind.get(&std::mem::discriminant(op)) {
+        Some(&sig) => sig,
+        None => signature(op.type_name()),
     }
 }
 

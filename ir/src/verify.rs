@@ -405,34 +405,6 @@ fn check_op(graph: &Graph, library: &Library, op: OpId, errors: &mut Vec<VerifyE
     check_call(graph, library, op, errors);
 }
 
-/// [`signature::signature`] of an op, memoized per op kind: the verifier asks for the
-/// signatures of every op and of every input's producer, and the table lookup compares names.
-fn op_signature(op: &Op) -> Option<&'static signature::OpSignature> {
-    use std::mem::Discriminant;
-    use std::sync::OnceLock;
-    static BY_KIND: OnceLock<
-        rustc_hash::FxHashMap<Discriminant<Op>, Option<&'static signature::OpSignature>>,
-    > = OnceLock::new();
-    if let Op::Other(name) = op {
-        return signature::signature(name);
-    }
-    let by_kind = BY_KIND.get_or_init(|| {
-        Op::ALL
-            .iter()
-            .map(|op| {
-                (
-                    std::mem::discriminant(op),
-                    signature::signature(op.type_name()),
-                )
-            })
-            .collect()
-    });
-    match by_kind.get(&std::mem::discriminant(op)) {
-        Some(&sig) => sig,
-        None => signature::signature(op.type_name()),
-    }
-}
-
 /// The value of an `int` attr or the length of a `list(type)` attr, for sizing arguments.
 fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
     match attrs.get(name)? {
@@ -469,7 +441,7 @@ fn check_slots(graph: &Graph, op: OpId, inputs: &[(u32, Input)], errors: &mut Ve
 /// Invariant 5.
 fn check_attrs(graph: &Graph, op: OpId, errors: &mut Vec<VerifyError>) {
     let node = graph.op(op);
-    let Some(sig) = op_signature(&node.op) else {
+    let Some(sig) = signature::of_op(&node.op) else {
         return;
     };
     for attr in sig.attrs {
@@ -555,7 +527,7 @@ fn check_input_count(graph: &Graph, op: OpId, errors: &mut Vec<VerifyError>) {
     let expected = match &node.op {
         Op::Arg => 0,
         op_kind => {
-            let Some(sig) = op_signature(op_kind) else {
+            let Some(sig) = signature::of_op(op_kind) else {
                 return;
             };
             match sig.num_inputs(&|name| attr_len(&node.attrs, name)) {
@@ -629,7 +601,7 @@ fn resolve_output(graph: &Graph, src: OpId, port: &Port) -> Result<Option<usize>
     let attrs = &node.attrs;
     let sig = match &node.op {
         Op::Arg => None,
-        op => match op_signature(op) {
+        op => match signature::of_op(op) {
             Some(sig) => Some(sig),
             None => return Ok(None),
         },
@@ -679,7 +651,7 @@ fn output_dtype(graph: &Graph, op: OpId, flat: usize) -> Option<DType> {
             _ => None,
         };
     }
-    let sig = op_signature(&node.op)?;
+    let sig = signature::of_op(&node.op)?;
     let (arg, index) = sig
         .output_arg(flat, &|name| attr_len(&node.attrs, name))
         .ok()?;
@@ -689,7 +661,7 @@ fn output_dtype(graph: &Graph, op: OpId, flat: usize) -> Option<DType> {
 /// The dtype input slot `slot` of `op` expects, if the signature and attrs fix it.
 fn input_dtype(graph: &Graph, op: OpId, slot: u32) -> Option<DType> {
     let node = graph.op(op);
-    let sig = op_signature(&node.op)?;
+    let sig = signature::of_op(&node.op)?;
     let (arg, index) = sig
         .input_arg(slot as usize, &|name| attr_len(&node.attrs, name))
         .ok()?;

@@ -178,7 +178,7 @@ fn tensor_progress(
     );
     bar.set_message(what);
     let handle = bar.clone();
-    let observer = move |event: &StepEvent<'_>| match event.step.op_type.as_str() {
+    let observer = move |event: &StepEvent<'_>| match event.step.op.type_name() {
         "SaveV2" => handle.inc(event.step.inputs.len().saturating_sub(3) as u64),
         "RestoreV2" => handle.inc(event.outputs.len() as u64),
         _ => {}

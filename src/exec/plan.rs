@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
-use saveplan_ir::signature::{self, PortError, signature};
+use saveplan_ir::signature::{self, PortError};
 use saveplan_ir::{
     AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, TensorName,
     Verified,
@@ -65,8 +65,8 @@ pub struct QueueId(pub u32);
 pub struct Step {
     /// The op's name.
     pub name: String,
-    /// The op's type name (`SaveV2`, …).
-    pub op_type: String,
+    /// The op (`op.type_name()` is `SaveV2`, …).
+    pub op: Op,
     /// The queue (device) it runs on.
     pub queue: QueueId,
     /// What it does.
@@ -254,7 +254,7 @@ impl CompiledPlan {
                     write!(f, "{} = ", slots(&step.outputs))?;
                 }
                 let inputs = slots(&step.inputs);
-                write!(f, "{} {:?}({inputs})", step.op_type, step.name)?;
+                write!(f, "{} {:?}({inputs})", step.op.type_name(), step.name)?;
                 if !step.deps.is_empty() {
                     let deps: Vec<String> = step.deps.iter().map(|d| format!("#{}", d.0)).collect();
                     write!(f, " after {}", deps.join(", "))?;
@@ -301,7 +301,7 @@ impl Compiler<'_> {
         let fully_fed = self.fully_fed_ops(graph, &fed)?;
         let needed = self.needed_ops(graph, targets, &fed, &fully_fed)?;
         let order = graph
-            .topo_order_of(needed.iter().copied(), |id| fully_fed.contains(&id))
+            .topo_order_of(needed, |id| fully_fed.contains(&id))
             .expect("verified: the graph has no cycle");
         let mut builder = PlanBuilder {
             plan: CompiledPlan {
@@ -311,10 +311,9 @@ impl Compiler<'_> {
                 fetches: Vec::new(),
                 n_slots: feeds.len(),
             },
-            step_of: FxHashMap::default(),
+            step_of: vec![None; graph.id_bound()],
             devices: FxHashMap::default(),
         };
-        builder.step_of.reserve(order.len());
         for &id in &order {
             self.add_step(graph, id, &fed, &fully_fed, &mut builder)?;
         }
@@ -353,8 +352,9 @@ impl Compiler<'_> {
         targets: &[Target],
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
-    ) -> Result<FxHashSet<OpId>, ExecError> {
-        let mut needed = FxHashSet::default();
+    ) -> Result<Vec<OpId>, ExecError> {
+        let mut is_needed = vec![false; graph.id_bound()];
+        let mut needed = Vec::new();
         let mut work: Vec<OpId> = Vec::new();
         for target in targets {
             match *target {
@@ -364,9 +364,10 @@ impl Compiler<'_> {
             }
         }
         while let Some(id) = work.pop() {
-            if !needed.insert(id) {
+            if std::mem::replace(&mut is_needed[id.index()], true) {
                 continue;
             }
+            needed.push(id);
             for (_, input) in graph.inputs_iter(id) {
                 let output = resolve_port(graph.op(input.src), &input.output)?;
                 if !fed.contains_key(&(input.src, output)) {
@@ -393,13 +394,14 @@ impl Compiler<'_> {
         builder: &mut PlanBuilder<'g>,
     ) -> Result<(), ExecError> {
         let node = graph.op(id);
-        // Ops share a few device strings: each is resolved once.
-        let device = match builder.devices.get(&*node.device) {
-            Some(device) => device.clone(),
+        // Ops share a few device strings: each is resolved to its queue once.
+        let queue = match builder.devices.get(&*node.device) {
+            Some(&queue) => queue,
             None => {
                 let device = resolve_device(&node.name, &node.device, &self.default_device)?;
-                builder.devices.insert(&node.device, device.clone());
-                device
+                let queue = builder.queue(device);
+                builder.devices.insert(&node.device, queue);
+                queue
             }
         };
         let n_inputs = n_inputs(node)?;
@@ -413,7 +415,7 @@ impl Compiler<'_> {
                 inputs.push(slot);
                 continue;
             }
-            let (step, first) = builder.step_of[&input.src];
+            let (step, first) = builder.compiled(input.src);
             inputs.push(SlotId(first.0 + output));
             deps.push(step);
         }
@@ -424,14 +426,15 @@ impl Compiler<'_> {
         );
         for src in graph.control_inputs(id) {
             if !fully_fed.contains(&src) {
-                deps.push(builder.step_of[&src].0);
+                deps.push(builder.compiled(src).0);
             }
         }
         deps.sort_unstable();
         deps.dedup();
-        let work = self.resolve_work(node, &device, n_inputs)?;
+        let device = &builder.plan.queues[queue.0 as usize].device;
+        let work = self.resolve_work(node, device, n_inputs)?;
         let n_outputs = n_outputs(node)?;
-        builder.push(id, node, work, device, inputs, n_outputs, deps);
+        builder.push(id, node, work, queue, inputs, n_outputs, deps);
         Ok(())
     }
 
@@ -546,7 +549,7 @@ impl Compiler<'_> {
         }
         for id in body.ops() {
             let op = &body.op(id).op;
-            if signature(op.type_name()).is_some_and(|sig| sig.is_stateful) {
+            if signature::of_op(op).is_some_and(|sig| sig.is_stateful) {
                 targets.push(Target::Op(id));
             }
         }
@@ -559,15 +562,36 @@ struct PlanBuilder<'g> {
     plan: CompiledPlan,
     /// Each op's step and the first of its output slots (an op's outputs take consecutive
     /// slots), in one table so that an input costs one lookup and no op a vector.
-    step_of: FxHashMap<OpId, (StepId, SlotId)>,
-    /// The resolved form of each requested device string met so far.
-    devices: FxHashMap<&'g str, String>,
+    step_of: Vec<Option<(StepId, SlotId)>>,
+    /// The queue of each requested device string met so far.
+    devices: FxHashMap<&'g str, QueueId>,
 }
 
 impl PlanBuilder<'_> {
+    /// The queue of the resolved `device`, added when it is new (several requested device
+    /// strings can resolve to one device).
+    fn queue(&mut self, device: String) -> QueueId {
+        let position = match self.plan.queues.iter().position(|q| q.device == device) {
+            Some(position) => position,
+            None => {
+                self.plan.queues.push(Queue {
+                    device,
+                    steps: Vec::new(),
+                });
+                self.plan.queues.len() - 1
+            }
+        };
+        QueueId(position as u32)
+    }
+
     /// The slot output `output` of the already compiled op `id` is written to.
     fn output_slot(&self, id: OpId, output: u32) -> SlotId {
-        SlotId(self.step_of[&id].1.0 + output)
+        SlotId(self.compiled(id).1.0 + output)
+    }
+
+    /// The step of the already compiled op `id` and its first output slot.
+    fn compiled(&self, id: OpId) -> (StepId, SlotId) {
+        self.step_of[id.index()].expect("ops are compiled after their inputs")
     }
 
     /// Appends the step of `id`; `deps` are sorted and distinct.
@@ -580,23 +604,13 @@ impl PlanBuilder<'_> {
         id: OpId,
         node: &OpNode,
         work: Work,
-        device: String,
+        queue: QueueId,
         inputs: Vec<SlotId>,
         n_outputs: usize,
         deps: Vec<StepId>,
     ) {
         let step_id = StepId(self.plan.steps.len() as u32);
-        let queue = match self.plan.queues.iter().position(|q| q.device == device) {
-            Some(position) => position,
-            None => {
-                self.plan.queues.push(Queue {
-                    device,
-                    steps: Vec::new(),
-                });
-                self.plan.queues.len() - 1
-            }
-        };
-        self.plan.queues[queue].steps.push(step_id);
+        self.plan.queues[queue.0 as usize].steps.push(step_id);
         let first = self.plan.n_slots;
         self.plan.n_slots += n_outputs;
         let outputs: Vec<SlotId> = (first..first + n_outputs)
@@ -607,15 +621,15 @@ impl PlanBuilder<'_> {
         }
         self.plan.steps.push(Step {
             name: node.name.clone(),
-            op_type: node.op.type_name().to_owned(),
-            queue: QueueId(queue as u32),
+            op: node.op.clone(),
+            queue,
             work,
             inputs,
             outputs,
             deps,
             users: Vec::new(),
         });
-        self.step_of.insert(id, (step_id, SlotId(first as u32)));
+        self.step_of[id.index()] = Some((step_id, SlotId(first as u32)));
     }
 }
 
@@ -708,7 +722,7 @@ fn arity(node: &OpNode, inputs: bool) -> Result<usize, ExecError> {
     if node.op == Op::Arg {
         return Ok(usize::from(!inputs));
     }
-    let sig = signature(node.op.type_name()).ok_or_else(|| ExecError::UnsupportedOp {
+    let sig = signature::of_op(&node.op).ok_or_else(|| ExecError::UnsupportedOp {
         name: node.name.clone(),
         op_type: node.op.type_name().to_owned(),
     })?;
