@@ -107,6 +107,10 @@ impl<K: Into<AttrName>> FromIterator<(K, AttrValue)> for Attrs {
             .into_iter()
             .map(|(name, value)| (name.into(), value))
             .collect();
+        // Callers mostly list attributes in order already: nothing to sort or drop then.
+        if entries.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+            return Attrs { entries };
+        }
         entries.reverse();
         entries.sort_by(|(a, _), (b, _)| a.cmp(b));
         entries.dedup_by(|(a, _), (b, _)| a == b);

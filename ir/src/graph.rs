@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
+use smallvec::SmallVec;
 
 use petgraph::Direction;
 use petgraph::stable_graph::{EdgeIndex, NodeIndex, StableDiGraph};
@@ -136,12 +137,16 @@ pub struct Graph {
     /// Per node index, the edge of each data input slot ([`vacant`] where none is
     /// connected), without trailing vacancies: finding, counting and checking one input is
     /// O(1), so an op with N inputs (a `SaveV2` of N tensors) costs O(N) to build and read.
-    data_inputs: Vec<Vec<EdgeIndex<u32>>>,
+    /// Most ops have a few inputs: those are kept inline, with no allocation of their own.
+    data_inputs: Vec<InputSlots>,
     /// Debug builds only: how many edges walks over an op's edges have visited
     /// ([`Graph::edges_visited`]).
     #[cfg(debug_assertions)]
     visited: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// The data input edges of one op (see `Graph::data_inputs`).
+type InputSlots = SmallVec<[EdgeIndex<u32>; 4]>;
 
 /// The mark of a data input slot with no edge in [`Graph::data_inputs`].
 fn vacant() -> EdgeIndex<u32> {
@@ -303,7 +308,7 @@ impl Graph {
     fn set_input_edge(&mut self, id: OpId, slot: u32, edge: EdgeIndex<u32>) {
         let index = id.0.index();
         if self.data_inputs.len() <= index {
-            self.data_inputs.resize_with(index + 1, Vec::new);
+            self.data_inputs.resize_with(index + 1, InputSlots::new);
         }
         let slots = &mut self.data_inputs[index];
         let slot = slot as usize;
@@ -377,7 +382,7 @@ impl Graph {
         let slots = self
             .data_inputs
             .get(id.0.index())
-            .map_or(&[][..], Vec::as_slice);
+            .map_or(&[][..], InputSlots::as_slice);
         (0u32..)
             .zip(slots)
             .filter(|(_, edge)| **edge != vacant())
@@ -506,7 +511,7 @@ impl Graph {
             self.set_input_edge(OpId(dst), input, vacant());
         }
         if let Some(slots) = self.data_inputs.get_mut(id.0.index()) {
-            *slots = Vec::new();
+            *slots = InputSlots::new();
         }
         if let Ok(entry) = self
             .by_name

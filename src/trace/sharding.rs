@@ -4,7 +4,10 @@
 //! (`checkpoint/sharding/sharding_policies.py`); [`ShardingPolicy`] is the extension point
 //! for custom policies, as TensorFlow's `ShardingCallback` is.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 
 use saveplan_ir::DType;
 
@@ -150,27 +153,33 @@ impl ShardingPolicy for MaxShardSize {
 /// like the nested `{key: {slice_spec: tensor}}` dicts TensorFlow builds.
 #[derive(Default)]
 struct ShardBuilder {
-    groups: Vec<(String, Vec<ShardEntry>)>,
-    by_key: HashMap<String, usize>,
+    /// The entries of each key (never empty), in first-insertion order.
+    groups: Vec<Vec<ShardEntry>>,
+    /// The position of each key's group, found through the key of its first entry.
+    by_key: HashTable<usize>,
 }
 
 impl ShardBuilder {
     fn insert(&mut self, key: &str, slice_spec: String, tensor: usize, slice: Option<usize>) {
-        let group = match self.by_key.get(key) {
-            Some(&group) => group,
-            None => {
-                self.by_key.insert(key.to_owned(), self.groups.len());
-                self.groups.push((key.to_owned(), Vec::new()));
-                self.groups.len() - 1
-            }
-        };
-        let entries = &mut self.groups[group].1;
         let entry = ShardEntry {
             checkpoint_key: key.to_owned(),
             slice_spec,
             tensor,
             slice,
         };
+        let hash = FxBuildHasher.hash_one(key);
+        let groups = &mut self.groups;
+        let Some(&group) = self
+            .by_key
+            .find(hash, |&group| groups[group][0].checkpoint_key == key)
+        else {
+            groups.push(vec![entry]);
+            self.by_key.insert_unique(hash, groups.len() - 1, |&group| {
+                FxBuildHasher.hash_one(&groups[group][0].checkpoint_key)
+            });
+            return;
+        };
+        let entries = &mut groups[group];
         // A repeated (key, spec) replaces the value in place, as a dict assignment does.
         match entries
             .iter_mut()
@@ -187,7 +196,7 @@ impl ShardBuilder {
 
     fn finish(self) -> Shard {
         Shard {
-            entries: self.groups.into_iter().flat_map(|(_, e)| e).collect(),
+            entries: self.groups.into_iter().flatten().collect(),
         }
     }
 }

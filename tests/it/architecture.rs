@@ -116,6 +116,7 @@ fn the_ir_crate_depends_on_nothing_of_ours() {
         "rayon",
         "rustc-hash",
         "serde",
+        "smallvec",
         "thiserror",
     ]);
     assert!(
