@@ -7,9 +7,24 @@
 //! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR]
 //! ```
 //!
-//! Times are the best of `--repeat` runs (default 1).
+//! Times are the best of `--repeat` runs (default 1). The allocator is the CLI's (mimalloc)
+//! unless the `mimalloc` feature is off.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+/// The `saveplan` binary's allocator, so that the figures are what the CLI pays; build with
+/// `--no-default-features --features jit` for the system allocator (a library user picks
+/// their own).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The global allocator these figures were measured with.
+const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "system"
+};
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -36,7 +51,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("setup of {} float32[64] variables", options.vars);
+    println!(
+        "setup of {} float32[64] variables ({ALLOCATOR} allocator)",
+        options.vars
+    );
     for n_tasks in [1, 8] {
         let text = spec_text(options.vars, n_tasks);
         let spec = SpecFile::parse(&text).expect("the generated spec parses");

@@ -25,6 +25,16 @@ macro_rules! ops {
                 match self { $(Op::$variant => $name,)* Op::Other(name) => name }
             }
 
+            /// The position of a modelled op in [`Op::ALL`]; `None` for [`Op::Other`]. An
+            /// index for tables kept per op kind.
+            pub fn ordinal(&self) -> Option<usize> {
+                /// The modelled ops in declaration order, without data, so that a variant
+                /// converts to its position.
+                #[allow(dead_code, reason = "only converted to numbers")]
+                enum Ordinal { $($variant,)* }
+                match self { $(Op::$variant => Some(Ordinal::$variant as usize),)* Op::Other(_) => None }
+            }
+
             /// The op for a TensorFlow op type name; unknown names become [`Op::Other`].
             pub fn from_type_name(name: &str) -> Op {
                 match name { $($name => Op::$variant,)* other => Op::Other(other.to_owned()) }
@@ -113,5 +123,13 @@ mod tests {
         }
         assert_eq!(Op::from_type_name("MatMul"), Op::Other("MatMul".into()));
         assert_eq!(Op::Other("MatMul".into()).to_string(), "MatMul");
+    }
+
+    #[test]
+    fn ordinals_are_positions_in_all() {
+        for (position, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(op.ordinal(), Some(position));
+        }
+        assert_eq!(Op::Other("MatMul".into()).ordinal(), None);
     }
 }

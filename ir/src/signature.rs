@@ -214,24 +214,12 @@ pub fn flat_output(node: &OpNode, port: &Port) -> Result<u32, PortError> {
 /// the signature of every op and of every input's producer, and the table lookup compares
 /// names.
 pub fn of_op(op: &Op) -> Option<&'static OpSignature> {
-    use std::mem::Discriminant;
     use std::sync::OnceLock;
-    static BY_KIND: OnceLock<
-        rustc_hash::FxHashMap<Discriminant<Op>, Option<&'static OpSignature>>,
-    > = OnceLock::new();
-    if let Op::Other(name) = op {
-        return signature(name);
-    }
-    let by_kind = BY_KIND.get_or_init(|| {
-        Op::ALL
-            .iter()
-            .map(|op| (std::mem::discriminant(op), signature(op.type_name())))
-            .collect()
-    });
-    match by_kind.get(&std::mem::discriminant(op)) {
-        Some(&sig) => sig,
-        None => signature(op.type_name()),
-    }
+    static BY_ORDINAL: OnceLock<Vec<Option<&'static OpSignature>>> = OnceLock::new();
+    let Some(ordinal) = op.ordinal() else {
+        return signature(op.type_name());
+    };
+    BY_ORDINAL.get_or_init(|| Op::ALL.iter().map(|op| signature(op.type_name())).collect())[ordinal]
 }
 
 /// Returns the signature of `op_type`, or `None` if the table does not know it.
