@@ -31,6 +31,7 @@ use saveplan_ir::{
     AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, TensorName,
     Verified,
 };
+use smallvec::SmallVec;
 
 use super::error::ExecError;
 use super::kernels::Kernel;
@@ -72,14 +73,21 @@ pub struct Step {
     /// What it does.
     pub work: Work,
     /// The slots of its data inputs, in signature order.
-    pub inputs: Vec<SlotId>,
+    pub inputs: Slots,
     /// The slots its outputs are written to, in signature order.
-    pub outputs: Vec<SlotId>,
+    pub outputs: Slots,
     /// The steps that must finish first (data producers and control inputs), sorted.
-    pub deps: Vec<StepId>,
+    pub deps: Steps,
     /// The steps that list this one in their `deps`, sorted.
-    pub users: Vec<StepId>,
+    pub users: Steps,
 }
+
+/// Slots of a step: most steps have a few, kept inline (a plan of N variables has O(N)
+/// steps, and four allocations per step would dominate compiling it).
+pub type Slots = SmallVec<[SlotId; 4]>;
+
+/// Steps a step waits for or wakes, kept inline when few (see [`Slots`]).
+pub type Steps = SmallVec<[StepId; 4]>;
 
 /// What a step does.
 #[derive(Clone, Debug)]
@@ -405,8 +413,8 @@ impl Compiler<'_> {
             }
         };
         let n_inputs = n_inputs(node)?;
-        let mut inputs = Vec::with_capacity(n_inputs);
-        let mut deps = Vec::new();
+        let mut inputs = Slots::with_capacity(n_inputs);
+        let mut deps = Steps::new();
         // Verified: the slots are dense and as many as the signature gives.
         for (_, input) in graph.inputs_iter(id) {
             let src = graph.op(input.src);
@@ -605,15 +613,15 @@ impl PlanBuilder<'_> {
         node: &OpNode,
         work: Work,
         queue: QueueId,
-        inputs: Vec<SlotId>,
+        inputs: Slots,
         n_outputs: usize,
-        deps: Vec<StepId>,
+        deps: Steps,
     ) {
         let step_id = StepId(self.plan.steps.len() as u32);
         self.plan.queues[queue.0 as usize].steps.push(step_id);
         let first = self.plan.n_slots;
         self.plan.n_slots += n_outputs;
-        let outputs: Vec<SlotId> = (first..first + n_outputs)
+        let outputs: Slots = (first..first + n_outputs)
             .map(|slot| SlotId(slot as u32))
             .collect();
         for dep in &deps {
@@ -627,7 +635,7 @@ impl PlanBuilder<'_> {
             inputs,
             outputs,
             deps,
-            users: Vec::new(),
+            users: Steps::new(),
         });
         self.step_of[id.index()] = Some((step_id, SlotId(first as u32)));
     }
