@@ -33,6 +33,7 @@ use saveplan_ir::{
 };
 
 use super::error::ExecError;
+use super::fuse::{self, Fused};
 use super::kernels::Kernel;
 
 /// The device ops without one (or with a partial one) are resolved against.
@@ -95,6 +96,9 @@ pub enum Work {
         /// Its body, compiled with the call's inputs as feeds and outputs as fetches.
         plan: Arc<CompiledPlan>,
     },
+    /// A `RestoreV2` or `SaveV2` with the variable ops around it folded in by
+    /// [`super::fuse`]: run as one step, still reporting every folded op to the observer.
+    Fused(Box<Fused>),
 }
 
 /// The steps of one device, in schedule order.
@@ -161,7 +165,9 @@ impl CompiledPlan {
             .iter()
             .map(|text| Ok((text.to_string(), parse_target(graph, text, false)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
-        compiler.compile_graph(graph, &targets, &feeds)
+        let mut plan = compiler.compile_graph(graph, &targets, &feeds)?;
+        fuse::fuse(&mut plan);
+        Ok(plan)
     }
 
     /// Compiles the library function `function` of `module` on its own, as a concrete function
@@ -189,7 +195,14 @@ impl CompiledPlan {
             .into_iter()
             .filter(|&id| found.body.op(id).op == Op::Arg)
             .count();
-        compiler.compile_function(found, n_args)
+        let mut plan = compiler.compile_function(found, n_args)?;
+        fuse::fuse(&mut plan);
+        Ok(plan)
+    }
+
+    /// The steps and queues, for [`super::fuse`] to rewrite in place.
+    pub(super) fn parts_mut(&mut self) -> (&mut Vec<Step>, &mut Vec<Queue>, &[SlotId]) {
+        (&mut self.steps, &mut self.queues, &self.fetches)
     }
 
     /// The steps, in topological order.
@@ -258,6 +271,11 @@ impl CompiledPlan {
                 if !step.deps.is_empty() {
                     let deps: Vec<String> = step.deps.iter().map(|d| format!("#{}", d.0)).collect();
                     write!(f, " after {}", deps.join(", "))?;
+                }
+                if let Work::Fused(fused) = &step.work {
+                    let members: Vec<String> =
+                        fused.members().map(|member| format!("#{}", member.0)).collect();
+                    write!(f, " fuses {}", members.join(", "))?;
                 }
                 writeln!(f)?;
             }

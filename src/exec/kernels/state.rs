@@ -66,6 +66,14 @@ pub(super) fn assign_variable(
     Ok(Vec::new())
 }
 
+/// Whether `tensor` is a TF1 reference (a resource handle with a `_ref` dtype).
+pub(super) fn is_ref(tensor: &HostTensor) -> bool {
+    tensor.dtype() == DType::Resource
+        && tensor
+            .as_resource_scalar()
+            .is_some_and(|handle| handle.dtype.is_ref())
+}
+
 /// The inputs with every TF1 reference from index `keep` on replaced by its variable's value,
 /// or `None` when there is none (the common case: nothing is copied).
 pub(super) fn deref_refs(
@@ -73,12 +81,6 @@ pub(super) fn deref_refs(
     inputs: &[HostTensor],
     keep: usize,
 ) -> Result<Option<Vec<HostTensor>>, KernelError> {
-    let is_ref = |tensor: &HostTensor| {
-        tensor.dtype() == DType::Resource
-            && tensor
-                .as_resource_scalar()
-                .is_some_and(|handle| handle.dtype.is_ref())
-    };
     if !inputs.iter().skip(keep).any(is_ref) {
         return Ok(None);
     }

@@ -1,0 +1,513 @@
+//! The fusion pass run at the end of plan compilation, and how a fused step runs.
+//!
+//! A checkpoint plan of N variables is mostly per-variable steps: a save reads each variable
+//! (`ReadVariableOp`, maybe through `Identity`) only to feed one `SaveV2`, a restore hands each
+//! output of one `RestoreV2` (maybe through `Identity`) to one `AssignVariableOp`. Run one by
+//! one, each of those steps costs a scheduler entry, dependency counting and an output slot,
+//! which is more than the bundle code spends on a small tensor. The pass folds such chains into
+//! the `SaveV2`/`RestoreV2` step ([`Work::Fused`]), which then reads the variables, saves,
+//! restores and assigns in one step.
+//!
+//! # When a chain is folded
+//!
+//! * Restore: output `i` of a `RestoreV2` is used by exactly one step, an `Identity` (one input,
+//!   one output) or the value input of an `AssignVariableOp`; an `Identity`'s output likewise,
+//!   until an `AssignVariableOp` ends the chain. Every step of the chain is on the
+//!   `RestoreV2`'s device, no slot of it is fetched, and every other dependency of the chain
+//!   (the variable handle, control inputs) comes before the `RestoreV2` in the schedule, so
+//!   the fused step can run where the `RestoreV2` ran.
+//! * Save: tensor input `i` of a `SaveV2` is the output of an `Identity` or `ReadVariableOp`
+//!   on the same device, used by nothing else (no other data or control user, not fetched);
+//!   `Identity`s are followed back until a `ReadVariableOp` starts the chain.
+//!
+//! Outputs of a `RestoreV2` and inputs of a `SaveV2` that do not qualify stay ordinary slots;
+//! a `RestoreV2` or `SaveV2` with no chain to fold is left alone. Control edges to and from a
+//! folded step move to the fused step. The pass is linear in the plan's steps and edges.
+//!
+//! # What stays the same
+//!
+//! The fused step runs the same kernels in the same order as the interpreter ran the chain
+//! (restore: the `RestoreV2`, then each chain in the order of its `AssignVariableOp`; save:
+//! each chain in the order of its `ReadVariableOp`, then the `SaveV2`), so values, files and
+//! the first error (named after the op that failed, on its device) are those of the unfused
+//! plan. Ops of one device that do not depend on each other have no defined order, so a
+//! folded read or assignment may move past such an op. The observer still sees one
+//! [`super::StepEvent`] per folded op, with that op's step and outputs (the `RestoreV2` event
+//! carries every restored tensor), so progress counted from events is unchanged. A folded
+//! step is no longer in any queue, and its `deps` and `users` are empty.
+
+use std::ops::Range;
+
+use rustc_hash::FxHashSet;
+
+use super::error::{ExecError, KernelError};
+use super::kernels::{Kernel, KernelCx};
+use super::plan::{CompiledPlan, Queue, SlotId, Step, StepId, Work};
+use super::step::{RunContext, notify, op_error};
+use super::tensor::HostTensor;
+
+/// What a fused step runs: its own kernel and the chains folded into it.
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// The kernel of the `RestoreV2` or `SaveV2` itself.
+    kernel: Kernel,
+    /// Which of the two it is.
+    kind: Kind,
+    /// The number of inputs of the op itself (the step's first inputs).
+    n_head_inputs: usize,
+    /// The number of outputs the op itself produces.
+    n_head_outputs: usize,
+    /// Restore: the positions of the outputs that are not folded, which the step still writes
+    /// (its `outputs`, in order).
+    kept: Vec<u32>,
+    /// The folded chains, in the order they run.
+    chains: Vec<Chain>,
+    /// The folded steps of every chain, each chain's in run order.
+    members: Vec<StepId>,
+}
+
+/// Whether a fused step restores or saves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    Restore,
+    Save,
+}
+
+/// One folded chain.
+#[derive(Clone, Debug)]
+struct Chain {
+    /// The output (restore) or tensor input (save) of the op it belongs to.
+    position: u32,
+    /// The step input holding the variable handle.
+    handle: u32,
+    /// Its steps in [`Fused::members`].
+    members: Range<u32>,
+}
+
+impl Fused {
+    /// The folded steps, in the order they run.
+    pub fn members(&self) -> impl Iterator<Item = StepId> + '_ {
+        self.members.iter().copied()
+    }
+
+    /// The steps of `chain`, in run order.
+    fn chain_members(&self, chain: &Chain) -> &[StepId] {
+        &self.members[chain.members.start as usize..chain.members.end as usize]
+    }
+
+    /// The number of folded chains (one per variable read or assigned).
+    pub fn n_chains(&self) -> usize {
+        self.chains.len()
+    }
+}
+
+/// Slot and step facts the pass looks up, each a vector indexed by slot or step.
+struct Facts {
+    /// Per slot: how many step inputs read it.
+    uses: Vec<u32>,
+    /// Per slot: the last step reading it.
+    user: Vec<u32>,
+    /// Per slot: the step writing it, or `u32::MAX` for a feed.
+    producer: Vec<u32>,
+    /// The fetched slots.
+    fetched: FxHashSet<SlotId>,
+}
+
+impl Facts {
+    /// Whether `slot` has exactly one reader and is not fetched.
+    fn private(&self, slot: SlotId) -> bool {
+        self.uses[slot.0 as usize] == 1 && !self.fetched.contains(&slot)
+    }
+}
+
+/// Folds the variable chains of every `RestoreV2` and `SaveV2` of `plan` into them.
+pub(super) fn fuse(plan: &mut CompiledPlan) {
+    let n_slots = plan.n_slots();
+    let (steps, queues, fetches) = plan.parts_mut();
+    let has_head = steps.iter().any(|step| {
+        matches!(
+            step.work,
+            Work::Kernel(Kernel::RestoreV2 { .. } | Kernel::SaveV2 { .. })
+        )
+    });
+    if !has_head {
+        return;
+    }
+    let mut facts = Facts {
+        uses: vec![0; n_slots],
+        user: vec![u32::MAX; n_slots],
+        producer: vec![u32::MAX; n_slots],
+        fetched: fetches.iter().copied().collect(),
+    };
+    for (index, step) in steps.iter().enumerate() {
+        for slot in &step.inputs {
+            facts.uses[slot.0 as usize] += 1;
+            facts.user[slot.0 as usize] = index as u32;
+        }
+        for slot in &step.outputs {
+            facts.producer[slot.0 as usize] = index as u32;
+        }
+    }
+    // Per step: the fused step it was folded into (itself if none).
+    let mut rep: Vec<u32> = (0..steps.len() as u32).collect();
+    let mut changed = false;
+    for head in 0..steps.len() {
+        let fused = match &steps[head].work {
+            Work::Kernel(Kernel::RestoreV2 { .. }) => plan_restore(steps, &facts, head),
+            Work::Kernel(Kernel::SaveV2 { .. }) => plan_save(steps, &facts, head),
+            _ => None,
+        };
+        if let Some(group) = fused {
+            apply(steps, &mut rep, head, group);
+            changed = true;
+        }
+    }
+    if changed {
+        relink(steps, queues, &rep);
+    }
+}
+
+/// The chains a step folds, before the step is rewritten.
+struct Group {
+    kind: Kind,
+    chains: Vec<Chain>,
+    members: Vec<StepId>,
+}
+
+/// The chains of `RestoreV2` step `head` that can be folded.
+fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
+    let step = &steps[head];
+    let mut chains = Vec::new();
+    let mut members = Vec::new();
+    'outputs: for (position, &slot) in step.outputs.iter().enumerate() {
+        let start = members.len();
+        let mut current = slot;
+        let mut previous = head;
+        loop {
+            if !facts.private(current) {
+                break;
+            }
+            let user = facts.user[current.0 as usize] as usize;
+            let candidate = &steps[user];
+            if candidate.queue != step.queue
+                || !candidate
+                    .deps
+                    .iter()
+                    .all(|dep| dep.0 as usize == previous || (dep.0 as usize) < head)
+            {
+                break;
+            }
+            match &candidate.work {
+                Work::Kernel(Kernel::Identity)
+                    if candidate.inputs.len() == 1 && candidate.outputs.len() == 1 =>
+                {
+                    members.push(StepId(user as u32));
+                    current = candidate.outputs[0];
+                    previous = user;
+                }
+                Work::Kernel(Kernel::AssignVariableOp { .. })
+                    if candidate.inputs.len() == 2
+                        && candidate.inputs[1] == current
+                        && earlier(facts, candidate.inputs[0], head) =>
+                {
+                    members.push(StepId(user as u32));
+                    chains.push(Chain {
+                        position: position as u32,
+                        handle: candidate.inputs[0].0,
+                        members: start as u32..members.len() as u32,
+                    });
+                    continue 'outputs;
+                }
+                _ => break,
+            }
+        }
+        members.truncate(start);
+    }
+    if chains.is_empty() {
+        return None;
+    }
+    // The assignments (what can fail) run in schedule order.
+    chains.sort_by_key(|chain| members[chain.members.end as usize - 1]);
+    Some(reorder(Kind::Restore, chains, &members))
+}
+
+/// Whether `slot` is fed or written by a step before `head`.
+fn earlier(facts: &Facts, slot: SlotId, head: usize) -> bool {
+    let producer = facts.producer[slot.0 as usize];
+    producer == u32::MAX || (producer as usize) < head
+}
+
+/// The chains of `SaveV2` step `head` that can be folded.
+fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
+    let step = &steps[head];
+    let mut chains = Vec::new();
+    let mut members = Vec::new();
+    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(3) {
+        let start = members.len();
+        let mut current = slot;
+        let mut next = head;
+        loop {
+            let producer = facts.producer[current.0 as usize];
+            if !facts.private(current) || producer == u32::MAX {
+                break;
+            }
+            let candidate = &steps[producer as usize];
+            if candidate.queue != step.queue
+                || candidate.users.as_slice() != [StepId(next as u32)]
+                || candidate.inputs.len() != 1
+                || candidate.outputs.len() != 1
+            {
+                break;
+            }
+            match &candidate.work {
+                Work::Kernel(Kernel::Identity) => {
+                    members.push(StepId(producer));
+                    current = candidate.inputs[0];
+                    next = producer as usize;
+                }
+                Work::Kernel(Kernel::ReadVariableOp { .. }) => {
+                    members.push(StepId(producer));
+                    members[start..].reverse();
+                    chains.push(Chain {
+                        position: (offset - 3) as u32,
+                        handle: offset as u32,
+                        members: start as u32..members.len() as u32,
+                    });
+                    continue 'inputs;
+                }
+                _ => break,
+            }
+        }
+        members.truncate(start);
+    }
+    if chains.is_empty() {
+        return None;
+    }
+    // The reads (what can fail) run in schedule order.
+    chains.sort_by_key(|chain| members[chain.members.start as usize]);
+    Some(reorder(Kind::Save, chains, &members))
+}
+
+/// The group with `members` laid out in the order of `chains`.
+fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId]) -> Group {
+    let mut ordered = Vec::with_capacity(members.len());
+    let chains = chains
+        .into_iter()
+        .map(|chain| {
+            let start = ordered.len() as u32;
+            ordered.extend_from_slice(&members[chain.members.start as usize..chain.members.end as usize]);
+            Chain {
+                members: start..ordered.len() as u32,
+                ..chain
+            }
+        })
+        .collect();
+    Group {
+        kind,
+        chains,
+        members: ordered,
+    }
+}
+
+/// Rewrites step `head` into a fused step folding `group`, and empties the folded steps.
+fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
+    let Group {
+        kind,
+        chains,
+        members,
+    } = group;
+    let mut deps = std::mem::take(&mut steps[head].deps);
+    let mut users = std::mem::take(&mut steps[head].users);
+    for &member in &members {
+        rep[member.0 as usize] = head as u32;
+        let step = &mut steps[member.0 as usize];
+        deps.append(&mut step.deps);
+        users.append(&mut step.users);
+    }
+    let step = &mut steps[head];
+    let n_head_inputs = step.inputs.len();
+    let n_head_outputs = step.outputs.len();
+    let mut kept = Vec::new();
+    match kind {
+        Kind::Restore => {
+            let mut folded = vec![false; n_head_outputs];
+            for chain in &chains {
+                folded[chain.position as usize] = true;
+            }
+            let outputs = std::mem::take(&mut step.outputs);
+            for (position, slot) in outputs.into_iter().enumerate() {
+                if !folded[position] {
+                    kept.push(position as u32);
+                    step.outputs.push(slot);
+                }
+            }
+        }
+        Kind::Save => {}
+    }
+    // Restore chains read their handle from a new input; save chains from the tensor input.
+    let mut chains = chains;
+    for chain in &mut chains {
+        if kind == Kind::Restore {
+            step.inputs.push(SlotId(chain.handle));
+            chain.handle = (step.inputs.len() - 1) as u32;
+        }
+    }
+    let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp))
+    else {
+        unreachable!("only kernel steps are fused");
+    };
+    step.deps = deps;
+    step.users = users;
+    let handles: Vec<(usize, SlotId)> = match kind {
+        Kind::Save => chains
+            .iter()
+            .map(|chain| {
+                let read = members[chain.members.start as usize];
+                (chain.handle as usize, steps[read.0 as usize].inputs[0])
+            })
+            .collect(),
+        Kind::Restore => Vec::new(),
+    };
+    let step = &mut steps[head];
+    for (input, slot) in handles {
+        step.inputs[input] = slot;
+    }
+    step.work = Work::Fused(Box::new(Fused {
+        kernel,
+        kind,
+        n_head_inputs,
+        n_head_outputs,
+        kept,
+        chains,
+        members,
+    }));
+}
+
+/// Points every edge at the fused steps, sorts and dedups it, and takes folded steps out of
+/// their queues.
+fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
+    for (index, step) in steps.iter_mut().enumerate() {
+        for edges in [&mut step.deps, &mut step.users] {
+            if edges.iter().any(|id| rep[id.0 as usize] != id.0) {
+                for id in edges.iter_mut() {
+                    id.0 = rep[id.0 as usize];
+                }
+                edges.retain(|id| id.0 as usize != index);
+                edges.sort_unstable();
+                edges.dedup();
+            } else if edges.iter().any(|id| id.0 as usize == index) {
+                edges.retain(|id| id.0 as usize != index);
+            }
+        }
+    }
+    for queue in queues {
+        queue.steps.retain(|id| rep[id.0 as usize] == id.0);
+    }
+}
+
+/// Runs fused step `step` (on `device`) of `plan` on `inputs`, returning the outputs the step
+/// still writes. Errors and observer events are those of the folded ops.
+pub(crate) fn run_fused(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    step: &Step,
+    device: &str,
+    fused: &Fused,
+    mut inputs: Vec<HostTensor>,
+) -> Result<Vec<HostTensor>, ExecError> {
+    match fused.kind {
+        Kind::Restore => {
+            let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
+            for chain in &fused.chains {
+                let handle = &inputs[chain.handle as usize];
+                let mut value = tensors[chain.position as usize].clone();
+                for &member in fused.chain_members(chain) {
+                    match run_member(run, plan.step(member), device, handle, &value)? {
+                        Some(next) => value = next,
+                        None => break,
+                    }
+                }
+            }
+            Ok(fused
+                .kept
+                .iter()
+                .map(|&position| tensors[position as usize].clone())
+                .collect())
+        }
+        Kind::Save => {
+            for chain in &fused.chains {
+                let slot = chain.handle as usize;
+                let mut value = inputs[slot].clone();
+                for &member in fused.chain_members(chain) {
+                    if let Some(next) = run_member(run, plan.step(member), device, &inputs[slot], &value)? {
+                        value = next;
+                    }
+                }
+                inputs[slot] = value;
+            }
+            run_head(run, step, device, fused, &inputs)
+        }
+    }
+}
+
+/// Runs the `RestoreV2` or `SaveV2` of a fused step, as an ordinary step would.
+fn run_head(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let cx = KernelCx {
+        variables: run.variables,
+        io: run.io,
+        name: &step.name,
+        device,
+    };
+    let outputs = fused
+        .kernel
+        .run(&cx, inputs)
+        .map_err(|err| op_error(step, device, err))?;
+    if outputs.len() != fused.n_head_outputs {
+        return Err(op_error(
+            step,
+            device,
+            KernelError::invalid(format!(
+                "produced {} outputs instead of {}",
+                outputs.len(),
+                fused.n_head_outputs
+            )),
+        ));
+    }
+    notify(run, step, device, &outputs);
+    Ok(outputs)
+}
+
+/// Runs folded step `member` on `handle` (a `ReadVariableOp`'s input, an `AssignVariableOp`'s
+/// first input) or `value` (an `Identity`'s input, an `AssignVariableOp`'s second input),
+/// returning its output (`None` for an `AssignVariableOp`).
+fn run_member(
+    run: &RunContext<'_>,
+    member: &Step,
+    device: &str,
+    handle: &HostTensor,
+    value: &HostTensor,
+) -> Result<Option<HostTensor>, ExecError> {
+    let Work::Kernel(kernel) = &member.work else {
+        unreachable!("only kernel steps are folded");
+    };
+    let cx = KernelCx {
+        variables: run.variables,
+        io: run.io,
+        name: &member.name,
+        device,
+    };
+    let output = match kernel {
+        Kernel::AssignVariableOp { .. } => kernel.run_folded(&cx, &[handle.clone(), value.clone()]),
+        Kernel::ReadVariableOp { .. } => kernel.run_folded(&cx, std::slice::from_ref(handle)),
+        _ => kernel.run_folded(&cx, std::slice::from_ref(value)),
+    }
+    .map_err(|err| op_error(member, device, err))?;
+    notify(run, member, device, output.as_slice());
+    Ok(output)
+}
