@@ -41,7 +41,7 @@ use std::ops::Range;
 use rustc_hash::FxHashSet;
 
 use super::error::{ExecError, KernelError};
-use super::kernels::{Kernel, KernelCx};
+use super::kernels::{Kernel, KernelCx, state};
 use super::plan::{CompiledPlan, Queue, SlotId, Step, StepId, Work};
 use super::step::{RunContext, notify, op_error};
 use super::tensor::HostTensor;
@@ -78,8 +78,8 @@ enum Kind {
 struct Chain {
     /// The output (restore) or tensor input (save) of the op it belongs to.
     position: u32,
-    /// The step input holding the variable handle.
-    handle: u32,
+    /// Where the variable handle comes from.
+    handle: Handle,
     /// Its steps in [`Fused::members`].
     members: Range<u32>,
 }
@@ -99,6 +99,15 @@ impl Fused {
     pub fn n_chains(&self) -> usize {
         self.chains.len()
     }
+}
+
+/// Where a chain's variable handle comes from.
+#[derive(Copy, Clone, Debug)]
+enum Handle {
+    /// This input of the fused step.
+    Input(u32),
+    /// The chain's first step, a folded `VarHandleOp`.
+    Member,
 }
 
 /// Slot and step facts the pass looks up, each a vector indexed by slot or step.
@@ -211,9 +220,16 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         && earlier(facts, candidate.inputs[0], head) =>
                 {
                     members.push(StepId(user as u32));
+                    let handle = match var_handle(steps, facts, candidate.inputs[0], user) {
+                        Some(producer) => {
+                            members.insert(start, producer);
+                            Handle::Member
+                        }
+                        None => Handle::Input(candidate.inputs[0].0),
+                    };
                     chains.push(Chain {
                         position: position as u32,
-                        handle: candidate.inputs[0].0,
+                        handle,
                         members: start as u32..members.len() as u32,
                     });
                     continue 'outputs;
@@ -229,6 +245,18 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     // The assignments (what can fail) run in schedule order.
     chains.sort_by_key(|chain| members[chain.members.end as usize - 1]);
     Some(reorder(Kind::Restore, chains, &members))
+}
+
+/// The `VarHandleOp` step writing `slot` when it can be folded with its only user `user`:
+/// on the same device, with no other user, its output not fetched.
+fn var_handle(steps: &[Step], facts: &Facts, slot: SlotId, user: usize) -> Option<StepId> {
+    let producer = facts.producer[slot.0 as usize];
+    let step = steps.get(producer as usize)?;
+    let folds = matches!(step.work, Work::Kernel(Kernel::VarHandleOp(_)))
+        && facts.private(slot)
+        && step.queue == steps[user].queue
+        && step.users.as_slice() == [StepId(user as u32)];
+    folds.then_some(StepId(producer))
 }
 
 /// Whether `slot` is fed or written by a step before `head`.
@@ -267,10 +295,18 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                 }
                 Work::Kernel(Kernel::ReadVariableOp { .. }) => {
                     members.push(StepId(producer));
+                    let handle =
+                        match var_handle(steps, facts, candidate.inputs[0], producer as usize) {
+                            Some(handle_step) => {
+                                members.push(handle_step);
+                                Handle::Member
+                            }
+                            None => Handle::Input(offset as u32),
+                        };
                     members[start..].reverse();
                     chains.push(Chain {
                         position: (offset - 3) as u32,
-                        handle: offset as u32,
+                        handle,
                         members: start as u32..members.len() as u32,
                     });
                     continue 'inputs;
@@ -344,12 +380,16 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
         }
         Kind::Save => {}
     }
-    // Restore chains read their handle from a new input; save chains from the tensor input.
+    // Restore chains read an unfolded handle from a new input. Save chains read it from the
+    // tensor's input, which holds the prefix as a placeholder when the handle is folded too
+    // (the step keeps one input per saved tensor).
     let mut chains = chains;
-    for chain in &mut chains {
-        if kind == Kind::Restore {
-            step.inputs.push(SlotId(chain.handle));
-            chain.handle = (step.inputs.len() - 1) as u32;
+    if kind == Kind::Restore {
+        for chain in &mut chains {
+            if let Handle::Input(slot) = chain.handle {
+                step.inputs.push(SlotId(slot));
+                chain.handle = Handle::Input((step.inputs.len() - 1) as u32);
+            }
         }
     }
     let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp))
@@ -358,12 +398,19 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     };
     step.deps = deps;
     step.users = users;
+    let placeholder = steps[head].inputs[0];
     let handles: Vec<(usize, SlotId)> = match kind {
         Kind::Save => chains
             .iter()
             .map(|chain| {
-                let read = members[chain.members.start as usize];
-                (chain.handle as usize, steps[read.0 as usize].inputs[0])
+                let input = 3 + chain.position as usize;
+                match chain.handle {
+                    Handle::Input(_) => {
+                        let read = members[chain.members.start as usize];
+                        (input, steps[read.0 as usize].inputs[0])
+                    }
+                    Handle::Member => (input, placeholder),
+                }
             })
             .collect(),
         Kind::Restore => Vec::new(),
@@ -407,6 +454,10 @@ fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
 
 /// Runs fused step `step` (on `device`) of `plan` on `inputs`, returning the outputs the step
 /// still writes. Errors and observer events are those of the folded ops.
+///
+/// Without an observer the variables are read (save) or assigned (restore) under one lock;
+/// with one, each folded op runs on its own and is reported, so that the observer may use the
+/// variables.
 pub(crate) fn run_fused(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
@@ -418,29 +469,91 @@ pub(crate) fn run_fused(
     match fused.kind {
         Kind::Restore => {
             let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
+            if run.observer.is_none() {
+                let handles = handles(run, plan, device, fused, &inputs)?;
+                if let Some(handles) = handles {
+                    let mut writer = run.variables.writer();
+                    for (chain, handle) in fused.chains.iter().zip(&handles) {
+                        let members = fused.chain_members(chain);
+                        let assign = plan.step(members[members.len() - 1]);
+                        let Work::Kernel(Kernel::AssignVariableOp {
+                            dtype,
+                            validate_shape,
+                        }) = assign.work
+                        else {
+                            unreachable!("a restore chain ends with an assignment");
+                        };
+                        let value = tensors[chain.position as usize].clone();
+                        state::handle(std::slice::from_ref(handle), 0)
+                            .and_then(|key| {
+                                Ok(writer.assign(key, dtype, value, validate_shape)?)
+                            })
+                            .map_err(|err| op_error(assign, device, err))?;
+                    }
+                    return Ok(kept(fused, &tensors));
+                }
+            }
             for chain in &fused.chains {
-                let handle = &inputs[chain.handle as usize];
+                let mut members = fused.chain_members(chain);
+                let handle = match chain.handle {
+                    Handle::Input(input) => inputs[input as usize].clone(),
+                    Handle::Member => {
+                        let handle_step = plan.step(members[0]);
+                        members = &members[1..];
+                        run_member(run, handle_step, device, &[])?
+                            .expect("a VarHandleOp has an output")
+                    }
+                };
                 let mut value = tensors[chain.position as usize].clone();
-                for &member in fused.chain_members(chain) {
-                    match run_member(run, plan.step(member), device, handle, &value)? {
-                        Some(next) => value = next,
-                        None => break,
+                for &member in members {
+                    let member = plan.step(member);
+                    let output = match member.work {
+                        Work::Kernel(Kernel::AssignVariableOp { .. }) => {
+                            run_member(run, member, device, &[handle.clone(), value.clone()])?
+                        }
+                        _ => run_member(run, member, device, std::slice::from_ref(&value))?,
+                    };
+                    if let Some(output) = output {
+                        value = output;
                     }
                 }
             }
-            Ok(fused
-                .kept
-                .iter()
-                .map(|&position| tensors[position as usize].clone())
-                .collect())
+            Ok(kept(fused, &tensors))
         }
         Kind::Save => {
+            if run.observer.is_none() {
+                if let Some(handles) = handles(run, plan, device, fused, &inputs)? {
+                    let reader = run.variables.reader();
+                    for (chain, handle) in fused.chains.iter().zip(&handles) {
+                        let members = fused.chain_members(chain);
+                        let read = match chain.handle {
+                            Handle::Input(_) => members[0],
+                            Handle::Member => members[1],
+                        };
+                        let read = plan.step(read);
+                        let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
+                            unreachable!("a save chain starts with a read");
+                        };
+                        let value = state::handle(std::slice::from_ref(handle), 0)
+                            .and_then(|key| Ok(reader.read_as(key, dtype)?))
+                            .map_err(|err| op_error(read, device, err))?;
+                        inputs[3 + chain.position as usize] = value;
+                    }
+                    drop(reader);
+                    return run_head(run, step, device, fused, &inputs);
+                }
+            }
             for chain in &fused.chains {
-                let slot = chain.handle as usize;
+                let slot = 3 + chain.position as usize;
                 let mut value = inputs[slot].clone();
                 for &member in fused.chain_members(chain) {
-                    if let Some(next) = run_member(run, plan.step(member), device, &inputs[slot], &value)? {
-                        value = next;
+                    let member = plan.step(member);
+                    let inputs: &[HostTensor] = match member.work {
+                        Work::Kernel(Kernel::VarHandleOp(_)) => &[],
+                        _ => std::slice::from_ref(&value),
+                    };
+                    if let Some(output) = run_member(run, member, device, inputs)? {
+                        value = output;
                     }
                 }
                 inputs[slot] = value;
@@ -448,6 +561,50 @@ pub(crate) fn run_fused(
             run_head(run, step, device, fused, &inputs)
         }
     }
+}
+
+/// The outputs of a fused restore that are not folded, in order.
+fn kept(fused: &Fused, tensors: &[HostTensor]) -> Vec<HostTensor> {
+    fused
+        .kept
+        .iter()
+        .map(|&position| tensors[position as usize].clone())
+        .collect()
+}
+
+/// The variable handle of every chain, in chain order, or `None` if one is a TF1 reference
+/// (whose ops read the variable, so they run one by one).
+fn handles(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Result<Option<Vec<HostTensor>>, ExecError> {
+    let mut handles = Vec::with_capacity(fused.chains.len());
+    for chain in &fused.chains {
+        let handle = match chain.handle {
+            Handle::Input(input) => inputs[input as usize].clone(),
+            Handle::Member => {
+                let handle_step = plan.step(fused.chain_members(chain)[0]);
+                let Work::Kernel(Kernel::VarHandleOp(var)) = &handle_step.work else {
+                    unreachable!("a folded handle comes from a VarHandleOp");
+                };
+                let cx = KernelCx {
+                    variables: run.variables,
+                    io: run.io,
+                    name: &handle_step.name,
+                    device,
+                };
+                state::var_handle(&cx, var, var.dtype)
+            }
+        };
+        if state::is_ref(&handle) {
+            return Ok(None);
+        }
+        handles.push(handle);
+    }
+    Ok(Some(handles))
 }
 
 /// Runs the `RestoreV2` or `SaveV2` of a fused step, as an ordinary step would.
@@ -483,15 +640,14 @@ fn run_head(
     Ok(outputs)
 }
 
-/// Runs folded step `member` on `handle` (a `ReadVariableOp`'s input, an `AssignVariableOp`'s
-/// first input) or `value` (an `Identity`'s input, an `AssignVariableOp`'s second input),
-/// returning its output (`None` for an `AssignVariableOp`).
+/// Runs folded step `member` on `inputs` (a `VarHandleOp` on none, an `AssignVariableOp` on
+/// the handle and the value, others on one tensor), reports it and returns its output (`None`
+/// for an `AssignVariableOp`).
 fn run_member(
     run: &RunContext<'_>,
     member: &Step,
     device: &str,
-    handle: &HostTensor,
-    value: &HostTensor,
+    inputs: &[HostTensor],
 ) -> Result<Option<HostTensor>, ExecError> {
     let Work::Kernel(kernel) = &member.work else {
         unreachable!("only kernel steps are folded");
@@ -502,12 +658,9 @@ fn run_member(
         name: &member.name,
         device,
     };
-    let output = match kernel {
-        Kernel::AssignVariableOp { .. } => kernel.run_folded(&cx, &[handle.clone(), value.clone()]),
-        Kernel::ReadVariableOp { .. } => kernel.run_folded(&cx, std::slice::from_ref(handle)),
-        _ => kernel.run_folded(&cx, std::slice::from_ref(value)),
-    }
-    .map_err(|err| op_error(member, device, err))?;
+    let output = kernel
+        .run_folded(&cx, inputs)
+        .map_err(|err| op_error(member, device, err))?;
     notify(run, member, device, output.as_slice());
     Ok(output)
 }

@@ -80,4 +80,6 @@ pub use plan::{
 };
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
-pub use variables::{VarKey, VarKeyRef, VariableError, VariableStore};
+pub use variables::{
+    VarKey, VarKeyRef, VariableError, VariableReader, VariableStore, VariableWriter,
+};

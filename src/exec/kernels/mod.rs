@@ -10,7 +10,7 @@
 
 mod array;
 mod checkpoint;
-mod state;
+pub(crate) mod state;
 mod strings;
 
 use std::sync::OnceLock;
@@ -274,6 +274,7 @@ impl Kernel {
         }
         match self {
             Kernel::Identity if inputs.len() == 1 => Ok(Some(inputs[0].clone())),
+            Kernel::VarHandleOp(var) => Ok(Some(state::var_handle(cx, var, var.dtype))),
             Kernel::ReadVariableOp { dtype } => {
                 let key = state::handle(inputs, 0)?;
                 Ok(Some(cx.variables.read_as(key, *dtype)?))
