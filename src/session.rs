@@ -425,12 +425,12 @@ impl Session {
                         })?
                     }
                 };
-                writer
-                    .put(&part.variable, part_value)
-                    .map_err(|source| SessionError::Variable {
+                writer.put(&part.variable, part_value).map_err(|source| {
+                    SessionError::Variable {
                         key: tensor.key.clone(),
                         source,
-                    })?;
+                    }
+                })?;
             }
         }
         drop(writer);
@@ -489,12 +489,13 @@ impl Session {
         let reader = self.variables.reader();
         for tensor in self.restored.values() {
             let read = |part: &Part| {
-                let value = reader.get(&part.variable).map_err(|source| {
-                    SessionError::Variable {
-                        key: tensor.key.clone(),
-                        source,
-                    }
-                })?;
+                let value =
+                    reader
+                        .get(&part.variable)
+                        .map_err(|source| SessionError::Variable {
+                            key: tensor.key.clone(),
+                            source,
+                        })?;
                 // Compared in place: this runs once per restored tensor.
                 let shape_ok = match &part.region {
                     Some(region) => region

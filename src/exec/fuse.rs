@@ -45,6 +45,7 @@ use super::kernels::{Kernel, KernelCx, state};
 use super::plan::{CompiledPlan, Queue, SlotId, Step, StepId, Work};
 use super::step::{RunContext, notify, op_error};
 use super::tensor::HostTensor;
+use super::variables::VarKeyRef;
 
 /// What a fused step runs: its own kernel and the chains folded into it.
 #[derive(Clone, Debug)]
@@ -331,7 +332,9 @@ fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId]) -> Group {
         .into_iter()
         .map(|chain| {
             let start = ordered.len() as u32;
-            ordered.extend_from_slice(&members[chain.members.start as usize..chain.members.end as usize]);
+            ordered.extend_from_slice(
+                &members[chain.members.start as usize..chain.members.end as usize],
+            );
             Chain {
                 members: start..ordered.len() as u32,
                 ..chain
@@ -392,8 +395,7 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
             }
         }
     }
-    let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp))
-    else {
+    let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp)) else {
         unreachable!("only kernel steps are fused");
     };
     step.deps = deps;
@@ -470,10 +472,9 @@ pub(crate) fn run_fused(
         Kind::Restore => {
             let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
             if run.observer.is_none() {
-                let handles = handles(run, plan, device, fused, &inputs)?;
-                if let Some(handles) = handles {
+                if let Some(keys) = keys(plan, fused, &inputs) {
                     let mut writer = run.variables.writer();
-                    for (chain, handle) in fused.chains.iter().zip(&handles) {
+                    for (chain, &key) in fused.chains.iter().zip(&keys) {
                         let members = fused.chain_members(chain);
                         let assign = plan.step(members[members.len() - 1]);
                         let Work::Kernel(Kernel::AssignVariableOp {
@@ -484,11 +485,9 @@ pub(crate) fn run_fused(
                             unreachable!("a restore chain ends with an assignment");
                         };
                         let value = tensors[chain.position as usize].clone();
-                        state::handle(std::slice::from_ref(handle), 0)
-                            .and_then(|key| {
-                                Ok(writer.assign(key, dtype, value, validate_shape)?)
-                            })
-                            .map_err(|err| op_error(assign, device, err))?;
+                        writer
+                            .assign(key, dtype, value, validate_shape)
+                            .map_err(|err| op_error(assign, device, err.into()))?;
                     }
                     return Ok(kept(fused, &tensors));
                 }
@@ -522,9 +521,10 @@ pub(crate) fn run_fused(
         }
         Kind::Save => {
             if run.observer.is_none() {
-                if let Some(handles) = handles(run, plan, device, fused, &inputs)? {
+                if let Some(keys) = keys(plan, fused, &inputs) {
                     let reader = run.variables.reader();
-                    for (chain, handle) in fused.chains.iter().zip(&handles) {
+                    let mut values = Vec::with_capacity(keys.len());
+                    for (chain, &key) in fused.chains.iter().zip(&keys) {
                         let members = fused.chain_members(chain);
                         let read = match chain.handle {
                             Handle::Input(_) => members[0],
@@ -534,12 +534,16 @@ pub(crate) fn run_fused(
                         let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
                             unreachable!("a save chain starts with a read");
                         };
-                        let value = state::handle(std::slice::from_ref(handle), 0)
-                            .and_then(|key| Ok(reader.read_as(key, dtype)?))
-                            .map_err(|err| op_error(read, device, err))?;
-                        inputs[3 + chain.position as usize] = value;
+                        let value = reader
+                            .read_as(key, dtype)
+                            .map_err(|err| op_error(read, device, err.into()))?;
+                        values.push(value);
                     }
                     drop(reader);
+                    drop(keys);
+                    for (chain, value) in fused.chains.iter().zip(values) {
+                        inputs[3 + chain.position as usize] = value;
+                    }
                     return run_head(run, step, device, fused, &inputs);
                 }
             }
@@ -572,39 +576,41 @@ fn kept(fused: &Fused, tensors: &[HostTensor]) -> Vec<HostTensor> {
         .collect()
 }
 
-/// The variable handle of every chain, in chain order, or `None` if one is a TF1 reference
-/// (whose ops read the variable, so they run one by one).
-fn handles(
-    run: &RunContext<'_>,
-    plan: &CompiledPlan,
-    device: &str,
+/// The variable of every chain, in chain order, or `None` when a handle is not a plain
+/// resource handle (a TF1 reference, whose ops read the variable, or a bad input whose error
+/// must come in schedule order): then the chains run op by op.
+fn keys<'a>(
+    plan: &'a CompiledPlan,
     fused: &Fused,
-    inputs: &[HostTensor],
-) -> Result<Option<Vec<HostTensor>>, ExecError> {
-    let mut handles = Vec::with_capacity(fused.chains.len());
+    inputs: &'a [HostTensor],
+) -> Option<Vec<VarKeyRef<'a>>> {
+    let mut keys = Vec::with_capacity(fused.chains.len());
     for chain in &fused.chains {
-        let handle = match chain.handle {
-            Handle::Input(input) => inputs[input as usize].clone(),
+        let key = match chain.handle {
+            Handle::Input(input) => {
+                let handle = &inputs[input as usize];
+                if state::is_ref(handle) {
+                    return None;
+                }
+                state::handle(std::slice::from_ref(handle), 0).ok()?
+            }
             Handle::Member => {
                 let handle_step = plan.step(fused.chain_members(chain)[0]);
                 let Work::Kernel(Kernel::VarHandleOp(var)) = &handle_step.work else {
                     unreachable!("a folded handle comes from a VarHandleOp");
                 };
-                let cx = KernelCx {
-                    variables: run.variables,
-                    io: run.io,
-                    name: &handle_step.name,
-                    device,
-                };
-                state::var_handle(&cx, var, var.dtype)
+                if var.dtype.is_ref() {
+                    return None;
+                }
+                VarKeyRef {
+                    container: &var.container,
+                    shared_name: &var.shared_name,
+                }
             }
         };
-        if state::is_ref(&handle) {
-            return Ok(None);
-        }
-        handles.push(handle);
+        keys.push(key);
     }
-    Ok(Some(handles))
+    Some(keys)
 }
 
 /// Runs the `RestoreV2` or `SaveV2` of a fused step, as an ordinary step would.

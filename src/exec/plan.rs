@@ -145,7 +145,22 @@ impl CompiledPlan {
     /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
     /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
     /// functions in the library) instead of checking them again.
+    ///
+    /// The variable ops around each `SaveV2` and `RestoreV2` are folded into it
+    /// ([`super::fuse`]); [`CompiledPlan::compile_unfused`] leaves them as steps.
     pub fn compile(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+    ) -> Result<CompiledPlan, ExecError> {
+        let mut plan = CompiledPlan::compile_unfused(module, targets, feeds)?;
+        fuse::fuse(&mut plan);
+        Ok(plan)
+    }
+
+    /// [`CompiledPlan::compile`] without the fusion pass: one step per op (what fused plans
+    /// are compared with).
+    pub fn compile_unfused(
         module: Verified<'_>,
         targets: &[&str],
         feeds: &[&str],
@@ -165,9 +180,7 @@ impl CompiledPlan {
             .iter()
             .map(|text| Ok((text.to_string(), parse_target(graph, text, false)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
-        let mut plan = compiler.compile_graph(graph, &targets, &feeds)?;
-        fuse::fuse(&mut plan);
-        Ok(plan)
+        compiler.compile_graph(graph, &targets, &feeds)
     }
 
     /// Compiles the library function `function` of `module` on its own, as a concrete function
@@ -273,8 +286,10 @@ impl CompiledPlan {
                     write!(f, " after {}", deps.join(", "))?;
                 }
                 if let Work::Fused(fused) = &step.work {
-                    let members: Vec<String> =
-                        fused.members().map(|member| format!("#{}", member.0)).collect();
+                    let members: Vec<String> = fused
+                        .members()
+                        .map(|member| format!("#{}", member.0))
+                        .collect();
                     write!(f, " fuses {}", members.join(", "))?;
                 }
                 writeln!(f)?;

@@ -99,7 +99,10 @@ fn run(
     }
     debug_assert_eq!(
         state.finished.load(Ordering::Acquire),
-        plan.queues().iter().map(|queue| queue.steps.len()).sum::<usize>(),
+        plan.queues()
+            .iter()
+            .map(|queue| queue.steps.len())
+            .sum::<usize>(),
         "a compiled plan is acyclic, so every step runs"
     );
     Ok(fetch(plan, &state.slots))
