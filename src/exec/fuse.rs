@@ -468,112 +468,153 @@ pub(crate) fn run_fused(
     fused: &Fused,
     mut inputs: Vec<HostTensor>,
 ) -> Result<Vec<HostTensor>, ExecError> {
+    let keys = match run.observer {
+        None => keys(plan, fused, &inputs),
+        Some(_) => None,
+    };
     match fused.kind {
         Kind::Restore => {
             let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
-            if run.observer.is_none() {
-                if let Some(keys) = keys(plan, fused, &inputs) {
-                    let mut writer = run.variables.writer();
-                    for (chain, &key) in fused.chains.iter().zip(&keys) {
-                        let members = fused.chain_members(chain);
-                        let assign = plan.step(members[members.len() - 1]);
-                        let Work::Kernel(Kernel::AssignVariableOp {
-                            dtype,
-                            validate_shape,
-                        }) = assign.work
-                        else {
-                            unreachable!("a restore chain ends with an assignment");
-                        };
-                        let value = tensors[chain.position as usize].clone();
-                        writer
-                            .assign(key, dtype, value, validate_shape)
-                            .map_err(|err| op_error(assign, device, err.into()))?;
-                    }
-                    return Ok(kept(fused, &tensors));
-                }
+            match keys {
+                Some(keys) => assign_all(run, plan, device, fused, &keys, &tensors)?,
+                None => restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?,
             }
-            for chain in &fused.chains {
-                let mut members = fused.chain_members(chain);
-                let handle = match chain.handle {
-                    Handle::Input(input) => inputs[input as usize].clone(),
-                    Handle::Member => {
-                        let handle_step = plan.step(members[0]);
-                        members = &members[1..];
-                        run_member(run, handle_step, device, &[])?
-                            .expect("a VarHandleOp has an output")
-                    }
-                };
-                let mut value = tensors[chain.position as usize].clone();
-                for &member in members {
-                    let member = plan.step(member);
-                    let output = match member.work {
-                        Work::Kernel(Kernel::AssignVariableOp { .. }) => {
-                            run_member(run, member, device, &[handle.clone(), value.clone()])?
-                        }
-                        _ => run_member(run, member, device, std::slice::from_ref(&value))?,
-                    };
-                    if let Some(output) = output {
-                        value = output;
-                    }
-                }
-            }
-            Ok(kept(fused, &tensors))
+            Ok(fused
+                .kept
+                .iter()
+                .map(|&position| tensors[position as usize].clone())
+                .collect())
         }
         Kind::Save => {
-            if run.observer.is_none() {
-                if let Some(keys) = keys(plan, fused, &inputs) {
-                    let reader = run.variables.reader();
-                    let mut values = Vec::with_capacity(keys.len());
-                    for (chain, &key) in fused.chains.iter().zip(&keys) {
-                        let members = fused.chain_members(chain);
-                        let read = match chain.handle {
-                            Handle::Input(_) => members[0],
-                            Handle::Member => members[1],
-                        };
-                        let read = plan.step(read);
-                        let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
-                            unreachable!("a save chain starts with a read");
-                        };
-                        let value = reader
-                            .read_as(key, dtype)
-                            .map_err(|err| op_error(read, device, err.into()))?;
-                        values.push(value);
-                    }
-                    drop(reader);
-                    drop(keys);
-                    for (chain, value) in fused.chains.iter().zip(values) {
-                        inputs[3 + chain.position as usize] = value;
-                    }
-                    return run_head(run, step, device, fused, &inputs);
-                }
-            }
-            for chain in &fused.chains {
-                let slot = 3 + chain.position as usize;
-                let mut value = inputs[slot].clone();
-                for &member in fused.chain_members(chain) {
-                    let member = plan.step(member);
-                    let inputs: &[HostTensor] = match member.work {
-                        Work::Kernel(Kernel::VarHandleOp(_)) => &[],
-                        _ => std::slice::from_ref(&value),
-                    };
-                    if let Some(output) = run_member(run, member, device, inputs)? {
-                        value = output;
-                    }
-                }
-                inputs[slot] = value;
+            let values = match keys {
+                Some(keys) => read_all(run, plan, device, fused, &keys)?,
+                None => read_op_by_op(run, plan, device, fused, &inputs)?,
+            };
+            for (chain, value) in fused.chains.iter().zip(values) {
+                inputs[3 + chain.position as usize] = value;
             }
             run_head(run, step, device, fused, &inputs)
         }
     }
 }
 
-/// The outputs of a fused restore that are not folded, in order.
-fn kept(fused: &Fused, tensors: &[HostTensor]) -> Vec<HostTensor> {
-    fused
-        .kept
-        .iter()
-        .map(|&position| tensors[position as usize].clone())
-        .collect()
+/// Assigns the restored `tensors` to the variables `keys` of the chains under one lock.
+fn assign_all(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    keys: &[VarKeyRef<'_>],
+    tensors: &[HostTensor],
+) -> Result<(), ExecError> {
+    let mut writer = run.variables.writer();
+    for (chain, &key) in fused.chains.iter().zip(keys) {
+        let members = fused.chain_members(chain);
+        let assign = plan.step(members[members.len() - 1]);
+        let Work::Kernel(Kernel::AssignVariableOp {
+            dtype,
+            validate_shape,
+        }) = assign.work
+        else {
+            unreachable!("a restore chain ends with an assignment");
+        };
+        let value = tensors[chain.position as usize].clone();
+        writer
+            .assign(key, dtype, value, validate_shape)
+            .map_err(|err| op_error(assign, device, err.into()))?;
+    }
+    Ok(())
+}
+
+/// Runs the folded ops of every restore chain one by one, reporting each.
+fn restore_op_by_op(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+    tensors: &[HostTensor],
+) -> Result<(), ExecError> {
+    for chain in &fused.chains {
+        let mut members = fused.chain_members(chain);
+        let handle = match chain.handle {
+            Handle::Input(input) => inputs[input as usize].clone(),
+            Handle::Member => {
+                let handle_step = plan.step(members[0]);
+                members = &members[1..];
+                run_member(run, handle_step, device, &[])?.expect("a VarHandleOp has an output")
+            }
+        };
+        let mut value = tensors[chain.position as usize].clone();
+        for &member in members {
+            let member = plan.step(member);
+            let output = match member.work {
+                Work::Kernel(Kernel::AssignVariableOp { .. }) => {
+                    run_member(run, member, device, &[handle.clone(), value.clone()])?
+                }
+                _ => run_member(run, member, device, std::slice::from_ref(&value))?,
+            };
+            if let Some(output) = output {
+                value = output;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the variables `keys` of the save chains under one lock, in chain order.
+fn read_all(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    keys: &[VarKeyRef<'_>],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let reader = run.variables.reader();
+    let mut values = Vec::with_capacity(keys.len());
+    for (chain, &key) in fused.chains.iter().zip(keys) {
+        let members = fused.chain_members(chain);
+        let read = match chain.handle {
+            Handle::Input(_) => members[0],
+            Handle::Member => members[1],
+        };
+        let read = plan.step(read);
+        let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
+            unreachable!("a save chain starts with a read");
+        };
+        let value = reader
+            .read_as(key, dtype)
+            .map_err(|err| op_error(read, device, err.into()))?;
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// Runs the folded ops of every save chain one by one, reporting each; returns the tensors
+/// to save, in chain order.
+fn read_op_by_op(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let mut values = Vec::with_capacity(fused.chains.len());
+    for chain in &fused.chains {
+        let mut value = inputs[3 + chain.position as usize].clone();
+        for &member in fused.chain_members(chain) {
+            let member = plan.step(member);
+            let inputs: &[HostTensor] = match member.work {
+                Work::Kernel(Kernel::VarHandleOp(_)) => &[],
+                _ => std::slice::from_ref(&value),
+            };
+            if let Some(output) = run_member(run, member, device, inputs)? {
+                value = output;
+            }
+        }
+        values.push(value);
+    }
+    Ok(values)
 }
 
 /// The variable of every chain, in chain order, or `None` when a handle is not a plain
