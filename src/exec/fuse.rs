@@ -31,7 +31,9 @@
 //! each chain in the order of its `ReadVariableOp`, then the `SaveV2`), so values, files and
 //! the first error (named after the op that failed, on its device) are those of the unfused
 //! plan. Ops of one device that do not depend on each other have no defined order, so a
-//! folded read or assignment may move past such an op. The observer still sees one
+//! folded read or assignment may move past such an op. When a run fails, a fused step of
+//! another device that already started finishes all its chains (an op already running
+//! finishes; unfused, that device might have stopped between two assignments). The observer still sees one
 //! [`super::StepEvent`] per folded op, with that op's step and outputs (the `RestoreV2` event
 //! carries every restored tensor), so progress counted from events is unchanged. A folded
 //! step is no longer in any queue, and its `deps` and `users` are empty.
