@@ -428,6 +428,8 @@ impl Session {
             return Err(SessionError::MissingValue { key });
         }
         self.all_assigned.store(false, Ordering::Release);
+        // One lock for every put (nothing below touches the store otherwise).
+        let mut writer = self.variables.writer();
         for (tensor, value) in pairs {
             for part in &tensor.parts {
                 let part_value = match &part.region {
@@ -439,14 +441,15 @@ impl Session {
                         })?
                     }
                 };
-                self.variables
-                    .put(&part.variable, part_value)
-                    .map_err(|source| SessionError::Variable {
+                writer.put(&part.variable, part_value).map_err(|source| {
+                    SessionError::Variable {
                         key: tensor.key.clone(),
                         source,
-                    })?;
+                    }
+                })?;
             }
         }
+        drop(writer);
         self.all_assigned.store(true, Ordering::Release);
         Ok(())
     }
@@ -498,14 +501,17 @@ impl Session {
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
         // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
         let mut out = Vec::with_capacity(self.restored.len());
+        // One lock for every read.
+        let reader = self.variables.reader();
         for tensor in self.restored.values() {
             let read = |part: &Part| {
-                let value = self.variables.get(&part.variable).map_err(|source| {
-                    SessionError::Variable {
-                        key: tensor.key.clone(),
-                        source,
-                    }
-                })?;
+                let value =
+                    reader
+                        .get(&part.variable)
+                        .map_err(|source| SessionError::Variable {
+                            key: tensor.key.clone(),
+                            source,
+                        })?;
                 // Compared in place: this runs once per restored tensor.
                 let shape_ok = match &part.region {
                     Some(region) => region

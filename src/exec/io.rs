@@ -115,21 +115,35 @@ pub trait CheckpointIo: Sync {
 /// The bundles one run has opened for reading, by prefix ([`CheckpointIo::restore_in_run`]).
 #[derive(Default)]
 pub struct OpenedBundles {
-    readers: Mutex<Vec<(String, Arc<BundleReader>)>>,
+    /// Per prefix, its reader once opened, behind the prefix's own lock.
+    readers: Mutex<Vec<(String, Arc<OpenedBundle>)>>,
 }
 
+/// The reader of one prefix, opened by the first restore that needs it.
+type OpenedBundle = Mutex<Option<Arc<BundleReader>>>;
+
 impl OpenedBundles {
-    /// The reader of `prefix`, opened now if this run has not opened it yet.
+    /// The reader of `prefix`, opened now if this run has not opened it yet. Restores of one
+    /// prefix on several devices open it once (the others wait for it); restores of other
+    /// prefixes do not wait.
     fn reader(&self, prefix: &str) -> Result<Arc<BundleReader>, IoError> {
-        if let Some((_, reader)) = lock(&self.readers)
-            .iter()
-            .find(|(opened, _)| opened == prefix)
-        {
+        let cell = {
+            let mut readers = lock(&self.readers);
+            match readers.iter().find(|(opened, _)| opened == prefix) {
+                Some((_, cell)) => Arc::clone(cell),
+                None => {
+                    let cell = Arc::new(Mutex::new(None));
+                    readers.push((prefix.to_owned(), Arc::clone(&cell)));
+                    cell
+                }
+            }
+        };
+        let mut opened = lock(&cell);
+        if let Some(reader) = opened.as_ref() {
             return Ok(Arc::clone(reader));
         }
-        // Opened outside the lock: restores of other prefixes do not wait for this one.
         let reader = Arc::new(BundleReader::open(prefix)?);
-        lock(&self.readers).push((prefix.to_owned(), Arc::clone(&reader)));
+        *opened = Some(Arc::clone(&reader));
         Ok(reader)
     }
 

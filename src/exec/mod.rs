@@ -13,6 +13,8 @@
 //! * [`plan`]: [`CompiledPlan`], a graph pruned to some targets and compiled into plain data:
 //!   steps in topological order with kernels, value slots and one queue per device. Function
 //!   calls compile into nested plans.
+//! * [`fuse`]: the pass that folds the variable reads feeding a `SaveV2` and the assignments
+//!   fed by a `RestoreV2` into one step, and how that step runs.
 //! * [`step`]: what both backends share to run a step: [`RunContext`] (variables, checkpoint
 //!   backend, observer), the slot table, running a kernel or a call and reporting its result.
 //! * [`scheduler`]: the interpreter: runs a plan on rayon, queue by queue, with cancellation on
@@ -53,6 +55,7 @@
 pub mod backend;
 pub mod error;
 pub mod executor;
+pub mod fuse;
 pub mod io;
 #[cfg(feature = "jit")]
 pub mod jit;
@@ -77,4 +80,6 @@ pub use plan::{
 };
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
-pub use variables::{VarKey, VarKeyRef, VariableError, VariableStore};
+pub use variables::{
+    VarKey, VarKeyRef, VariableError, VariableReader, VariableStore, VariableWriter,
+};

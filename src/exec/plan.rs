@@ -34,6 +34,7 @@ use saveplan_ir::{
 use smallvec::SmallVec;
 
 use super::error::ExecError;
+use super::fuse::{self, Fused};
 use super::kernels::Kernel;
 
 /// The device ops without one (or with a partial one) are resolved against.
@@ -103,6 +104,9 @@ pub enum Work {
         /// Its body, compiled with the call's inputs as feeds and outputs as fetches.
         plan: Arc<CompiledPlan>,
     },
+    /// A `RestoreV2` or `SaveV2` with the variable ops around it folded in by
+    /// [`super::fuse`]: run as one step, still reporting every folded op to the observer.
+    Fused(Box<Fused>),
 }
 
 /// The steps of one device, in schedule order.
@@ -149,7 +153,22 @@ impl CompiledPlan {
     /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
     /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
     /// functions in the library) instead of checking them again.
+    ///
+    /// The variable ops around each `SaveV2` and `RestoreV2` are folded into it
+    /// ([`super::fuse`]); [`CompiledPlan::compile_unfused`] leaves them as steps.
     pub fn compile(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+    ) -> Result<CompiledPlan, ExecError> {
+        let mut plan = CompiledPlan::compile_unfused(module, targets, feeds)?;
+        fuse::fuse(&mut plan);
+        Ok(plan)
+    }
+
+    /// [`CompiledPlan::compile`] without the fusion pass: one step per op (what fused plans
+    /// are compared with).
+    pub fn compile_unfused(
         module: Verified<'_>,
         targets: &[&str],
         feeds: &[&str],
@@ -197,7 +216,14 @@ impl CompiledPlan {
             .into_iter()
             .filter(|&id| found.body.op(id).op == Op::Arg)
             .count();
-        compiler.compile_function(found, n_args)
+        let mut plan = compiler.compile_function(found, n_args)?;
+        fuse::fuse(&mut plan);
+        Ok(plan)
+    }
+
+    /// The steps and queues, for [`super::fuse`] to rewrite in place.
+    pub(super) fn parts_mut(&mut self) -> (&mut Vec<Step>, &mut Vec<Queue>, &[SlotId]) {
+        (&mut self.steps, &mut self.queues, &self.fetches)
     }
 
     /// The steps, in topological order.
@@ -266,6 +292,13 @@ impl CompiledPlan {
                 if !step.deps.is_empty() {
                     let deps: Vec<String> = step.deps.iter().map(|d| format!("#{}", d.0)).collect();
                     write!(f, " after {}", deps.join(", "))?;
+                }
+                if let Work::Fused(fused) = &step.work {
+                    let members: Vec<String> = fused
+                        .members()
+                        .map(|member| format!("#{}", member.0))
+                        .collect();
+                    write!(f, " fuses {}", members.join(", "))?;
                 }
                 writeln!(f)?;
             }

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::error::ExecError;
+use super::fuse::run_fused;
 use super::plan::{CompiledPlan, StepId, Work};
 use super::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
 use super::sync::lock;
@@ -84,9 +85,12 @@ fn run(
         finished: AtomicUsize::new(0),
     };
     rayon::scope(|scope| {
-        for (index, step) in plan.steps().iter().enumerate() {
-            if step.deps.is_empty() {
-                state.make_ready(scope, StepId(index as u32));
+        // Steps folded into a fused step are in no queue and never run.
+        for queue in plan.queues() {
+            for &id in &queue.steps {
+                if plan.step(id).deps.is_empty() {
+                    state.make_ready(scope, id);
+                }
             }
         }
     });
@@ -95,7 +99,10 @@ fn run(
     }
     debug_assert_eq!(
         state.finished.load(Ordering::Acquire),
-        plan.steps().len(),
+        plan.queues()
+            .iter()
+            .map(|queue| queue.steps.len())
+            .sum::<usize>(),
         "a compiled plan is acyclic, so every step runs"
     );
     Ok(fetch(plan, &state.slots))
@@ -168,6 +175,7 @@ impl<'p> RunState<'p> {
             Work::Call { function, plan } => {
                 finish_call(self.cx, step, device, function, run(plan, self.cx, inputs))?
             }
+            Work::Fused(fused) => run_fused(self.cx, self.plan, step, device, fused, inputs)?,
         };
         for (slot, value) in step.outputs.iter().zip(outputs) {
             let _ = self.slots[slot.0 as usize].set(value);

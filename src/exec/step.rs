@@ -143,25 +143,38 @@ fn finish_step(
     device: &str,
     result: Result<Vec<HostTensor>, KernelError>,
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let op_error = |source: KernelError| ExecError::Op {
+    let outputs = result.map_err(|source| op_error(step, device, source))?;
+    if outputs.len() != step.outputs.len() {
+        return Err(op_error(
+            step,
+            device,
+            KernelError::invalid(format!(
+                "produced {} outputs instead of {}",
+                outputs.len(),
+                step.outputs.len()
+            )),
+        ));
+    }
+    notify(run, step, device, &outputs);
+    Ok(outputs)
+}
+
+/// The error of `step` (on `device`) failing with `source`.
+pub(crate) fn op_error(step: &Step, device: &str, source: KernelError) -> ExecError {
+    ExecError::Op {
         name: step.name.clone(),
         device: device.to_owned(),
         source: Box::new(source),
-    };
-    let outputs = result.map_err(op_error)?;
-    if outputs.len() != step.outputs.len() {
-        return Err(op_error(KernelError::invalid(format!(
-            "produced {} outputs instead of {}",
-            outputs.len(),
-            step.outputs.len()
-        ))));
     }
+}
+
+/// Tells the run's observer, if any, that `step` finished on `device` with `outputs`.
+pub(crate) fn notify(run: &RunContext<'_>, step: &Step, device: &str, outputs: &[HostTensor]) {
     if let Some(observer) = run.observer {
         observer(&StepEvent {
             step,
             device,
-            outputs: &outputs,
+            outputs,
         });
     }
-    Ok(outputs)
 }

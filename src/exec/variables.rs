@@ -9,6 +9,9 @@
 use std::fmt;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// The map a [`VariableStore`] locks.
+type VariableMap = HashMap<VarKey, Variable, FxBuildHasher>;
+
 use hashbrown::{Equivalent, HashMap};
 use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
@@ -77,7 +80,7 @@ impl Equivalent<VarKey> for VarKeyRef<'_> {
 pub struct VariableStore {
     /// A hash map: lookups of long, similar names are the hot path of a run. Nothing iterates
     /// it except [`VariableStore::keys`], which sorts.
-    variables: RwLock<HashMap<VarKey, Variable, FxBuildHasher>>,
+    variables: RwLock<VariableMap>,
 }
 
 /// One variable: its dtype, fixed by the first assignment, and its value.
@@ -165,47 +168,12 @@ impl VariableStore {
         value: HostTensor,
         validate_shape: bool,
     ) -> Result<Option<HostTensor>, VariableError> {
-        let key = key.into();
-        if value.dtype() != dtype {
-            return Err(VariableError::DTypeMismatch {
-                key: key.to_key(),
-                held: dtype,
-                requested: value.dtype(),
-            });
-        }
-        let mut variables = self.write();
-        match variables.get_mut(&key) {
-            Some(variable) => {
-                if variable.dtype != dtype {
-                    return Err(VariableError::DTypeMismatch {
-                        key: key.to_key(),
-                        held: variable.dtype,
-                        requested: dtype,
-                    });
-                }
-                if validate_shape && variable.value.shape() != value.shape() {
-                    return Err(VariableError::ShapeMismatch {
-                        key: key.to_key(),
-                        held: variable.value.shape().to_vec(),
-                        requested: value.shape().to_vec(),
-                    });
-                }
-                Ok(Some(std::mem::replace(&mut variable.value, value)))
-            }
-            None => {
-                variables.insert(key.to_key(), Variable { dtype, value });
-                Ok(None)
-            }
-        }
+        self.writer().assign(key, dtype, value, validate_shape)
     }
 
     /// The value of `key`, sharing its storage.
     pub fn get<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Result<HostTensor, VariableError> {
-        let key = key.into();
-        self.read()
-            .get(&key)
-            .map(|variable| variable.value.clone())
-            .ok_or_else(|| VariableError::NotFound { key: key.to_key() })
+        self.reader().get(key)
     }
 
     /// The value of `key`, which must hold `dtype` (what `ReadVariableOp` checks).
@@ -214,16 +182,20 @@ impl VariableStore {
         key: impl Into<VarKeyRef<'k>>,
         dtype: DType,
     ) -> Result<HostTensor, VariableError> {
-        let key = key.into();
-        let value = self.get(key)?;
-        if value.dtype() != dtype {
-            return Err(VariableError::DTypeMismatch {
-                key: key.to_key(),
-                held: value.dtype(),
-                requested: dtype,
-            });
-        }
-        Ok(value)
+        self.reader().read_as(key, dtype)
+    }
+
+    /// The store locked for reading, for many reads under one lock (a fused save step's). No
+    /// assignment can proceed while it is held.
+    pub fn reader(&self) -> VariableReader<'_> {
+        VariableReader { map: self.read() }
+    }
+
+    /// The store locked for writing, for many assignments under one lock (a fused restore
+    /// step's, [`crate::session::Session::assign`]). Nothing else can use the store while it
+    /// is held.
+    pub fn writer(&self) -> VariableWriter<'_> {
+        VariableWriter { map: self.write() }
     }
 
     /// Removes the variable `key` and returns its value, if it existed.
@@ -257,16 +229,107 @@ impl VariableStore {
 
     /// Locks the map for reading. A poisoned lock is still consistent, because no code
     /// panics while holding it.
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<VarKey, Variable, FxBuildHasher>> {
+    fn read(&self) -> RwLockReadGuard<'_, VariableMap> {
         self.variables
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Locks the map for writing (see [`VariableStore::read`] on poisoning).
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<VarKey, Variable, FxBuildHasher>> {
+    fn write(&self) -> RwLockWriteGuard<'_, VariableMap> {
         self.variables
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A [`VariableStore`] locked for reading ([`VariableStore::reader`]).
+pub struct VariableReader<'s> {
+    map: RwLockReadGuard<'s, VariableMap>,
+}
+
+impl VariableReader<'_> {
+    /// The value of `key`, sharing its storage: [`VariableStore::get`].
+    pub fn get<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Result<HostTensor, VariableError> {
+        let key = key.into();
+        self.map
+            .get(&key)
+            .map(|variable| variable.value.clone())
+            .ok_or_else(|| VariableError::NotFound { key: key.to_key() })
+    }
+
+    /// The value of `key`, which must hold `dtype`: [`VariableStore::read_as`].
+    pub fn read_as<'k>(
+        &self,
+        key: impl Into<VarKeyRef<'k>>,
+        dtype: DType,
+    ) -> Result<HostTensor, VariableError> {
+        let key = key.into();
+        let value = self.get(key)?;
+        if value.dtype() != dtype {
+            return Err(VariableError::DTypeMismatch {
+                key: key.to_key(),
+                held: value.dtype(),
+                requested: dtype,
+            });
+        }
+        Ok(value)
+    }
+}
+
+/// A [`VariableStore`] locked for writing ([`VariableStore::writer`]).
+pub struct VariableWriter<'s> {
+    map: RwLockWriteGuard<'s, VariableMap>,
+}
+
+impl VariableWriter<'_> {
+    /// Stores `value` in `key`, creating it with the value's dtype: [`VariableStore::put`].
+    pub fn put<'k>(
+        &mut self,
+        key: impl Into<VarKeyRef<'k>>,
+        value: HostTensor,
+    ) -> Result<Option<HostTensor>, VariableError> {
+        self.assign(key, value.dtype(), value, false)
+    }
+
+    /// Stores `value` like `AssignVariableOp`: [`VariableStore::assign`].
+    pub fn assign<'k>(
+        &mut self,
+        key: impl Into<VarKeyRef<'k>>,
+        dtype: DType,
+        value: HostTensor,
+        validate_shape: bool,
+    ) -> Result<Option<HostTensor>, VariableError> {
+        let key = key.into();
+        if value.dtype() != dtype {
+            return Err(VariableError::DTypeMismatch {
+                key: key.to_key(),
+                held: dtype,
+                requested: value.dtype(),
+            });
+        }
+        match self.map.get_mut(&key) {
+            Some(variable) => {
+                if variable.dtype != dtype {
+                    return Err(VariableError::DTypeMismatch {
+                        key: key.to_key(),
+                        held: variable.dtype,
+                        requested: dtype,
+                    });
+                }
+                if validate_shape && variable.value.shape() != value.shape() {
+                    return Err(VariableError::ShapeMismatch {
+                        key: key.to_key(),
+                        held: variable.value.shape().to_vec(),
+                        requested: value.shape().to_vec(),
+                    });
+                }
+                Ok(Some(std::mem::replace(&mut variable.value, value)))
+            }
+            None => {
+                self.map.insert(key.to_key(), Variable { dtype, value });
+                Ok(None)
+            }
+        }
     }
 }

@@ -4,14 +4,15 @@
 //! JIT), and the checkpoints they write are compared byte for byte.
 
 use crate::support::exec::{
-    assert_same_files, backends, fixture_module, in_pool, input_module, prepare, strings, verified,
+    assert_same_files, backends, fill_variables, fixture_module, in_pool, input_module, prepare,
+    strings, verified,
 };
 use crate::support::files::files_under;
 use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json, for_each_case};
 
 use saveplan::bundle::BundleReader;
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VarKey, VariableStore};
-use saveplan_ir::{AttrValue, Module, Op};
+use saveplan_ir::{Module, Op};
 use tempfile::TempDir;
 
 /// A fresh directory and the checkpoint prefix `ckpt` in it.
@@ -28,40 +29,6 @@ fn assert_runs_wrote_the_same(runs: &[(String, TempDir)]) {
         .map(|(label, dir)| (label.as_str(), dir.path()))
         .collect();
     assert_same_files(&dirs);
-}
-
-/// Puts a distinct value into every variable a `VarHandleOp` of `module` names, and returns
-/// the keys and values.
-fn fill_variables(module: &Module, store: &VariableStore, salt: u8) -> Vec<(VarKey, HostTensor)> {
-    let graph = &module.graph;
-    let mut filled = Vec::new();
-    for id in graph.ops() {
-        let node = graph.op(id);
-        if node.op != Op::VarHandleOp {
-            continue;
-        }
-        let text = |attr: &str| match node.attrs.get(attr) {
-            Some(AttrValue::S(bytes)) => String::from_utf8(bytes.clone()).unwrap(),
-            _ => String::new(),
-        };
-        let Some(AttrValue::Type(dtype)) = node.attrs.get("dtype") else {
-            panic!("{}: no dtype", node.name)
-        };
-        let Some(AttrValue::Shape(shape)) = node.attrs.get("shape") else {
-            panic!("{}: no shape", node.name)
-        };
-        let dims: Vec<u64> = shape.dims.iter().map(|dim| dim.size as u64).collect();
-        let n_bytes = dims.iter().product::<u64>() as usize * dtype.element_size().unwrap();
-        let bytes = (0..n_bytes)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) & 0x3f)
-            .collect();
-        let value = HostTensor::from_bytes(*dtype, dims, bytes).unwrap();
-        let shared_name = text("shared_name");
-        let key = VarKey::new(text("container"), shared_name);
-        store.put(&key, value.clone()).unwrap();
-        filled.push((key, value));
-    }
-    filled
 }
 
 /// Every g1–g6 flat graph round-trips ([`flat_graph_round_trip`]); a failure names the case.

@@ -19,6 +19,7 @@ mod compile;
 mod eager;
 mod eager_cli;
 mod exec_fixtures;
+mod exec_fuse;
 #[cfg(feature = "jit")]
 mod exec_jit;
 mod exec_kernels;

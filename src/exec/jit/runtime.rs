@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::exec::error::ExecError;
+use crate::exec::fuse::run_fused;
 use crate::exec::plan::{StepId, Work};
 use crate::exec::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
 use crate::exec::sync::lock;
@@ -242,6 +243,7 @@ impl Run<'_> {
                 let result = body.run(self.cx, values);
                 finish_call(self.cx, step, device, function, result)?
             }
+            (Work::Fused(fused), _) => run_fused(self.cx, plan, step, device, fused, values)?,
             (Work::Call { .. }, None) => unreachable!("compile lowers the body of every call"),
         };
         for (&slot, value) in outputs.iter().zip(results) {

@@ -10,7 +10,7 @@
 
 mod array;
 mod checkpoint;
-mod state;
+pub(crate) mod state;
 mod strings;
 
 use std::sync::OnceLock;
@@ -256,6 +256,37 @@ impl Kernel {
                 state::handle(inputs, 0)?;
                 Ok(Vec::new())
             }
+        }
+    }
+}
+
+impl Kernel {
+    /// Runs a kernel of at most one output on `inputs` as [`Kernel::run`] does, without the
+    /// output vector: what a fused step ([`super::fuse`]) runs for an `Identity`,
+    /// `ReadVariableOp` or `AssignVariableOp` folded into it.
+    pub(crate) fn run_folded(
+        &self,
+        cx: &KernelCx<'_>,
+        inputs: &[HostTensor],
+    ) -> Result<Option<HostTensor>, KernelError> {
+        if inputs.iter().any(state::is_ref) {
+            return Ok(self.run(cx, inputs)?.pop());
+        }
+        match self {
+            Kernel::Identity if inputs.len() == 1 => Ok(Some(inputs[0].clone())),
+            Kernel::VarHandleOp(var) => Ok(Some(state::var_handle(cx, var, var.dtype))),
+            Kernel::ReadVariableOp { dtype } => {
+                let key = state::handle(inputs, 0)?;
+                Ok(Some(cx.variables.read_as(key, *dtype)?))
+            }
+            Kernel::AssignVariableOp {
+                dtype,
+                validate_shape,
+            } => {
+                state::assign_variable(cx, *dtype, *validate_shape, inputs)?;
+                Ok(None)
+            }
+            _ => Ok(self.run(cx, inputs)?.pop()),
         }
     }
 }

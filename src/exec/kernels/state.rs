@@ -13,7 +13,7 @@ use crate::exec::variables::VarKeyRef;
 /// `VarHandleOp` (and `VariableV2`, with the `_ref` dtype): a scalar resource handle naming
 /// the variable `var` on the op's device; creates nothing. The handle of the kernel's first run
 /// is kept and shared by later runs on the same device.
-pub(super) fn var_handle(cx: &KernelCx<'_>, var: &VariableAttrs, dtype: DType) -> HostTensor {
+pub(crate) fn var_handle(cx: &KernelCx<'_>, var: &VariableAttrs, dtype: DType) -> HostTensor {
     let made = var.handle.get().filter(|tensor| {
         tensor
             .as_resource_scalar()
@@ -35,7 +35,7 @@ pub(super) fn var_handle(cx: &KernelCx<'_>, var: &VariableAttrs, dtype: DType) -
 
 /// Input `index` as a scalar resource handle, turned into the variable key (borrowed: nothing
 /// is allocated).
-pub(super) fn handle(inputs: &[HostTensor], index: usize) -> Result<VarKeyRef<'_>, KernelError> {
+pub(crate) fn handle(inputs: &[HostTensor], index: usize) -> Result<VarKeyRef<'_>, KernelError> {
     let tensor = typed_input(inputs, index, DType::Resource)?;
     let handle = tensor
         .as_resource_scalar()
@@ -66,6 +66,14 @@ pub(super) fn assign_variable(
     Ok(Vec::new())
 }
 
+/// Whether `tensor` is a TF1 reference (a resource handle with a `_ref` dtype).
+pub(crate) fn is_ref(tensor: &HostTensor) -> bool {
+    tensor.dtype() == DType::Resource
+        && tensor
+            .as_resource_scalar()
+            .is_some_and(|handle| handle.dtype.is_ref())
+}
+
 /// The inputs with every TF1 reference from index `keep` on replaced by its variable's value,
 /// or `None` when there is none (the common case: nothing is copied).
 pub(super) fn deref_refs(
@@ -73,12 +81,6 @@ pub(super) fn deref_refs(
     inputs: &[HostTensor],
     keep: usize,
 ) -> Result<Option<Vec<HostTensor>>, KernelError> {
-    let is_ref = |tensor: &HostTensor| {
-        tensor.dtype() == DType::Resource
-            && tensor
-                .as_resource_scalar()
-                .is_some_and(|handle| handle.dtype.is_ref())
-    };
     if !inputs.iter().skip(keep).any(is_ref) {
         return Ok(None);
     }

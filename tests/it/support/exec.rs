@@ -5,9 +5,10 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use saveplan::exec::{
-    Backend, CompiledPlan, ExecError, Executor, HostTensor, RunContext, StepEvent,
+    Backend, CompiledPlan, ExecError, Executor, HostTensor, RunContext, StepEvent, VarKey,
+    VariableStore,
 };
-use saveplan_ir::Module;
+use saveplan_ir::{AttrValue, Module, Op};
 
 use super::files::files_under;
 use super::{ErrorForm, error_chain, fixture, root};
@@ -97,4 +98,42 @@ pub fn strings(tensor: &HostTensor) -> Vec<String> {
 /// `module`, verified as every graph is where it enters; panics with every violation.
 pub fn verified(module: &Module) -> saveplan_ir::Verified<'_> {
     saveplan_ir::verify_module(module).unwrap_or_else(|errors| panic!("invalid plan: {errors}"))
+}
+
+/// Puts a distinct value into every variable a `VarHandleOp` of `module` names, and returns
+/// the keys and values.
+pub fn fill_variables(
+    module: &Module,
+    store: &VariableStore,
+    salt: u8,
+) -> Vec<(VarKey, HostTensor)> {
+    let graph = &module.graph;
+    let mut filled = Vec::new();
+    for id in graph.ops() {
+        let node = graph.op(id);
+        if node.op != Op::VarHandleOp {
+            continue;
+        }
+        let text = |attr: &str| match node.attrs.get(attr) {
+            Some(AttrValue::S(bytes)) => String::from_utf8(bytes.clone()).unwrap(),
+            _ => String::new(),
+        };
+        let Some(AttrValue::Type(dtype)) = node.attrs.get("dtype") else {
+            panic!("{}: no dtype", node.name)
+        };
+        let Some(AttrValue::Shape(shape)) = node.attrs.get("shape") else {
+            panic!("{}: no shape", node.name)
+        };
+        let dims: Vec<u64> = shape.dims.iter().map(|dim| dim.size as u64).collect();
+        let n_bytes = dims.iter().product::<u64>() as usize * dtype.element_size().unwrap();
+        let bytes = (0..n_bytes)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) & 0x3f)
+            .collect();
+        let value = HostTensor::from_bytes(*dtype, dims, bytes).unwrap();
+        let shared_name = text("shared_name");
+        let key = VarKey::new(text("container"), shared_name);
+        store.put(&key, value.clone()).unwrap();
+        filled.push((key, value));
+    }
+    filled
 }

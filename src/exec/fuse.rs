@@ -1,0 +1,715 @@
+//! The fusion pass run at the end of plan compilation, and how a fused step runs.
+//!
+//! A checkpoint plan of N variables is mostly per-variable steps: a save reads each variable
+//! (`ReadVariableOp`, maybe through `Identity`) only to feed one `SaveV2`, a restore hands each
+//! output of one `RestoreV2` (maybe through `Identity`) to one `AssignVariableOp`. Run one by
+//! one, each of those steps costs a scheduler entry, dependency counting and an output slot,
+//! which is more than the bundle code spends on a small tensor. The pass folds such chains into
+//! the `SaveV2`/`RestoreV2` step ([`Work::Fused`]), which then reads the variables, saves,
+//! restores and assigns in one step.
+//!
+//! # When a chain is folded
+//!
+//! * Restore: output `i` of a `RestoreV2` is used by exactly one step, an `Identity` (one input,
+//!   one output) or the value input of an `AssignVariableOp`; an `Identity`'s output likewise,
+//!   until an `AssignVariableOp` ends the chain. Every step of the chain is on the
+//!   `RestoreV2`'s device, no slot of it is fetched, and every other dependency of the chain
+//!   (the variable handle, control inputs) comes before the `RestoreV2` in the schedule, so
+//!   the fused step can run where the `RestoreV2` ran.
+//! * Save: tensor input `i` of a `SaveV2` is the output of an `Identity` or `ReadVariableOp`
+//!   on the same device, used by nothing else (no other data or control user, not fetched);
+//!   `Identity`s are followed back until a `ReadVariableOp` starts the chain.
+//!
+//! Outputs of a `RestoreV2` and inputs of a `SaveV2` that do not qualify stay ordinary slots;
+//! a `RestoreV2` or `SaveV2` with no chain to fold is left alone. Control edges to and from a
+//! folded step move to the fused step. The pass is linear in the plan's steps and edges.
+//!
+//! # What stays the same
+//!
+//! The fused step runs the same kernels in the same order as the interpreter ran the chain
+//! (restore: the `RestoreV2`, then each chain in the order of its `AssignVariableOp`; save:
+//! each chain in the order of its `ReadVariableOp`, then the `SaveV2`), so values, files and
+//! the first error (named after the op that failed, on its device) are those of the unfused
+//! plan. Ops of one device that do not depend on each other have no defined order, so a
+//! folded read or assignment may move past such an op. When a run fails, a fused step of
+//! another device that already started finishes all its chains (an op already running
+//! finishes; unfused, that device might have stopped between two assignments). The observer still sees one
+//! [`super::StepEvent`] per folded op, with that op's step and outputs (the `RestoreV2` event
+//! carries every restored tensor), so progress counted from events is unchanged. A folded
+//! step is no longer in any queue, and its `deps` and `users` are empty.
+
+use std::ops::Range;
+
+use rustc_hash::FxHashSet;
+
+use super::error::{ExecError, KernelError};
+use super::kernels::{Kernel, KernelCx, state};
+use super::plan::{CompiledPlan, Queue, SlotId, Step, StepId, Work};
+use super::step::{RunContext, notify, op_error};
+use super::tensor::HostTensor;
+use super::variables::VarKeyRef;
+
+/// What a fused step runs: its own kernel and the chains folded into it.
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// The kernel of the `RestoreV2` or `SaveV2` itself.
+    kernel: Kernel,
+    /// Which of the two it is.
+    kind: Kind,
+    /// The number of inputs of the op itself (the step's first inputs).
+    n_head_inputs: usize,
+    /// The number of outputs the op itself produces.
+    n_head_outputs: usize,
+    /// Restore: the positions of the outputs that are not folded, which the step still writes
+    /// (its `outputs`, in order).
+    kept: Vec<u32>,
+    /// The folded chains, in the order they run.
+    chains: Vec<Chain>,
+    /// The folded steps of every chain, each chain's in run order.
+    members: Vec<StepId>,
+}
+
+/// Whether a fused step restores or saves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    Restore,
+    Save,
+}
+
+/// One folded chain.
+#[derive(Clone, Debug)]
+struct Chain {
+    /// The output (restore) or tensor input (save) of the op it belongs to.
+    position: u32,
+    /// Where the variable handle comes from.
+    handle: Handle,
+    /// Its steps in [`Fused::members`].
+    members: Range<u32>,
+}
+
+impl Fused {
+    /// The folded steps, in the order they run.
+    pub fn members(&self) -> impl Iterator<Item = StepId> + '_ {
+        self.members.iter().copied()
+    }
+
+    /// The steps of `chain`, in run order.
+    fn chain_members(&self, chain: &Chain) -> &[StepId] {
+        &self.members[chain.members.start as usize..chain.members.end as usize]
+    }
+
+    /// The number of folded chains (one per variable read or assigned).
+    pub fn n_chains(&self) -> usize {
+        self.chains.len()
+    }
+}
+
+/// Where a chain's variable handle comes from.
+#[derive(Copy, Clone, Debug)]
+enum Handle {
+    /// This input of the fused step.
+    Input(u32),
+    /// The chain's first step, a folded `VarHandleOp`.
+    Member,
+}
+
+/// Slot and step facts the pass looks up, each a vector indexed by slot or step.
+struct Facts {
+    /// Per slot: how many step inputs read it.
+    uses: Vec<u32>,
+    /// Per slot: the last step reading it.
+    user: Vec<u32>,
+    /// Per slot: the step writing it, or `u32::MAX` for a feed.
+    producer: Vec<u32>,
+    /// The fetched slots.
+    fetched: FxHashSet<SlotId>,
+}
+
+impl Facts {
+    /// Whether `slot` has exactly one reader and is not fetched.
+    fn private(&self, slot: SlotId) -> bool {
+        self.uses[slot.0 as usize] == 1 && !self.fetched.contains(&slot)
+    }
+}
+
+/// Folds the variable chains of every `RestoreV2` and `SaveV2` of `plan` into them.
+pub(super) fn fuse(plan: &mut CompiledPlan) {
+    let n_slots = plan.n_slots();
+    let (steps, queues, fetches) = plan.parts_mut();
+    let has_head = steps.iter().any(|step| {
+        matches!(
+            step.work,
+            Work::Kernel(Kernel::RestoreV2 { .. } | Kernel::SaveV2 { .. })
+        )
+    });
+    if !has_head {
+        return;
+    }
+    let mut facts = Facts {
+        uses: vec![0; n_slots],
+        user: vec![u32::MAX; n_slots],
+        producer: vec![u32::MAX; n_slots],
+        fetched: fetches.iter().copied().collect(),
+    };
+    for (index, step) in steps.iter().enumerate() {
+        for slot in &step.inputs {
+            facts.uses[slot.0 as usize] += 1;
+            facts.user[slot.0 as usize] = index as u32;
+        }
+        for slot in &step.outputs {
+            facts.producer[slot.0 as usize] = index as u32;
+        }
+    }
+    // Per step: the fused step it was folded into (itself if none).
+    let mut rep: Vec<u32> = (0..steps.len() as u32).collect();
+    let mut changed = false;
+    for head in 0..steps.len() {
+        let fused = match &steps[head].work {
+            Work::Kernel(Kernel::RestoreV2 { .. }) => plan_restore(steps, &facts, head),
+            Work::Kernel(Kernel::SaveV2 { .. }) => plan_save(steps, &facts, head),
+            _ => None,
+        };
+        if let Some(group) = fused {
+            apply(steps, &mut rep, head, group);
+            changed = true;
+        }
+    }
+    if changed {
+        relink(steps, queues, &rep);
+    }
+}
+
+/// The chains a step folds, before the step is rewritten.
+struct Group {
+    kind: Kind,
+    chains: Vec<Chain>,
+    members: Vec<StepId>,
+}
+
+/// The chains of `RestoreV2` step `head` that can be folded.
+fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
+    let step = &steps[head];
+    let mut chains = Vec::new();
+    let mut members = Vec::new();
+    'outputs: for (position, &slot) in step.outputs.iter().enumerate() {
+        let start = members.len();
+        let mut current = slot;
+        let mut previous = head;
+        loop {
+            if !facts.private(current) {
+                break;
+            }
+            let user = facts.user[current.0 as usize] as usize;
+            let candidate = &steps[user];
+            if candidate.queue != step.queue
+                || !candidate
+                    .deps
+                    .iter()
+                    .all(|dep| dep.0 as usize == previous || (dep.0 as usize) < head)
+            {
+                break;
+            }
+            match &candidate.work {
+                Work::Kernel(Kernel::Identity)
+                    if candidate.inputs.len() == 1 && candidate.outputs.len() == 1 =>
+                {
+                    members.push(StepId(user as u32));
+                    current = candidate.outputs[0];
+                    previous = user;
+                }
+                Work::Kernel(Kernel::AssignVariableOp { .. })
+                    if candidate.inputs.len() == 2
+                        && candidate.inputs[1] == current
+                        && earlier(facts, candidate.inputs[0], head) =>
+                {
+                    members.push(StepId(user as u32));
+                    let handle = match var_handle(steps, facts, candidate.inputs[0], user) {
+                        Some(producer) => {
+                            members.insert(start, producer);
+                            Handle::Member
+                        }
+                        None => Handle::Input(candidate.inputs[0].0),
+                    };
+                    chains.push(Chain {
+                        position: position as u32,
+                        handle,
+                        members: start as u32..members.len() as u32,
+                    });
+                    continue 'outputs;
+                }
+                _ => break,
+            }
+        }
+        members.truncate(start);
+    }
+    if chains.is_empty() {
+        return None;
+    }
+    // The assignments (what can fail) run in schedule order.
+    chains.sort_by_key(|chain| members[chain.members.end as usize - 1]);
+    Some(reorder(Kind::Restore, chains, &members))
+}
+
+/// The `VarHandleOp` step writing `slot` when it can be folded with its only user `user`:
+/// on the same device, with no other user, its output not fetched.
+fn var_handle(steps: &[Step], facts: &Facts, slot: SlotId, user: usize) -> Option<StepId> {
+    let producer = facts.producer[slot.0 as usize];
+    let step = steps.get(producer as usize)?;
+    let folds = matches!(step.work, Work::Kernel(Kernel::VarHandleOp(_)))
+        && facts.private(slot)
+        && step.queue == steps[user].queue
+        && step.users.as_slice() == [StepId(user as u32)];
+    folds.then_some(StepId(producer))
+}
+
+/// Whether `slot` is fed or written by a step before `head`.
+fn earlier(facts: &Facts, slot: SlotId, head: usize) -> bool {
+    let producer = facts.producer[slot.0 as usize];
+    producer == u32::MAX || (producer as usize) < head
+}
+
+/// The chains of `SaveV2` step `head` that can be folded.
+fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
+    let step = &steps[head];
+    let mut chains = Vec::new();
+    let mut members = Vec::new();
+    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(3) {
+        let start = members.len();
+        let mut current = slot;
+        let mut next = head;
+        loop {
+            let producer = facts.producer[current.0 as usize];
+            if !facts.private(current) || producer == u32::MAX {
+                break;
+            }
+            let candidate = &steps[producer as usize];
+            if candidate.queue != step.queue
+                || candidate.users.as_slice() != [StepId(next as u32)]
+                || candidate.inputs.len() != 1
+                || candidate.outputs.len() != 1
+            {
+                break;
+            }
+            match &candidate.work {
+                Work::Kernel(Kernel::Identity) => {
+                    members.push(StepId(producer));
+                    current = candidate.inputs[0];
+                    next = producer as usize;
+                }
+                Work::Kernel(Kernel::ReadVariableOp { .. }) => {
+                    members.push(StepId(producer));
+                    let handle =
+                        match var_handle(steps, facts, candidate.inputs[0], producer as usize) {
+                            Some(handle_step) => {
+                                members.push(handle_step);
+                                Handle::Member
+                            }
+                            None => Handle::Input(offset as u32),
+                        };
+                    members[start..].reverse();
+                    chains.push(Chain {
+                        position: (offset - 3) as u32,
+                        handle,
+                        members: start as u32..members.len() as u32,
+                    });
+                    continue 'inputs;
+                }
+                _ => break,
+            }
+        }
+        members.truncate(start);
+    }
+    if chains.is_empty() {
+        return None;
+    }
+    // The reads (what can fail) run in schedule order.
+    chains.sort_by_key(|chain| members[chain.members.start as usize]);
+    Some(reorder(Kind::Save, chains, &members))
+}
+
+/// The group with `members` laid out in the order of `chains`.
+fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId]) -> Group {
+    let mut ordered = Vec::with_capacity(members.len());
+    let chains = chains
+        .into_iter()
+        .map(|chain| {
+            let start = ordered.len() as u32;
+            ordered.extend_from_slice(
+                &members[chain.members.start as usize..chain.members.end as usize],
+            );
+            Chain {
+                members: start..ordered.len() as u32,
+                ..chain
+            }
+        })
+        .collect();
+    Group {
+        kind,
+        chains,
+        members: ordered,
+    }
+}
+
+/// Rewrites step `head` into a fused step folding `group`, and empties the folded steps.
+fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
+    let Group {
+        kind,
+        chains,
+        members,
+    } = group;
+    let mut deps = std::mem::take(&mut steps[head].deps);
+    let mut users = std::mem::take(&mut steps[head].users);
+    for &member in &members {
+        rep[member.0 as usize] = head as u32;
+        let step = &mut steps[member.0 as usize];
+        deps.append(&mut step.deps);
+        users.append(&mut step.users);
+    }
+    let step = &mut steps[head];
+    let n_head_inputs = step.inputs.len();
+    let n_head_outputs = step.outputs.len();
+    let mut kept = Vec::new();
+    match kind {
+        Kind::Restore => {
+            let mut folded = vec![false; n_head_outputs];
+            for chain in &chains {
+                folded[chain.position as usize] = true;
+            }
+            let outputs = std::mem::take(&mut step.outputs);
+            for (position, slot) in outputs.into_iter().enumerate() {
+                if !folded[position] {
+                    kept.push(position as u32);
+                    step.outputs.push(slot);
+                }
+            }
+        }
+        Kind::Save => {}
+    }
+    // Restore chains read an unfolded handle from a new input. Save chains read it from the
+    // tensor's input, which holds the prefix as a placeholder when the handle is folded too
+    // (the step keeps one input per saved tensor).
+    let mut chains = chains;
+    if kind == Kind::Restore {
+        for chain in &mut chains {
+            if let Handle::Input(slot) = chain.handle {
+                step.inputs.push(SlotId(slot));
+                chain.handle = Handle::Input((step.inputs.len() - 1) as u32);
+            }
+        }
+    }
+    let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp)) else {
+        unreachable!("only kernel steps are fused");
+    };
+    step.deps = deps;
+    step.users = users;
+    let placeholder = steps[head].inputs[0];
+    let handles: Vec<(usize, SlotId)> = match kind {
+        Kind::Save => chains
+            .iter()
+            .map(|chain| {
+                let input = 3 + chain.position as usize;
+                match chain.handle {
+                    Handle::Input(_) => {
+                        let read = members[chain.members.start as usize];
+                        (input, steps[read.0 as usize].inputs[0])
+                    }
+                    Handle::Member => (input, placeholder),
+                }
+            })
+            .collect(),
+        Kind::Restore => Vec::new(),
+    };
+    let step = &mut steps[head];
+    for (input, slot) in handles {
+        step.inputs[input] = slot;
+    }
+    step.work = Work::Fused(Box::new(Fused {
+        kernel,
+        kind,
+        n_head_inputs,
+        n_head_outputs,
+        kept,
+        chains,
+        members,
+    }));
+}
+
+/// Points every edge at the fused steps, sorts and dedups it, and takes folded steps out of
+/// their queues.
+fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
+    for (index, step) in steps.iter_mut().enumerate() {
+        for edges in [&mut step.deps, &mut step.users] {
+            if edges.iter().any(|id| rep[id.0 as usize] != id.0) {
+                for id in edges.iter_mut() {
+                    id.0 = rep[id.0 as usize];
+                }
+                edges.retain(|id| id.0 as usize != index);
+                edges.sort_unstable();
+                edges.dedup();
+            } else if edges.iter().any(|id| id.0 as usize == index) {
+                edges.retain(|id| id.0 as usize != index);
+            }
+        }
+    }
+    for queue in queues {
+        queue.steps.retain(|id| rep[id.0 as usize] == id.0);
+    }
+}
+
+/// Runs fused step `step` (on `device`) of `plan` on `inputs`, returning the outputs the step
+/// still writes. Errors and observer events are those of the folded ops.
+///
+/// Without an observer the variables are read (save) or assigned (restore) under one lock;
+/// with one, each folded op runs on its own and is reported, so that the observer may use the
+/// variables.
+pub(crate) fn run_fused(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    step: &Step,
+    device: &str,
+    fused: &Fused,
+    mut inputs: Vec<HostTensor>,
+) -> Result<Vec<HostTensor>, ExecError> {
+    let keys = match run.observer {
+        None => keys(plan, fused, &inputs),
+        Some(_) => None,
+    };
+    match fused.kind {
+        Kind::Restore => {
+            let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
+            match keys {
+                Some(keys) => assign_all(run, plan, device, fused, &keys, &tensors)?,
+                None => restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?,
+            }
+            Ok(fused
+                .kept
+                .iter()
+                .map(|&position| tensors[position as usize].clone())
+                .collect())
+        }
+        Kind::Save => {
+            let values = match keys {
+                Some(keys) => read_all(run, plan, device, fused, &keys)?,
+                None => read_op_by_op(run, plan, device, fused, &inputs)?,
+            };
+            for (chain, value) in fused.chains.iter().zip(values) {
+                inputs[3 + chain.position as usize] = value;
+            }
+            run_head(run, step, device, fused, &inputs)
+        }
+    }
+}
+
+/// Assigns the restored `tensors` to the variables `keys` of the chains under one lock.
+fn assign_all(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    keys: &[VarKeyRef<'_>],
+    tensors: &[HostTensor],
+) -> Result<(), ExecError> {
+    let mut writer = run.variables.writer();
+    for (chain, &key) in fused.chains.iter().zip(keys) {
+        let members = fused.chain_members(chain);
+        let assign = plan.step(members[members.len() - 1]);
+        let Work::Kernel(Kernel::AssignVariableOp {
+            dtype,
+            validate_shape,
+        }) = assign.work
+        else {
+            unreachable!("a restore chain ends with an assignment");
+        };
+        let value = tensors[chain.position as usize].clone();
+        writer
+            .assign(key, dtype, value, validate_shape)
+            .map_err(|err| op_error(assign, device, err.into()))?;
+    }
+    Ok(())
+}
+
+/// Runs the folded ops of every restore chain one by one, reporting each.
+fn restore_op_by_op(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+    tensors: &[HostTensor],
+) -> Result<(), ExecError> {
+    for chain in &fused.chains {
+        let mut members = fused.chain_members(chain);
+        let handle = match chain.handle {
+            Handle::Input(input) => inputs[input as usize].clone(),
+            Handle::Member => {
+                let handle_step = plan.step(members[0]);
+                members = &members[1..];
+                run_member(run, handle_step, device, &[])?.expect("a VarHandleOp has an output")
+            }
+        };
+        let mut value = tensors[chain.position as usize].clone();
+        for &member in members {
+            let member = plan.step(member);
+            let output = match member.work {
+                Work::Kernel(Kernel::AssignVariableOp { .. }) => {
+                    run_member(run, member, device, &[handle.clone(), value.clone()])?
+                }
+                _ => run_member(run, member, device, std::slice::from_ref(&value))?,
+            };
+            if let Some(output) = output {
+                value = output;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the variables `keys` of the save chains under one lock, in chain order.
+fn read_all(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    keys: &[VarKeyRef<'_>],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let reader = run.variables.reader();
+    let mut values = Vec::with_capacity(keys.len());
+    for (chain, &key) in fused.chains.iter().zip(keys) {
+        let members = fused.chain_members(chain);
+        let read = match chain.handle {
+            Handle::Input(_) => members[0],
+            Handle::Member => members[1],
+        };
+        let read = plan.step(read);
+        let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
+            unreachable!("a save chain starts with a read");
+        };
+        let value = reader
+            .read_as(key, dtype)
+            .map_err(|err| op_error(read, device, err.into()))?;
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// Runs the folded ops of every save chain one by one, reporting each; returns the tensors
+/// to save, in chain order.
+fn read_op_by_op(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let mut values = Vec::with_capacity(fused.chains.len());
+    for chain in &fused.chains {
+        let mut value = inputs[3 + chain.position as usize].clone();
+        for &member in fused.chain_members(chain) {
+            let member = plan.step(member);
+            let inputs: &[HostTensor] = match member.work {
+                Work::Kernel(Kernel::VarHandleOp(_)) => &[],
+                _ => std::slice::from_ref(&value),
+            };
+            if let Some(output) = run_member(run, member, device, inputs)? {
+                value = output;
+            }
+        }
+        values.push(value);
+    }
+    Ok(values)
+}
+
+/// The variable of every chain, in chain order, or `None` when a handle is not a plain
+/// resource handle (a TF1 reference, whose ops read the variable, or a bad input whose error
+/// must come in schedule order): then the chains run op by op.
+fn keys<'a>(
+    plan: &'a CompiledPlan,
+    fused: &Fused,
+    inputs: &'a [HostTensor],
+) -> Option<Vec<VarKeyRef<'a>>> {
+    let mut keys = Vec::with_capacity(fused.chains.len());
+    for chain in &fused.chains {
+        let key = match chain.handle {
+            Handle::Input(input) => {
+                let handle = &inputs[input as usize];
+                if state::is_ref(handle) {
+                    return None;
+                }
+                state::handle(std::slice::from_ref(handle), 0).ok()?
+            }
+            Handle::Member => {
+                let handle_step = plan.step(fused.chain_members(chain)[0]);
+                let Work::Kernel(Kernel::VarHandleOp(var)) = &handle_step.work else {
+                    unreachable!("a folded handle comes from a VarHandleOp");
+                };
+                if var.dtype.is_ref() {
+                    return None;
+                }
+                VarKeyRef {
+                    container: &var.container,
+                    shared_name: &var.shared_name,
+                }
+            }
+        };
+        keys.push(key);
+    }
+    Some(keys)
+}
+
+/// Runs the `RestoreV2` or `SaveV2` of a fused step, as an ordinary step would.
+fn run_head(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>, ExecError> {
+    let cx = KernelCx {
+        variables: run.variables,
+        io: run.io,
+        name: &step.name,
+        device,
+    };
+    let outputs = fused
+        .kernel
+        .run(&cx, inputs)
+        .map_err(|err| op_error(step, device, err))?;
+    if outputs.len() != fused.n_head_outputs {
+        return Err(op_error(
+            step,
+            device,
+            KernelError::invalid(format!(
+                "produced {} outputs instead of {}",
+                outputs.len(),
+                fused.n_head_outputs
+            )),
+        ));
+    }
+    notify(run, step, device, &outputs);
+    Ok(outputs)
+}
+
+/// Runs folded step `member` on `inputs` (a `VarHandleOp` on none, an `AssignVariableOp` on
+/// the handle and the value, others on one tensor), reports it and returns its output (`None`
+/// for an `AssignVariableOp`).
+fn run_member(
+    run: &RunContext<'_>,
+    member: &Step,
+    device: &str,
+    inputs: &[HostTensor],
+) -> Result<Option<HostTensor>, ExecError> {
+    let Work::Kernel(kernel) = &member.work else {
+        unreachable!("only kernel steps are folded");
+    };
+    let cx = KernelCx {
+        variables: run.variables,
+        io: run.io,
+        name: &member.name,
+        device,
+    };
+    let output = kernel
+        .run_folded(&cx, inputs)
+        .map_err(|err| op_error(member, device, err))?;
+    notify(run, member, device, output.as_slice());
+    Ok(output)
+}

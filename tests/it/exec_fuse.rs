@@ -1,0 +1,237 @@
+//! The fusion pass (`saveplan::exec::fuse`): fused save and restore plans write the same
+//! bytes, restore the same values, report the same ops to an observer and fail with the same
+//! errors as the unfused plans, on both backends; and the steps a fused plan schedules do not
+//! grow with the number of variables.
+
+use std::sync::Mutex;
+
+use crate::support::exec::{assert_same_files, backends, fill_variables, prepare, verified};
+use crate::support::{ErrorForm, error_chain};
+
+use saveplan::exec::{
+    BundleIo, CompiledPlan, Executor, HostTensor, RunContext, StepEvent, VarKey, VariableStore,
+    Work,
+};
+use saveplan::trace::spec::SpecFile;
+use saveplan::trace::{FlatTrace, trace_flat};
+
+/// A traced flat plan of `n` float32[4] variables spread over `n_tasks` tasks.
+fn trace(n: usize, n_tasks: usize) -> FlatTrace {
+    let variables: Vec<String> = (0..n)
+        .map(|index| {
+            format!(
+                r#"{{"checkpoint_key":"v{index:04}","dtype":"float32","shape":[4],"device":"/job:worker/replica:0/task:{}/device:CPU:0"}}"#,
+                index % n_tasks
+            )
+        })
+        .collect();
+    let spec = SpecFile::parse(&format!(r#"{{"variables":[{}]}}"#, variables.join(",")))
+        .expect("the spec parses");
+    trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).expect("the spec traces")
+}
+
+/// The save and restore plans of `trace`, fused or not.
+fn plans(trace: &FlatTrace, fused: bool) -> (CompiledPlan, CompiledPlan) {
+    let module = verified(&trace.module);
+    let feeds = [trace.saver.filename_tensor_name.as_str()];
+    let restore: Vec<&str> = trace
+        .saver
+        .restore_targets
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let compile = if fused {
+        CompiledPlan::compile
+    } else {
+        CompiledPlan::compile_unfused
+    };
+    (
+        compile(module, &[&trace.saver.save_target], &feeds).unwrap(),
+        compile(module, &restore, &feeds).unwrap(),
+    )
+}
+
+/// The steps a run schedules (folded steps are in no queue).
+fn scheduled(plan: &CompiledPlan) -> usize {
+    plan.queues().iter().map(|queue| queue.steps.len()).sum()
+}
+
+/// The variable chains folded into the plan's fused steps.
+fn folded_chains(plan: &CompiledPlan) -> usize {
+    plan.steps()
+        .iter()
+        .map(|step| match &step.work {
+            Work::Fused(fused) => fused.n_chains(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Runs `plan` with `prefix` fed on `store`, returning the result rendered on one line and the
+/// sorted names of the ops the observer saw.
+fn run(plan: &Executor, store: &VariableStore, prefix: &str) -> (Result<(), String>, Vec<String>) {
+    let io = BundleIo::default();
+    let log = Mutex::new(Vec::new());
+    let observer = |event: &StepEvent<'_>| log.lock().unwrap().push(event.step.name.clone());
+    let cx = RunContext::new(store).with_io(&io);
+    let plain = plan
+        .run(&cx, vec![HostTensor::string_scalar(prefix)])
+        .map(drop)
+        .map_err(|err| error_chain(&err, ErrorForm::OneLine));
+    let observed = plan
+        .run(
+            &cx.with_observer(&observer),
+            vec![HostTensor::string_scalar(prefix)],
+        )
+        .map(drop)
+        .map_err(|err| error_chain(&err, ErrorForm::OneLine));
+    assert_eq!(plain, observed, "with and without an observer");
+    let mut names = log.into_inner().unwrap();
+    names.sort();
+    (plain, names)
+}
+
+/// The values of every variable of `store`.
+fn contents(store: &VariableStore) -> Vec<(VarKey, HostTensor)> {
+    store
+        .keys()
+        .into_iter()
+        .map(|key| {
+            let value = store.get(&key).unwrap();
+            (key, value)
+        })
+        .collect()
+}
+
+/// A save runs O(1) steps and a restore O(1) steps however many variables there are: every
+/// per-variable op is folded (the unfused plans, by contrast, grow by three steps per variable).
+#[test]
+fn scheduled_steps_do_not_grow_with_the_variables() {
+    for n_tasks in [1, 3] {
+        let counts = |n: usize| {
+            let trace = trace(n, n_tasks);
+            let (save, restore) = plans(&trace, true);
+            let (save_unfused, restore_unfused) = plans(&trace, false);
+            assert_eq!(folded_chains(&save), n, "{n_tasks} tasks: save chains");
+            assert_eq!(
+                folded_chains(&restore),
+                n,
+                "{n_tasks} tasks: restore chains"
+            );
+            (
+                [scheduled(&save), scheduled(&restore)],
+                [scheduled(&save_unfused), scheduled(&restore_unfused)],
+            )
+        };
+        let (fused_half, unfused_half) = counts(24);
+        let (fused_full, unfused_full) = counts(48);
+        assert_eq!(fused_half, fused_full, "{n_tasks} tasks: fused steps");
+        assert_eq!(
+            [
+                unfused_full[0] - unfused_half[0],
+                unfused_full[1] - unfused_half[1]
+            ],
+            [2 * 24, 3 * 24],
+            "{n_tasks} tasks: unfused steps per variable (VarHandleOp, read / identity, assign)"
+        );
+    }
+}
+
+/// Fused and unfused plans write byte-identical checkpoints, restore the same values and
+/// report the same ops to an observer, on every backend, on one task and on three.
+#[test]
+fn fused_and_unfused_plans_do_the_same() {
+    for n_tasks in [1, 3] {
+        let trace = trace(12, n_tasks);
+        let unfused = plans(&trace, false);
+        let fused = plans(&trace, true);
+        for backend in backends() {
+            let label = format!("{n_tasks} tasks, {backend}");
+            let store = VariableStore::new();
+            let filled = fill_variables(&trace.module, &store, 7);
+            assert_eq!(filled.len(), 12, "{label}");
+            let mut dirs = Vec::new();
+            let mut logs = Vec::new();
+            let mut restored = Vec::new();
+            for (save, restore) in [&unfused, &fused] {
+                let dir = tempfile::tempdir().unwrap();
+                let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+                let (result, saved) = run(&prepare(save, backend), &store, &prefix);
+                result.unwrap_or_else(|err| panic!("{label}: save: {err}"));
+                let into = VariableStore::new();
+                let (result, assigned) = run(&prepare(restore, backend), &into, &prefix);
+                result.unwrap_or_else(|err| panic!("{label}: restore: {err}"));
+                restored.push(contents(&into));
+                logs.push((saved, assigned));
+                dirs.push(dir);
+            }
+            assert_same_files(&[("unfused", dirs[0].path()), ("fused", dirs[1].path())]);
+            assert_eq!(restored[0], restored[1], "{label}: restored values");
+            assert_eq!(restored[1], contents(&store), "{label}: restored = saved");
+            assert_eq!(logs[0], logs[1], "{label}: observed ops");
+            // Every VarHandleOp, read and assign is reported: 12 variables, 3 ops each side.
+            assert!(logs[1].0.len() >= 24 && logs[1].1.len() >= 36, "{label}");
+        }
+    }
+}
+
+/// A restore into a variable of another dtype fails naming the same `AssignVariableOp`, and a
+/// save of a missing variable the same `ReadVariableOp`, fused or not, with or without an
+/// observer (which makes the fused step run op by op). On one task the same assignments are
+/// made before the failure; on two, the other device's progress when the run is cancelled
+/// depends on timing (a fused step that started finishes), so only the errors are compared.
+#[test]
+fn fused_and_unfused_plans_fail_alike() {
+    for n_tasks in [1, 2] {
+        let trace = trace(6, n_tasks);
+        let unfused = plans(&trace, false);
+        let fused = plans(&trace, true);
+        for backend in backends() {
+            let label = format!("{n_tasks} tasks, {backend}");
+            let store = VariableStore::new();
+            let filled = fill_variables(&trace.module, &store, 3);
+            let dir = tempfile::tempdir().unwrap();
+            let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+            let (result, _) = run(&prepare(&fused.0, backend), &store, &prefix);
+            result.unwrap();
+            // The fourth variable holds int32: its assignment fails.
+            let (wrong_key, _) = &filled[3];
+            let mut errors = Vec::new();
+            for (save, restore) in [&unfused, &fused] {
+                let into = VariableStore::new();
+                let int32 = HostTensor::from_i32s(vec![4], &[1, 2, 3, 4]).unwrap();
+                into.put(wrong_key, int32).unwrap();
+                let (restore_error, _) = run(&prepare(restore, backend), &into, &prefix);
+                let missing = VariableStore::new();
+                for (key, value) in filled.iter().filter(|(key, _)| key != wrong_key) {
+                    missing.put(key, value.clone()).unwrap();
+                }
+                let save_dir = tempfile::tempdir().unwrap();
+                let save_prefix = save_dir.path().join("ckpt").to_string_lossy().into_owned();
+                let (save_error, _) = run(&prepare(save, backend), &missing, &save_prefix);
+                let assigned = if n_tasks == 1 { into.len() } else { 0 };
+                errors.push((
+                    restore_error.unwrap_err(),
+                    save_error.unwrap_err(),
+                    assigned,
+                ));
+            }
+            assert_eq!(errors[0], errors[1], "{label}");
+            let (restore_error, save_error, assigned) = &errors[1];
+            if n_tasks == 1 {
+                assert_eq!(
+                    *assigned, 4,
+                    "{label}: three assigned before the failure, plus it"
+                );
+            }
+            assert!(
+                restore_error.contains("AssignVariableOp") && restore_error.contains("int32"),
+                "{label}: {restore_error}"
+            );
+            assert!(
+                save_error.contains("ReadVariableOp") && save_error.contains("does not exist"),
+                "{label}: {save_error}"
+            );
+        }
+    }
+}
