@@ -15,6 +15,7 @@ use super::function::{function_def, import_function_def};
 use super::graph_def::{graph_def, import_graph_def};
 use super::meta_graph::{MetaGraph, import_meta_graph_def, meta_graph_def};
 use super::saver_def::{import_saver_def, saver_def};
+use super::wire;
 use super::{ExportError, ImportError};
 
 /// The extension of a binary MetaGraphDef as `tf.compat.v1.train.Saver` writes it (`model.meta`).
@@ -177,8 +178,18 @@ pub enum FileError {
 }
 
 /// Reads a `.pb` or `.pbtxt` file and imports it into IR.
+///
+/// A binary `GraphDef` or `MetaGraphDef` is imported straight from its bytes (see
+/// `wire.rs`), with the same result as decoding it and importing the message.
 pub fn read_graph_file(path: &Path) -> Result<Loaded, FileError> {
-    let message = read_proto_file(path)?;
+    let (encoding, bytes) = read_file(path)?;
+    if encoding == Encoding::Binary
+        && let Some(loaded) = import_binary(&bytes, is_meta_file(path))
+    {
+        return Ok(loaded);
+    }
+    let message = decode_file(path, encoding, &bytes)?;
+    drop(bytes);
     message.import().map_err(|source| FileError::Import {
         path: path.to_owned(),
         kind: message.kind(),
@@ -230,6 +241,12 @@ pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Resul
 
 /// Reads a `.pb` or `.pbtxt` file and tells which message it holds.
 pub fn read_proto_file(path: &Path) -> Result<ProtoMessage, FileError> {
+    let (encoding, bytes) = read_file(path)?;
+    decode_file(path, encoding, &bytes)
+}
+
+/// The encoding of a `.pb` or `.pbtxt` file, by extension, and its bytes.
+fn read_file(path: &Path) -> Result<(Encoding, Vec<u8>), FileError> {
     let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
         path: path.to_owned(),
     })?;
@@ -237,22 +254,58 @@ pub fn read_proto_file(path: &Path) -> Result<ProtoMessage, FileError> {
         path: path.to_owned(),
         source,
     })?;
-    let is_meta = path.extension().is_some_and(|ext| ext == META_EXTENSION);
+    Ok((encoding, bytes))
+}
+
+/// Whether `path` is a `.meta` file, a MetaGraphDef by name.
+fn is_meta_file(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == META_EXTENSION)
+}
+
+/// Imports binary protobuf straight from its bytes when it is the `GraphDef` or
+/// `MetaGraphDef` that [`ProtoMessage::decode_binary`] (or, for a `.meta` file, decoding a
+/// `MetaGraphDef`) would take it for; `None` for anything else, or anything the direct
+/// import leaves to the message path.
+fn import_binary(bytes: &[u8], is_meta: bool) -> Option<Loaded> {
+    if is_meta {
+        return wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph);
+    }
+    if has_only_known_fields::<pb::GraphDef>(bytes) {
+        // If the direct import gives up, so may the decoder, which then tries the next kind.
+        return wire::import_graph_def_bytes(bytes).map(Loaded::Graph);
+    }
+    if has_only_known_fields::<pb::MetaGraphDef>(bytes) {
+        return wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph);
+    }
+    None
+}
+
+/// Whether `bytes` are wire format of message `M` with only fields its schema defines (see
+/// [`only_known_fields`]).
+fn has_only_known_fields<M: prost::Name>(bytes: &[u8]) -> bool {
+    let pool = saveplan_proto::descriptor_pool();
+    pool.get_message_by_name(&M::full_name())
+        .is_some_and(|descriptor| only_known_fields(&descriptor, bytes, 0))
+}
+
+/// Decodes the bytes of the file `path` in `encoding`, telling which message they hold.
+fn decode_file(path: &Path, encoding: Encoding, bytes: &[u8]) -> Result<ProtoMessage, FileError> {
+    let is_meta = is_meta_file(path);
     match encoding {
         // A `.meta` file is a MetaGraphDef by name; TensorFlow's carry fields we do not model
         // (`collection_def`, `signature_def`, …), which decoding skips.
-        Encoding::Binary if is_meta => pb::MetaGraphDef::decode(bytes.as_slice())
+        Encoding::Binary if is_meta => pb::MetaGraphDef::decode(bytes)
             .map(|message| ProtoMessage::MetaGraphDef(Box::new(message)))
             .map_err(|_| FileError::UnrecognizedBinary {
                 path: path.to_owned(),
             }),
         Encoding::Binary => {
-            ProtoMessage::decode_binary(&bytes).ok_or_else(|| FileError::UnrecognizedBinary {
+            ProtoMessage::decode_binary(bytes).ok_or_else(|| FileError::UnrecognizedBinary {
                 path: path.to_owned(),
             })
         }
         Encoding::Text => {
-            let text = std::str::from_utf8(&bytes).map_err(|_| FileError::NotUtf8 {
+            let text = std::str::from_utf8(bytes).map_err(|_| FileError::NotUtf8 {
                 path: path.to_owned(),
             })?;
             ProtoMessage::parse_text(text).map_err(|source| FileError::UnrecognizedText {
@@ -328,9 +381,7 @@ impl ProtoMessage {
     /// an empty `GraphDef`.
     pub fn decode_binary(bytes: &[u8]) -> Option<ProtoMessage> {
         fn strict<M: Message + prost::Name + Default>(bytes: &[u8]) -> Option<M> {
-            let pool = saveplan_proto::descriptor_pool();
-            let descriptor = pool.get_message_by_name(&M::full_name())?;
-            if !only_known_fields(&descriptor, bytes, 0) {
+            if !has_only_known_fields::<M>(bytes) {
                 return None;
             }
             M::decode(bytes).ok()

@@ -29,6 +29,7 @@ mod meta_graph;
 mod node;
 pub mod object_graph;
 mod saver_def;
+mod wire;
 
 pub use assemble::{SaveSlice, TENSORFLOW_VERSION, VariableEntry, assemble_meta_graph, op_types};
 pub use attr::TensorError;
