@@ -268,16 +268,36 @@ fn is_meta_file(path: &Path) -> bool {
 /// import leaves to the message path.
 fn import_binary(bytes: &[u8], is_meta: bool) -> Option<Loaded> {
     if is_meta {
-        return wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph);
+        return import_binary_direct(bytes, MessageKind::MetaGraphDef);
     }
     if has_only_known_fields::<pb::GraphDef>(bytes) {
         // If the direct import gives up, so may the decoder, which then tries the next kind.
-        return wire::import_graph_def_bytes(bytes).map(Loaded::Graph);
+        return import_binary_direct(bytes, MessageKind::GraphDef);
     }
     if has_only_known_fields::<pb::MetaGraphDef>(bytes) {
-        return wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph);
+        return import_binary_direct(bytes, MessageKind::MetaGraphDef);
     }
     None
+}
+
+/// Imports an encoded `GraphDef` or `MetaGraphDef` (`kind`) straight from its bytes, without
+/// building its `NodeDef`s: names, op types, inputs and devices are read in place and only
+/// attribute values are decoded, one at a time. The result equals decoding the message and
+/// importing it ([`ProtoMessage::import`]).
+///
+/// `None` for another kind and for anything the direct import leaves to that path: a node
+/// with `experimental_debug_info`, `experimental_type` or a field the schema does not define,
+/// a field repeated inside an attribute entry, a `graph_def` given twice, bytes that do not
+/// decode, or a graph that does not import (whose error the message path reports).
+/// [`read_graph_file`] takes this path first.
+pub fn import_binary_direct(bytes: &[u8], kind: MessageKind) -> Option<Loaded> {
+    match kind {
+        MessageKind::GraphDef => wire::import_graph_def_bytes(bytes).map(Loaded::Graph),
+        MessageKind::MetaGraphDef => {
+            wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph)
+        }
+        MessageKind::FunctionDef | MessageKind::SaverDef => None,
+    }
 }
 
 /// Whether `bytes` are wire format of message `M` with only fields its schema defines (see

@@ -37,8 +37,8 @@ pub use checkpoint_state::{
     CheckpointState, CheckpointStateError, checkpoint_state_text, parse_checkpoint_state,
 };
 pub use file::{
-    Encoding, FileError, Loaded, MessageKind, ProtoMessage, read_graph_file, read_proto_file,
-    write_encoded_file, write_graph_file, write_proto_file,
+    Encoding, FileError, Loaded, MessageKind, ProtoMessage, import_binary_direct, read_graph_file,
+    read_proto_file, write_encoded_file, write_graph_file, write_proto_file,
 };
 pub use function::{function_def, import_function_def};
 pub use graph_def::{encode_graph_def, graph_def, import_graph_def};
