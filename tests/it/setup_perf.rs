@@ -1,11 +1,11 @@
 //! Scale tests of setup and import, by work counted, not time: the edges the IR's graph
 //! walks visit (`Graph::edges_visited`, debug builds) while a plan of N variables is traced,
 //! verified and compiled into a `Session` (save and restore plans, keys bound), and while a
-//! GraphDef of it is imported (from the decoded message and straight from its bytes), verified, checked, printed and compiled again. Every added
-//! variable must cost the same: from N to 2N the work grows twice as much as from N/2 to N.
-//! With one task the `SaveV2` has one input per variable, so an op whose N inputs cost N²
-//! anywhere on these paths fails the test. A session's JIT code waits for its first run
-//! ([`saveplan::exec::Executor::lazy`]).
+//! GraphDef of it is imported (from the decoded message and straight from its bytes),
+//! verified, checked, printed and compiled again. Every added variable must cost the same:
+//! from N to 2N the work grows twice as much as from N/2 to N. With one task the `SaveV2` has
+//! one input per variable, so an op whose N inputs cost N² anywhere on these paths fails the
+//! test. A session's JIT code waits for its first run ([`saveplan::exec::Executor::lazy`]).
 
 use prost::Message;
 use saveplan::analysis::check_module;
