@@ -226,6 +226,17 @@ struct Str<'a>(&'a [u8]);
 impl Display for Str<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_char('"')?;
+        // Names and devices are almost always printable ASCII without quotes or backslashes:
+        // written whole.
+        if self
+            .0
+            .iter()
+            .all(|&byte| (0x20..0x7f).contains(&byte) && byte != b'"' && byte != b'\\')
+            && let Ok(text) = std::str::from_utf8(self.0)
+        {
+            f.write_str(text)?;
+            return f.write_char('"');
+        }
         for chunk in self.0.utf8_chunks() {
             for c in chunk.valid().chars() {
                 match c {

@@ -74,6 +74,7 @@ pub(crate) fn import_meta_graph_def_bytes(bytes: &[u8]) -> Option<MetaGraph> {
 /// Adds the encoded `NodeDef`s to a new graph in order, then connects their inputs.
 fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
     let mut graph = Graph::new();
+    graph.reserve(nodes.len(), 0);
     let mut placed: Vec<(OpId, &str, &[u8])> = Vec::with_capacity(nodes.len());
     let mut n_inputs = 0;
     for chunk in nodes.chunks(NODES_PER_CHUNK) {
