@@ -196,7 +196,11 @@ fn check_printable(node: &pb::NodeDef) -> Result<(), ImportError> {
 /// Whether `text` holds a control character, which no name, op type, input or attribute
 /// name may.
 pub(crate) fn has_control(text: &str) -> bool {
-    text.chars().any(char::is_control)
+    if text.is_ascii() {
+        text.bytes().any(|byte| byte.is_ascii_control())
+    } else {
+        text.chars().any(char::is_control)
+    }
 }
 
 /// What a `NodeDef` converts to on its own, before it joins a graph.

@@ -13,7 +13,9 @@
 use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint};
 use rayon::prelude::*;
+use saveplan_ir::attr::AttrName;
 use saveplan_ir::device::DeviceSpec;
+use saveplan_ir::signature;
 use saveplan_ir::{AttrValue, Attrs, Graph, Module, Op, OpId};
 use saveplan_proto::tensorflow as pb;
 
@@ -77,21 +79,28 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
     graph.reserve(nodes.len(), 0);
     let mut placed: Vec<(OpId, &str, &[u8])> = Vec::with_capacity(nodes.len());
     let mut n_inputs = 0;
-    for chunk in nodes.chunks(NODES_PER_CHUNK) {
-        // A node on its own (checked names, op, device, attributes) does not depend on the
-        // others: parsed in parallel, each thread remembering the last device it checked
-        // (a plan repeats a handful of devices).
-        let parsed = chunk
-            .par_iter()
-            .with_min_len(1024)
-            .map_init(|| None, |checked, bytes| parse_node(bytes, checked))
-            .collect::<Option<Vec<WireNode<'_>>>>()?;
-        for node in parsed {
-            n_inputs += node.n_inputs;
-            let id = graph
-                .add_op(node.name, node.op, node.device, node.attrs)
-                .ok()?;
-            placed.push((id, node.name, node.bytes));
+    // Chunk by chunk, the next chunk is parsed while the nodes of this one join the graph.
+    let mut chunks = nodes.chunks(NODES_PER_CHUNK);
+    let mut parsed = parse_chunk(chunks.next().unwrap_or_default())?;
+    loop {
+        let next = chunks.next();
+        let (added, next) = rayon::join(
+            || -> Option<()> {
+                for node in parsed {
+                    n_inputs += node.n_inputs;
+                    let id = graph
+                        .add_op(node.name, node.op, node.device, node.attrs)
+                        .ok()?;
+                    placed.push((id, node.name, node.bytes));
+                }
+                Some(())
+            },
+            || next.map(parse_chunk),
+        );
+        added?;
+        match next {
+            Some(next) => parsed = next?,
+            None => break,
         }
     }
     graph.reserve(0, n_inputs);
@@ -99,6 +108,18 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
         connect_inputs(&mut graph, name, inputs(bytes), id, Syntax::GraphDef).ok()?;
     }
     Some(graph)
+}
+
+/// Parses encoded `NodeDef`s in parallel, in order; `None` if any is left to the message path.
+///
+/// A node on its own (checked names, op, device, attributes) does not depend on the others;
+/// each thread remembers the last device string it checked (a plan repeats a handful).
+fn parse_chunk<'a>(chunk: &[&'a [u8]]) -> Option<Vec<WireNode<'a>>> {
+    chunk
+        .par_iter()
+        .with_min_len(1024)
+        .map_init(|| None, |checked, bytes| parse_node(bytes, checked))
+        .collect()
 }
 
 /// A `NodeDef` read from its bytes, before it joins a graph.
@@ -122,7 +143,7 @@ struct WireNode<'a> {
 fn parse_node<'a>(bytes: &'a [u8], checked: &mut Option<&'a str>) -> Option<WireNode<'a>> {
     let (mut name, mut op_type, mut device) = ("", "", "");
     let mut n_inputs = 0;
-    let mut attrs = Vec::new();
+    let mut attrs: Vec<(&str, AttrValue)> = Vec::new();
     let mut input = bytes;
     while !input.is_empty() {
         let field = next_field(&mut input)?;
@@ -147,6 +168,12 @@ fn parse_node<'a>(bytes: &'a [u8], checked: &mut Option<&'a str>) -> Option<Wire
         return None;
     }
     let op = Op::from_type_name(op_type);
+    // The names the op's signature knows are shared, not copied for every node.
+    let signature = signature::signature(op_type);
+    let attr_name = |name: &str| match signature.and_then(|signature| signature.attr(name)) {
+        Some(known) => AttrName::Borrowed(known.name),
+        None => AttrName::Owned(name.to_owned()),
+    };
     if !matches!(op, Op::Other(_)) && *checked != Some(device) {
         DeviceSpec::parse(device).ok()?;
         *checked = Some(device);
@@ -158,7 +185,7 @@ fn parse_node<'a>(bytes: &'a [u8], checked: &mut Option<&'a str>) -> Option<Wire
         // A repeated name keeps the last value, as the decoded map does.
         attrs: attrs
             .into_iter()
-            .map(|(name, value)| (name.to_owned(), value))
+            .map(|(name, value)| (attr_name(name), value))
             .collect(),
         n_inputs,
         bytes,
