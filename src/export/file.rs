@@ -213,6 +213,17 @@ pub fn write_graph_file(path: &Path, loaded: &Loaded) -> Result<(), FileError> {
 /// With [`super::encode_graph_def`] or [`super::encode_meta_graph_def`] this writes a plan of
 /// any size without building its protobuf messages (for 700,000 ops those take gigabytes).
 pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Result<(), FileError> {
+    write_encoded_pieces(path, kind, &[bytes])
+}
+
+/// [`write_encoded_file`] of a message encoded in consecutive pieces (as
+/// [`super::encode_meta_graph_def_pieces`] gives it): a `.pb` file gets the pieces one after
+/// the other, never joined in memory; a `.pbtxt` file is printed from them joined.
+pub fn write_encoded_pieces<P: AsRef<[u8]>>(
+    path: &Path,
+    kind: MessageKind,
+    pieces: &[P],
+) -> Result<(), FileError> {
     use std::io::Write as _;
     let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
         path: path.to_owned(),
@@ -221,11 +232,26 @@ pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Resul
         path: path.to_owned(),
         source,
     };
-    if encoding == Encoding::Binary {
-        return std::fs::write(path, bytes).map_err(write_error);
-    }
     let file = std::fs::File::create(path).map_err(write_error)?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    if encoding == Encoding::Binary {
+        for piece in pieces {
+            out.write_all(piece.as_ref()).map_err(write_error)?;
+        }
+        return out.flush().map_err(write_error);
+    }
+    let joined;
+    let bytes = match pieces {
+        [piece] => piece.as_ref(),
+        _ => {
+            joined = pieces
+                .iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<_>>()
+                .concat();
+            &joined
+        }
+    };
     let mut sink = |chunk: &str| out.write_all(chunk.as_bytes());
     saveplan_proto::write_text_dyn(&format!("tensorflow.{}", kind.name()), bytes, &mut sink)
         .map_err(|source| match source {

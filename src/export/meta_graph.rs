@@ -54,6 +54,13 @@ pub(crate) fn meta_graph_of(module: Module, meta_graph_def: &pb::MetaGraphDef) -
 /// `meta_graph_def(meta_graph)?.encode_to_vec()`, with the graph written by
 /// [`super::encode_graph_def`], so that no `NodeDef` is built.
 pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportError> {
+    Ok(encode_meta_graph_def_pieces(meta_graph)?.concat())
+}
+
+/// [`encode_meta_graph_def`] in consecutive pieces (the fields before the graph, batches of
+/// nodes, the fields after them), so that a writer copies the bytes once, into the file
+/// ([`super::write_encoded_pieces`]), instead of first into one buffer of the whole message.
+pub fn encode_meta_graph_def_pieces(meta_graph: &MetaGraph) -> Result<Vec<Vec<u8>>, ExportError> {
     use prost::encoding::{WireType, encode_key, encode_varint};
     let graph = super::graph_def::encode_graph_def_pieces(&meta_graph.module)?;
     let graph_len: usize = graph.iter().map(Vec::len).sum();
@@ -70,15 +77,14 @@ pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportEr
         asset_file_def: meta_graph.asset_file_def.clone(),
         ..pb::MetaGraphDef::default()
     };
-    let mut buf = Vec::with_capacity(head.encoded_len() + graph_len + 11 + tail.encoded_len());
-    head.encode(&mut buf).expect("a Vec grows as needed");
-    encode_key(2, WireType::LengthDelimited, &mut buf);
-    encode_varint(graph_len as u64, &mut buf);
-    for piece in graph {
-        buf.extend_from_slice(&piece);
-    }
-    tail.encode(&mut buf).expect("a Vec grows as needed");
-    Ok(buf)
+    let mut first = head.encode_to_vec();
+    encode_key(2, WireType::LengthDelimited, &mut first);
+    encode_varint(graph_len as u64, &mut first);
+    let mut pieces = Vec::with_capacity(graph.len() + 2);
+    pieces.push(first);
+    pieces.extend(graph);
+    pieces.push(tail.encode_to_vec());
+    Ok(pieces)
 }
 
 /// Converts a [`MetaGraph`] back into a `MetaGraphDef`.
