@@ -62,10 +62,12 @@ pub fn assemble_meta_graph(
     saver_def: SaverDef,
     variables: &[VariableEntry],
 ) -> MetaGraph {
-    let mut collection_def = BTreeMap::new();
-    for key in ["trainable_variables", "variables"] {
-        collection_def.insert(key.to_owned(), bytes_collection(variables));
-    }
+    // Every variable is trainable: both collections list them all, encoded once.
+    let variables = bytes_collection(variables);
+    let collection_def = BTreeMap::from([
+        ("trainable_variables".to_owned(), variables.clone()),
+        ("variables".to_owned(), variables),
+    ]);
     MetaGraph {
         meta_info_def: Some(meta_info_def(&module)),
         saver_def: Some(saver_def),
