@@ -272,15 +272,46 @@ pub fn read_proto_file(path: &Path) -> Result<ProtoMessage, FileError> {
 }
 
 /// The encoding of a `.pb` or `.pbtxt` file, by extension, and its bytes.
-fn read_file(path: &Path) -> Result<(Encoding, Vec<u8>), FileError> {
+fn read_file(path: &Path) -> Result<(Encoding, FileBytes), FileError> {
     let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
         path: path.to_owned(),
     })?;
-    let bytes = std::fs::read(path).map_err(|source| FileError::Read {
+    let read_error = |source| FileError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    Ok((encoding, bytes))
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if metadata.len() == 0 || !metadata.is_file() {
+        // Nothing to map (an empty file cannot be), or not a regular file (a pipe, …).
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(read_error)?;
+        return Ok((encoding, FileBytes::Read(bytes)));
+    }
+    // SAFETY: the map is read-only and lives only while the file is decoded and imported;
+    // as with any memory-mapped read, another program truncating the file in the meantime
+    // would fault the process. Mapped, a large plan is neither copied nor held twice.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    Ok((encoding, FileBytes::Mapped(map)))
+}
+
+/// The bytes of a file: mapped, or read when it cannot be mapped.
+enum FileBytes {
+    /// A read-only map of a regular file.
+    Mapped(memmap2::Mmap),
+    /// The bytes read.
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(map) => map,
+            FileBytes::Read(bytes) => bytes,
+        }
+    }
 }
 
 /// Whether `path` is a `.meta` file, a MetaGraphDef by name.
