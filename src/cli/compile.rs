@@ -15,7 +15,7 @@ use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, ProtoMessage};
 use std::io::Write as _;
 
-use super::common::compile_file;
+use super::common::{compile_file, free_at_exit};
 use super::output::one_line;
 
 /// The most ops a `plan.dot` may draw: Graphviz's `dot` takes minutes to hours beyond this.
@@ -79,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     write_outputs(&args.output, &plan, &phases, emit)?;
+    free_at_exit(plan);
     Ok(ExitCode::SUCCESS)
 }
 
