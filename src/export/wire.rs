@@ -79,14 +79,18 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
     graph.reserve(nodes.len(), 0);
     let mut placed: Vec<(OpId, &str, &[u8])> = Vec::with_capacity(nodes.len());
     let mut n_inputs = 0;
-    // Chunk by chunk, the next chunk is parsed while the nodes of this one join the graph.
+    // Chunk by chunk, the next chunk is parsed while the nodes of this one join the graph,
+    // into one of two buffers used in turn (fresh memory for every chunk costs more than the
+    // parsing).
     let mut chunks = nodes.chunks(NODES_PER_CHUNK);
-    let mut parsed = parse_chunk(chunks.next().unwrap_or_default())?;
+    let (mut parsed, mut next_parsed) = (Vec::new(), Vec::new());
+    parse_chunk(chunks.next().unwrap_or_default(), &mut parsed);
     loop {
         let next = chunks.next();
-        let (added, next) = rayon::join(
+        let (added, ()) = rayon::join(
             || -> Option<()> {
-                for node in parsed {
+                for node in parsed.drain(..) {
+                    let node = node?;
                     n_inputs += node.n_inputs;
                     let id = graph
                         .add_op(node.name, node.op, node.device, node.attrs)
@@ -95,13 +99,17 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
                 }
                 Some(())
             },
-            || next.map(parse_chunk),
+            || {
+                if let Some(next) = next {
+                    parse_chunk(next, &mut next_parsed);
+                }
+            },
         );
         added?;
-        match next {
-            Some(next) => parsed = next?,
-            None => break,
+        if next.is_none() {
+            break;
         }
+        std::mem::swap(&mut parsed, &mut next_parsed);
     }
     graph.reserve(0, n_inputs);
     for (id, name, bytes) in placed {
@@ -110,16 +118,17 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
     Some(graph)
 }
 
-/// Parses encoded `NodeDef`s in parallel, in order; `None` if any is left to the message path.
+/// Parses encoded `NodeDef`s in parallel into `parsed`, in order; `None` for a node left to
+/// the message path.
 ///
 /// A node on its own (checked names, op, device, attributes) does not depend on the others;
 /// each thread remembers the last device string it checked (a plan repeats a handful).
-fn parse_chunk<'a>(chunk: &[&'a [u8]]) -> Option<Vec<WireNode<'a>>> {
+fn parse_chunk<'a>(chunk: &[&'a [u8]], parsed: &mut Vec<Option<WireNode<'a>>>) {
     chunk
         .par_iter()
         .with_min_len(1024)
         .map_init(|| None, |checked, bytes| parse_node(bytes, checked))
-        .collect()
+        .collect_into_vec(parsed);
 }
 
 /// A `NodeDef` read from its bytes, before it joins a graph.
