@@ -26,6 +26,7 @@
 //!   ([`SAVE_FUNCTION`], [`RESTORE_FUNCTION`]) and a `config_proto` that only sets
 //!   `allow_soft_placement` ([`CONFIG_PROTO`]), so the calls run in any session.
 
+use rayon::prelude::*;
 use saveplan_ir::saver_ops;
 use saveplan_ir::slice::ShapeAndSlice;
 use saveplan_ir::verify::{VerifyErrors, verify_module};
@@ -178,38 +179,48 @@ fn variable_entries(
         .filter(|&id| graph.op(id).op == Op::VarHandleOp)
         .collect();
     handles.sort_by_key(|&id| graph.seq(id));
-    let mut defs = Vec::with_capacity(handles.len());
-    for (pos, &handle) in handles.iter().enumerate() {
-        let name = &graph.op(handle).name;
-        let missing = |what| CompileError::Variable {
-            name: name.clone(),
-            what,
-        };
-        let assign_name = format!("{name}/Assign");
-        let assign = graph.find(&assign_name).ok_or_else(|| missing("Assign"))?;
-        let initial_value = graph
-            .inputs(assign)
-            .into_iter()
-            .find(|(slot, _)| *slot == 1)
-            .map(|(_, input)| input)
-            .ok_or_else(|| missing("initial value"))?;
-        let read_name = format!("{name}/Read/ReadVariableOp");
-        graph
-            .find(&read_name)
-            .ok_or_else(|| missing("Read/ReadVariableOp"))?;
-        let save_slice = tensors
-            .get(pos)
-            .filter(|tensor| !tensor.slice_spec.is_empty())
-            .and_then(|tensor| save_slice(tensor));
-        defs.push(VariableEntry {
-            variable_name: format!("{name}:0"),
-            initial_value_name: tensor_name(graph, initial_value.src, &initial_value.output),
-            initializer_name: assign_name,
-            snapshot_name: format!("{read_name}:0"),
-            save_slice,
-        });
-    }
-    Ok(defs)
+    // Each entry is looked up on its own: in parallel, in order, the first error reported.
+    let entries: Vec<Result<VariableEntry, CompileError>> = handles
+        .par_iter()
+        .enumerate()
+        .map(|(pos, &handle)| variable_entry(graph, handle, tensors.get(pos).copied()))
+        .collect();
+    entries.into_iter().collect()
+}
+
+/// The [`VariableEntry`] of the `VarHandleOp` `handle`, traced from `tensor`.
+fn variable_entry(
+    graph: &Graph,
+    handle: OpId,
+    tensor: Option<&SaveableTensor>,
+) -> Result<VariableEntry, CompileError> {
+    let name = &graph.op(handle).name;
+    let missing = |what| CompileError::Variable {
+        name: name.clone(),
+        what,
+    };
+    let assign_name = format!("{name}/Assign");
+    let assign = graph.find(&assign_name).ok_or_else(|| missing("Assign"))?;
+    let initial_value = graph
+        .inputs(assign)
+        .into_iter()
+        .find(|(slot, _)| *slot == 1)
+        .map(|(_, input)| input)
+        .ok_or_else(|| missing("initial value"))?;
+    let read_name = format!("{name}/Read/ReadVariableOp");
+    graph
+        .find(&read_name)
+        .ok_or_else(|| missing("Read/ReadVariableOp"))?;
+    let save_slice = tensor
+        .filter(|tensor| !tensor.slice_spec.is_empty())
+        .and_then(save_slice);
+    Ok(VariableEntry {
+        variable_name: format!("{name}:0"),
+        initial_value_name: tensor_name(graph, initial_value.src, &initial_value.output),
+        initializer_name: assign_name,
+        snapshot_name: format!("{read_name}:0"),
+        save_slice,
+    })
 }
 
 /// Where a slice of a partitioned variable sits (the spec was validated by the tracer).

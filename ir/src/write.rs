@@ -226,6 +226,17 @@ struct Str<'a>(&'a [u8]);
 impl Display for Str<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_char('"')?;
+        // Names and devices are almost always printable ASCII without quotes or backslashes:
+        // written whole.
+        if self
+            .0
+            .iter()
+            .all(|&byte| (0x20..0x7f).contains(&byte) && byte != b'"' && byte != b'\\')
+            && let Ok(text) = std::str::from_utf8(self.0)
+        {
+            f.write_str(text)?;
+            return f.write_char('"');
+        }
         for chunk in self.0.utf8_chunks() {
             for c in chunk.valid().chars() {
                 match c {
@@ -349,18 +360,56 @@ fn indent(f: &mut Formatter<'_>, depth: usize) -> fmt::Result {
     Ok(())
 }
 
+/// Op lines formatted per parallel task of [`write_graph`].
+const LINES_PER_TASK: usize = 2048;
+
+/// Op lines formatted before they are written, at most (bounds the text held at once).
+const LINES_PER_ROUND: usize = 32 * LINES_PER_TASK;
+
 /// Writes `graph {` or `body {`, the ops, and the closing brace, at `depth` levels of indent.
+///
+/// The op lines of a large graph are formatted in parallel, a round at a time, and written in
+/// order: the text is the same as one line after the other.
 fn write_graph(f: &mut Formatter<'_>, graph: &Graph, depth: usize) -> fmt::Result {
+    use rayon::prelude::*;
     indent(f, depth)?;
     f.write_str(if depth == 0 { "graph {\n" } else { "body {\n" })?;
     let order = graph.topo_order().unwrap_or_else(|_| graph.ops());
-    for id in order {
-        indent(f, depth + 1)?;
-        write_op(f, graph, id)?;
-        f.write_char('\n')?;
+    for round in order.chunks(LINES_PER_ROUND) {
+        let texts = round
+            .par_chunks(LINES_PER_TASK)
+            .map(|ids| {
+                let mut text = String::new();
+                for &id in ids {
+                    writeln!(text, "{}{}", Indent(depth + 1), OpLine(graph, id))?;
+                }
+                Ok(text)
+            })
+            .collect::<Result<Vec<String>, fmt::Error>>()?;
+        for text in texts {
+            f.write_str(&text)?;
+        }
     }
     indent(f, depth)?;
     f.write_str("}\n")
+}
+
+/// `depth` levels of indent.
+struct Indent(usize);
+
+impl Display for Indent {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        indent(f, self.0)
+    }
+}
+
+/// One op line, without indent or newline.
+struct OpLine<'a>(&'a Graph, OpId);
+
+impl Display for OpLine<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write_op(f, self.0, self.1)
+    }
 }
 
 /// Writes one op line without indent or newline.
@@ -724,6 +773,32 @@ mod tests {
             "graph {\n  source = NoOp @\"/device:CPU:0\"\n  \"x y\" = NoOp\n  \
              sink = Identity(?, source:2, ^\"x y\")\n}\n"
         );
+    }
+
+    #[test]
+    fn ops_of_many_rounds_print_in_order() {
+        // A chain created backwards: its topological order is the reverse of creation, and
+        // spans several rounds of parallel formatting.
+        let n = LINES_PER_ROUND + LINES_PER_TASK + 3;
+        let mut graph = Graph::new();
+        let ids: Vec<OpId> = (0..n)
+            .map(|i| {
+                graph
+                    .add_op(format!("op{i}"), crate::Op::Identity, "", Attrs::new())
+                    .unwrap()
+            })
+            .collect();
+        for pair in ids.windows(2) {
+            graph.connect(pair[1], Port::Index(0), pair[0], 0).unwrap();
+        }
+        let text = graph.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), n + 2);
+        assert_eq!(lines[1], format!("  op{} = Identity", n - 1));
+        for (i, line) in lines[2..=n].iter().enumerate() {
+            let (me, src) = (n - 2 - i, n - 1 - i);
+            assert_eq!(*line, format!("  op{me} = Identity(op{src})"));
+        }
     }
 
     #[test]

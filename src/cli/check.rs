@@ -10,7 +10,7 @@ use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
 use saveplan_ir::{Library, Module, SaverDef};
 
-use super::common::compile_file;
+use super::common::{compile_file, free_at_exit};
 use super::output::{escape_controls, one_line, outln};
 
 /// Check a plan: a spec file (`.json`, checked in its flat form) or a GraphDef, MetaGraphDef
@@ -29,6 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(saver_def) = &saver_def {
         findings.extend(check_saver_names(&module, saver_def));
     }
+    free_at_exit(module);
     let file = args.file.display();
     if findings.is_empty() {
         outln!("{file}: ok")?;

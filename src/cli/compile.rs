@@ -15,7 +15,7 @@ use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, ProtoMessage};
 use std::io::Write as _;
 
-use super::common::compile_file;
+use super::common::{compile_file, free_at_exit};
 use super::output::one_line;
 
 /// The most ops a `plan.dot` may draw: Graphviz's `dot` takes minutes to hours beyond this.
@@ -79,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     write_outputs(&args.output, &plan, &phases, emit)?;
+    free_at_exit(plan);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -128,10 +129,11 @@ fn write_outputs(
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
     if emit(Emit::Pb) || emit(Emit::Pbtxt) {
-        // The MetaGraphDef is encoded node by node and printed from its encoding a piece at a
-        // time: building its protobuf messages would take gigabytes for a large plan.
+        // The MetaGraphDef is encoded node by node, in pieces written one after the other (or
+        // printed from their encoding): building its protobuf messages would take gigabytes
+        // for a large plan, and joining the pieces another copy of it.
         phases.enter("encoding the MetaGraphDef");
-        let meta = export::encode_meta_graph_def(&plan.meta_graph)
+        let meta = export::encode_meta_graph_def_pieces(&plan.meta_graph)
             .map_err(|err| one_line(&err))
             .context("cannot export the plan")?;
         for (form, name) in [
@@ -140,7 +142,7 @@ fn write_outputs(
         ] {
             if emit(form) {
                 phases.enter(format!("writing {name}"));
-                export::write_encoded_file(&dir.join(name), MessageKind::MetaGraphDef, &meta)
+                export::write_encoded_pieces(&dir.join(name), MessageKind::MetaGraphDef, &meta)
                     .map_err(|err| one_line(&err))?;
             }
         }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use saveplan::export;
 use saveplan_ir::Module;
 
+use super::common::free_at_exit;
 use super::output::{one_line, out};
 
 /// Inspect and convert GraphDef / MetaGraphDef files.
@@ -43,6 +44,7 @@ pub fn run(args: GraphArgs) -> anyhow::Result<ExitCode> {
         GraphCommand::Show { file } => {
             let module = read_module(&file)?;
             out!("{module}")?;
+            free_at_exit(module);
         }
         GraphCommand::Dot { file } => {
             let module = read_module(&file)?;

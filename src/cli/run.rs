@@ -21,7 +21,7 @@ use saveplan::export::{Loaded, read_graph_file};
 use saveplan::session::{Session, infer_targets, meta_graph_targets};
 use saveplan_ir::SaverNames;
 
-use super::common::{BackendArg, restore_to_file, save};
+use super::common::{BackendArg, free_at_exit, restore_to_file, save};
 use super::values::read_values;
 
 /// Arguments of `saveplan run`.
@@ -59,29 +59,30 @@ pub struct Args {
 /// Runs `saveplan run`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let options = args.backend.options()?;
-    let session = match read_graph_file(&args.graph)? {
-        Loaded::MetaGraph(meta) => {
-            let targets = match &args.saver_def {
-                Some(path) => saver_def_targets(path)?,
-                None => meta_graph_targets(&meta)
-                    .with_context(|| format!("{}", args.graph.display()))?,
-            };
-            Session::new(&meta.module, targets, options)
+    let loaded = read_graph_file(&args.graph)?;
+    let session =
+        match &loaded {
+            Loaded::MetaGraph(meta) => {
+                let targets = match &args.saver_def {
+                    Some(path) => saver_def_targets(path)?,
+                    None => meta_graph_targets(meta)
+                        .with_context(|| format!("{}", args.graph.display()))?,
+                };
+                Session::new(&meta.module, targets, options)
+            }
+            Loaded::Graph(module) => {
+                let targets = match &args.saver_def {
+                    Some(path) => saver_def_targets(path)?,
+                    None => infer_targets(module)
+                        .with_context(|| format!("{}", args.graph.display()))?,
+                };
+                Session::new(module, targets, options)
+            }
+            Loaded::Function(_) | Loaded::Saver(_) => {
+                bail!("{}: not a GraphDef or MetaGraphDef", args.graph.display())
+            }
         }
-        Loaded::Graph(module) => {
-            let targets = match &args.saver_def {
-                Some(path) => saver_def_targets(path)?,
-                None => {
-                    infer_targets(&module).with_context(|| format!("{}", args.graph.display()))?
-                }
-            };
-            Session::new(&module, targets, options)
-        }
-        Loaded::Function(_) | Loaded::Saver(_) => {
-            bail!("{}: not a GraphDef or MetaGraphDef", args.graph.display())
-        }
-    }
-    .with_context(|| format!("{}", args.graph.display()))?;
+        .with_context(|| format!("{}", args.graph.display()))?;
     match (&args.save, &args.values, &args.restore, &args.out) {
         (Some(prefix), Some(values), None, _) => {
             session
@@ -92,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         (None, _, Some(prefix), Some(out)) => restore_to_file(&session, prefix, out)?,
         _ => bail!("give either --save P --values FILE or --restore P --out FILE"),
     }
+    free_at_exit((session, loaded));
     Ok(std::process::ExitCode::SUCCESS)
 }
 

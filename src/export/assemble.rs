@@ -62,10 +62,12 @@ pub fn assemble_meta_graph(
     saver_def: SaverDef,
     variables: &[VariableEntry],
 ) -> MetaGraph {
-    let mut collection_def = BTreeMap::new();
-    for key in ["trainable_variables", "variables"] {
-        collection_def.insert(key.to_owned(), bytes_collection(variables));
-    }
+    // Every variable is trainable: both collections list them all, encoded once.
+    let variables = bytes_collection(variables);
+    let collection_def = BTreeMap::from([
+        ("trainable_variables".to_owned(), variables.clone()),
+        ("variables".to_owned(), variables),
+    ]);
     MetaGraph {
         meta_info_def: Some(meta_info_def(&module)),
         saver_def: Some(saver_def),
@@ -79,16 +81,17 @@ pub fn assemble_meta_graph(
 pub fn op_types(module: &Module) -> BTreeSet<String> {
     let graphs =
         std::iter::once(&module.graph).chain(module.library.functions.iter().map(|f| &f.body));
-    let mut types = BTreeSet::new();
+    // Borrowed while collecting: a plan has hundreds of thousands of ops and a few types.
+    let mut types: BTreeSet<&str> = BTreeSet::new();
     for graph in graphs {
         for id in graph.ops() {
             let op = &graph.op(id).op;
             if *op != Op::Arg {
-                types.insert(op.type_name().to_owned());
+                types.insert(op.type_name());
             }
         }
     }
-    types
+    types.into_iter().map(str::to_owned).collect()
 }
 
 /// The `VariableDef` of one variable: a trainable resource variable.

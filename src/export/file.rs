@@ -15,6 +15,7 @@ use super::function::{function_def, import_function_def};
 use super::graph_def::{graph_def, import_graph_def};
 use super::meta_graph::{MetaGraph, import_meta_graph_def, meta_graph_def};
 use super::saver_def::{import_saver_def, saver_def};
+use super::wire;
 use super::{ExportError, ImportError};
 
 /// The extension of a binary MetaGraphDef as `tf.compat.v1.train.Saver` writes it (`model.meta`).
@@ -177,8 +178,18 @@ pub enum FileError {
 }
 
 /// Reads a `.pb` or `.pbtxt` file and imports it into IR.
+///
+/// A binary `GraphDef` or `MetaGraphDef` is imported straight from its bytes (see
+/// `wire.rs`), with the same result as decoding it and importing the message.
 pub fn read_graph_file(path: &Path) -> Result<Loaded, FileError> {
-    let message = read_proto_file(path)?;
+    let (encoding, bytes) = read_file(path)?;
+    if encoding == Encoding::Binary
+        && let Some(loaded) = import_binary(&bytes, is_meta_file(path))
+    {
+        return Ok(loaded);
+    }
+    let message = decode_file(path, encoding, &bytes)?;
+    drop(bytes);
     message.import().map_err(|source| FileError::Import {
         path: path.to_owned(),
         kind: message.kind(),
@@ -202,6 +213,17 @@ pub fn write_graph_file(path: &Path, loaded: &Loaded) -> Result<(), FileError> {
 /// With [`super::encode_graph_def`] or [`super::encode_meta_graph_def`] this writes a plan of
 /// any size without building its protobuf messages (for 700,000 ops those take gigabytes).
 pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Result<(), FileError> {
+    write_encoded_pieces(path, kind, &[bytes])
+}
+
+/// [`write_encoded_file`] of a message encoded in consecutive pieces (as
+/// [`super::encode_meta_graph_def_pieces`] gives it): a `.pb` file gets the pieces one after
+/// the other, never joined in memory; a `.pbtxt` file is printed from them joined.
+pub fn write_encoded_pieces<P: AsRef<[u8]>>(
+    path: &Path,
+    kind: MessageKind,
+    pieces: &[P],
+) -> Result<(), FileError> {
     use std::io::Write as _;
     let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
         path: path.to_owned(),
@@ -210,11 +232,26 @@ pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Resul
         path: path.to_owned(),
         source,
     };
-    if encoding == Encoding::Binary {
-        return std::fs::write(path, bytes).map_err(write_error);
-    }
     let file = std::fs::File::create(path).map_err(write_error)?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    if encoding == Encoding::Binary {
+        for piece in pieces {
+            out.write_all(piece.as_ref()).map_err(write_error)?;
+        }
+        return out.flush().map_err(write_error);
+    }
+    let joined;
+    let bytes = match pieces {
+        [piece] => piece.as_ref(),
+        _ => {
+            joined = pieces
+                .iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<_>>()
+                .concat();
+            &joined
+        }
+    };
     let mut sink = |chunk: &str| out.write_all(chunk.as_bytes());
     saveplan_proto::write_text_dyn(&format!("tensorflow.{}", kind.name()), bytes, &mut sink)
         .map_err(|source| match source {
@@ -230,29 +267,122 @@ pub fn write_encoded_file(path: &Path, kind: MessageKind, bytes: &[u8]) -> Resul
 
 /// Reads a `.pb` or `.pbtxt` file and tells which message it holds.
 pub fn read_proto_file(path: &Path) -> Result<ProtoMessage, FileError> {
+    let (encoding, bytes) = read_file(path)?;
+    decode_file(path, encoding, &bytes)
+}
+
+/// The encoding of a `.pb` or `.pbtxt` file, by extension, and its bytes.
+fn read_file(path: &Path) -> Result<(Encoding, FileBytes), FileError> {
     let encoding = Encoding::from_path(path).ok_or_else(|| FileError::UnknownExtension {
         path: path.to_owned(),
     })?;
-    let bytes = std::fs::read(path).map_err(|source| FileError::Read {
+    let read_error = |source| FileError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    let is_meta = path.extension().is_some_and(|ext| ext == META_EXTENSION);
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if metadata.len() == 0 || !metadata.is_file() {
+        // Nothing to map (an empty file cannot be), or not a regular file (a pipe, …).
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(read_error)?;
+        return Ok((encoding, FileBytes::Read(bytes)));
+    }
+    // SAFETY: the map is read-only and lives only while the file is decoded and imported;
+    // as with any memory-mapped read, another program truncating the file in the meantime
+    // would fault the process. Mapped, a large plan is neither copied nor held twice.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    Ok((encoding, FileBytes::Mapped(map)))
+}
+
+/// The bytes of a file: mapped, or read when it cannot be mapped.
+enum FileBytes {
+    /// A read-only map of a regular file.
+    Mapped(memmap2::Mmap),
+    /// The bytes read.
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(map) => map,
+            FileBytes::Read(bytes) => bytes,
+        }
+    }
+}
+
+/// Whether `path` is a `.meta` file, a MetaGraphDef by name.
+fn is_meta_file(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == META_EXTENSION)
+}
+
+/// Imports binary protobuf straight from its bytes when it is the `GraphDef` or
+/// `MetaGraphDef` that [`ProtoMessage::decode_binary`] (or, for a `.meta` file, decoding a
+/// `MetaGraphDef`) would take it for; `None` for anything else, or anything the direct
+/// import leaves to the message path.
+fn import_binary(bytes: &[u8], is_meta: bool) -> Option<Loaded> {
+    if is_meta {
+        return import_binary_direct(bytes, MessageKind::MetaGraphDef);
+    }
+    if has_only_known_fields::<pb::GraphDef>(bytes) {
+        // If the direct import gives up, so may the decoder, which then tries the next kind.
+        return import_binary_direct(bytes, MessageKind::GraphDef);
+    }
+    if has_only_known_fields::<pb::MetaGraphDef>(bytes) {
+        return import_binary_direct(bytes, MessageKind::MetaGraphDef);
+    }
+    None
+}
+
+/// Imports an encoded `GraphDef` or `MetaGraphDef` (`kind`) straight from its bytes, without
+/// building its `NodeDef`s: names, op types, inputs and devices are read in place and only
+/// attribute values are decoded, one at a time. The result equals decoding the message and
+/// importing it ([`ProtoMessage::import`]).
+///
+/// `None` for another kind and for anything the direct import leaves to that path: a node
+/// with `experimental_debug_info`, `experimental_type` or a field the schema does not define,
+/// a field repeated inside an attribute entry, a `graph_def` given twice, bytes that do not
+/// decode, or a graph that does not import (whose error the message path reports).
+/// [`read_graph_file`] takes this path first.
+pub fn import_binary_direct(bytes: &[u8], kind: MessageKind) -> Option<Loaded> {
+    match kind {
+        MessageKind::GraphDef => wire::import_graph_def_bytes(bytes).map(Loaded::Graph),
+        MessageKind::MetaGraphDef => {
+            wire::import_meta_graph_def_bytes(bytes).map(Loaded::MetaGraph)
+        }
+        MessageKind::FunctionDef | MessageKind::SaverDef => None,
+    }
+}
+
+/// Whether `bytes` are wire format of message `M` with only fields its schema defines (see
+/// [`only_known_fields`]).
+fn has_only_known_fields<M: prost::Name>(bytes: &[u8]) -> bool {
+    let pool = saveplan_proto::descriptor_pool();
+    pool.get_message_by_name(&M::full_name())
+        .is_some_and(|descriptor| only_known_fields(&descriptor, bytes, 0))
+}
+
+/// Decodes the bytes of the file `path` in `encoding`, telling which message they hold.
+fn decode_file(path: &Path, encoding: Encoding, bytes: &[u8]) -> Result<ProtoMessage, FileError> {
+    let is_meta = is_meta_file(path);
     match encoding {
         // A `.meta` file is a MetaGraphDef by name; TensorFlow's carry fields we do not model
         // (`collection_def`, `signature_def`, …), which decoding skips.
-        Encoding::Binary if is_meta => pb::MetaGraphDef::decode(bytes.as_slice())
+        Encoding::Binary if is_meta => pb::MetaGraphDef::decode(bytes)
             .map(|message| ProtoMessage::MetaGraphDef(Box::new(message)))
             .map_err(|_| FileError::UnrecognizedBinary {
                 path: path.to_owned(),
             }),
         Encoding::Binary => {
-            ProtoMessage::decode_binary(&bytes).ok_or_else(|| FileError::UnrecognizedBinary {
+            ProtoMessage::decode_binary(bytes).ok_or_else(|| FileError::UnrecognizedBinary {
                 path: path.to_owned(),
             })
         }
         Encoding::Text => {
-            let text = std::str::from_utf8(&bytes).map_err(|_| FileError::NotUtf8 {
+            let text = std::str::from_utf8(bytes).map_err(|_| FileError::NotUtf8 {
                 path: path.to_owned(),
             })?;
             ProtoMessage::parse_text(text).map_err(|source| FileError::UnrecognizedText {
@@ -328,9 +458,7 @@ impl ProtoMessage {
     /// an empty `GraphDef`.
     pub fn decode_binary(bytes: &[u8]) -> Option<ProtoMessage> {
         fn strict<M: Message + prost::Name + Default>(bytes: &[u8]) -> Option<M> {
-            let pool = saveplan_proto::descriptor_pool();
-            let descriptor = pool.get_message_by_name(&M::full_name())?;
-            if !only_known_fields(&descriptor, bytes, 0) {
+            if !has_only_known_fields::<M>(bytes) {
                 return None;
             }
             M::decode(bytes).ok()

@@ -11,13 +11,19 @@ use super::{ExportError, ImportError};
 
 /// Converts a `GraphDef` into a [`Module`]: nodes in file order, inputs in order, library
 /// functions included.
+pub fn import_graph_def(graph_def: &pb::GraphDef) -> Result<Module, ImportError> {
+    let mut graph = Graph::new();
+    import_nodes(&mut graph, &graph_def.node, Syntax::GraphDef)?;
+    module_of(graph, graph_def)
+}
+
+/// The module of an imported `graph` and every field of `graph_def` but its nodes (which
+/// `graph` holds).
 #[expect(
     deprecated,
     reason = "the legacy `version` field is kept for round trips"
 )]
-pub fn import_graph_def(graph_def: &pb::GraphDef) -> Result<Module, ImportError> {
-    let mut graph = Graph::new();
-    import_nodes(&mut graph, &graph_def.node, Syntax::GraphDef)?;
+pub(crate) fn module_of(graph: Graph, graph_def: &pb::GraphDef) -> Result<Module, ImportError> {
     Ok(Module {
         graph,
         versions: graph_def.versions.as_ref().map(|versions| Versions {

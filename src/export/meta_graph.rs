@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use prost::Message as _;
 use saveplan_ir::{Module, SaverDef};
 use saveplan_proto::tensorflow as pb;
 
@@ -34,45 +33,77 @@ pub fn import_meta_graph_def(meta_graph_def: &pb::MetaGraphDef) -> Result<MetaGr
         .graph_def
         .as_ref()
         .ok_or(ImportError::MissingGraphDef)?;
-    Ok(MetaGraph {
-        module: import_graph_def(graph_def)?,
+    Ok(meta_graph_of(import_graph_def(graph_def)?, meta_graph_def))
+}
+
+/// The [`MetaGraph`] of an imported graph `module` and every field of `meta_graph_def` but
+/// its `graph_def`.
+pub(crate) fn meta_graph_of(module: Module, meta_graph_def: &pb::MetaGraphDef) -> MetaGraph {
+    MetaGraph {
+        module,
         saver_def: meta_graph_def.saver_def.as_ref().map(import_saver_def),
         meta_info_def: meta_graph_def.meta_info_def.clone(),
         collection_def: meta_graph_def.collection_def.clone(),
         signature_def: meta_graph_def.signature_def.clone(),
         asset_file_def: meta_graph_def.asset_file_def.clone(),
-    })
+    }
 }
 
 /// The encoded `MetaGraphDef` of a [`MetaGraph`]: the bytes of
 /// `meta_graph_def(meta_graph)?.encode_to_vec()`, with the graph written by
 /// [`super::encode_graph_def`], so that no `NodeDef` is built.
 pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportError> {
-    use prost::encoding::{WireType, encode_key, encode_varint};
+    Ok(encode_meta_graph_def_pieces(meta_graph)?.concat())
+}
+
+/// [`encode_meta_graph_def`] in consecutive pieces (the fields before the graph, batches of
+/// nodes, the fields after them), so that a writer copies the bytes once, into the file
+/// ([`super::write_encoded_pieces`]), instead of first into one buffer of the whole message.
+pub fn encode_meta_graph_def_pieces(meta_graph: &MetaGraph) -> Result<Vec<Vec<u8>>, ExportError> {
+    use prost::encoding::{WireType, btree_map, encode_key, encode_varint, message, string};
     let graph = super::graph_def::encode_graph_def_pieces(&meta_graph.module)?;
     let graph_len: usize = graph.iter().map(Vec::len).sum();
     // prost writes fields in tag order: `meta_info_def` (1), `graph_def` (2), then
-    // `saver_def` (3), `collection_def` (4), `signature_def` (5), `asset_file_def` (6).
-    let head = pb::MetaGraphDef {
-        meta_info_def: meta_graph.meta_info_def.clone(),
-        ..pb::MetaGraphDef::default()
-    };
-    let tail = pb::MetaGraphDef {
-        saver_def: meta_graph.saver_def.as_ref().map(saver_def),
-        collection_def: meta_graph.collection_def.clone(),
-        signature_def: meta_graph.signature_def.clone(),
-        asset_file_def: meta_graph.asset_file_def.clone(),
-        ..pb::MetaGraphDef::default()
-    };
-    let mut buf = Vec::with_capacity(head.encoded_len() + graph_len + 11 + tail.encoded_len());
-    head.encode(&mut buf).expect("a Vec grows as needed");
-    encode_key(2, WireType::LengthDelimited, &mut buf);
-    encode_varint(graph_len as u64, &mut buf);
-    for piece in graph {
-        buf.extend_from_slice(&piece);
+    // `saver_def` (3), `collection_def` (4), `signature_def` (5), `asset_file_def` (6); each
+    // written here as the derived encoder writes it, from the fields in place (the
+    // collections of a large plan hold a `VariableDef` per variable).
+    let mut first = Vec::new();
+    if let Some(meta_info_def) = &meta_graph.meta_info_def {
+        message::encode(1, meta_info_def, &mut first);
     }
-    tail.encode(&mut buf).expect("a Vec grows as needed");
-    Ok(buf)
+    encode_key(2, WireType::LengthDelimited, &mut first);
+    encode_varint(graph_len as u64, &mut first);
+    let mut last = Vec::new();
+    if let Some(saver) = &meta_graph.saver_def {
+        message::encode(3, &saver_def(saver), &mut last);
+    }
+    let (key, key_len) = (string::encode, string::encoded_len);
+    let collections = &meta_graph.collection_def;
+    btree_map::encode(
+        key,
+        key_len,
+        message::encode,
+        message::encoded_len,
+        4,
+        collections,
+        &mut last,
+    );
+    let signatures = &meta_graph.signature_def;
+    btree_map::encode(
+        key,
+        key_len,
+        message::encode,
+        message::encoded_len,
+        5,
+        signatures,
+        &mut last,
+    );
+    message::encode_repeated(6, &meta_graph.asset_file_def, &mut last);
+    let mut pieces = Vec::with_capacity(graph.len() + 2);
+    pieces.push(first);
+    pieces.extend(graph);
+    pieces.push(last);
+    Ok(pieces)
 }
 
 /// Converts a [`MetaGraph`] back into a `MetaGraphDef`.

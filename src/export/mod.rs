@@ -29,6 +29,7 @@ mod meta_graph;
 mod node;
 pub mod object_graph;
 mod saver_def;
+mod wire;
 
 pub use assemble::{SaveSlice, TENSORFLOW_VERSION, VariableEntry, assemble_meta_graph, op_types};
 pub use attr::TensorError;
@@ -36,12 +37,15 @@ pub use checkpoint_state::{
     CheckpointState, CheckpointStateError, checkpoint_state_text, parse_checkpoint_state,
 };
 pub use file::{
-    Encoding, FileError, Loaded, MessageKind, ProtoMessage, read_graph_file, read_proto_file,
-    write_encoded_file, write_graph_file, write_proto_file,
+    Encoding, FileError, Loaded, MessageKind, ProtoMessage, import_binary_direct, read_graph_file,
+    read_proto_file, write_encoded_file, write_encoded_pieces, write_graph_file, write_proto_file,
 };
 pub use function::{function_def, import_function_def};
 pub use graph_def::{encode_graph_def, graph_def, import_graph_def};
-pub use meta_graph::{MetaGraph, encode_meta_graph_def, import_meta_graph_def, meta_graph_def};
+pub use meta_graph::{
+    MetaGraph, encode_meta_graph_def, encode_meta_graph_def_pieces, import_meta_graph_def,
+    meta_graph_def,
+};
 pub use saver_def::{import_saver_def, saver_def};
 
 use saveplan_ir::device::DeviceError;

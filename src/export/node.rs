@@ -148,7 +148,13 @@ pub(crate) fn import_nodes(
         .map(|(node, converted)| import_node(graph, node, converted?))
         .collect::<Result<Vec<OpId>, _>>()?;
     for (node, &id) in nodes.iter().zip(&ids) {
-        connect_inputs(graph, node, id, syntax)?;
+        connect_inputs(
+            graph,
+            &node.name,
+            node.input.iter().map(String::as_str),
+            id,
+            syntax,
+        )?;
     }
     Ok(())
 }
@@ -166,7 +172,7 @@ pub(crate) fn export_nodes(graph: &Graph, syntax: Syntax) -> Result<Vec<pb::Node
 /// Refuses a control character in what the node names (the node, its op type, inputs and
 /// attribute names): TensorFlow does, and every error quoting them must stay on one line.
 fn check_printable(node: &pb::NodeDef) -> Result<(), ImportError> {
-    let bad = |text: &str| text.chars().any(char::is_control);
+    let bad = has_control;
     let refuse = |what: String, text: &str| ImportError::ControlCharacter {
         what,
         escaped: text.escape_debug().to_string(),
@@ -185,6 +191,16 @@ fn check_printable(node: &pb::NodeDef) -> Result<(), ImportError> {
         return Err(refuse(format!("node `{name}`: attribute"), attr));
     }
     Ok(())
+}
+
+/// Whether `text` holds a control character, which no name, op type, input or attribute
+/// name may.
+pub(crate) fn has_control(text: &str) -> bool {
+    if text.is_ascii() {
+        text.bytes().any(|byte| byte.is_ascii_control())
+    } else {
+        text.chars().any(char::is_control)
+    }
 }
 
 /// What a `NodeDef` converts to on its own, before it joins a graph.
@@ -289,23 +305,26 @@ enum ParsedInput {
     Control(OpId),
 }
 
-fn connect_inputs(
+/// Connects the input strings of the node `name` (op `id`) in order: data inputs to the next
+/// slots, control inputs (`^node`) after them.
+pub(crate) fn connect_inputs<'s>(
     graph: &mut Graph,
-    node: &pb::NodeDef,
+    name: &str,
+    inputs: impl IntoIterator<Item = &'s str>,
     id: OpId,
     syntax: Syntax,
 ) -> Result<(), ImportError> {
     let mut seen_control = false;
-    for input in &node.input {
-        match parse_input(graph, &node.name, input, syntax)? {
+    for input in inputs {
+        match parse_input(graph, name, input, syntax)? {
             ParsedInput::Control(src) => {
                 seen_control = true;
                 graph.add_control(src, id);
             }
             ParsedInput::Data(_, _) if seen_control => {
                 return Err(ImportError::ControlBeforeData {
-                    node: node.name.clone(),
-                    input: input.clone(),
+                    node: name.to_owned(),
+                    input: input.to_owned(),
                 });
             }
             ParsedInput::Data(src, port) => {

@@ -412,3 +412,33 @@ fn encoded_files_need_a_known_extension() {
         saveplan_proto::to_text(&saver)
     );
 }
+
+/// A MetaGraphDef written from its encoded pieces is the same file, binary or text, as one
+/// written from the whole encoding, and the pieces join to `meta_graph_def`'s encoding.
+#[test]
+fn encoded_pieces_write_the_same_files_as_the_whole_message() {
+    use prost::Message as _;
+    let out = tempfile::tempdir().unwrap();
+    let kind = export::MessageKind::MetaGraphDef;
+    for spec in spec_inputs() {
+        let plan = compiled(&spec, Form::Flat);
+        let pieces = export::encode_meta_graph_def_pieces(&plan.meta_graph).unwrap();
+        assert!(pieces.len() >= 3, "{}", spec.display());
+        let whole = export::meta_graph_def(&plan.meta_graph)
+            .unwrap()
+            .encode_to_vec();
+        assert!(pieces.concat() == whole, "{}", spec.display());
+        for name in ["meta_graph.pb", "meta_graph.pbtxt"] {
+            let (from_pieces, from_whole) =
+                (out.path().join("a").join(name), out.path().join(name));
+            std::fs::create_dir_all(out.path().join("a")).unwrap();
+            export::write_encoded_pieces(&from_pieces, kind, &pieces).unwrap();
+            export::write_encoded_file(&from_whole, kind, &whole).unwrap();
+            assert!(
+                std::fs::read(&from_pieces).unwrap() == std::fs::read(&from_whole).unwrap(),
+                "{}: {name}",
+                spec.display()
+            );
+        }
+    }
+}

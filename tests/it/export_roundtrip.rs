@@ -25,7 +25,7 @@ fn render(path: &Path) -> String {
 }
 
 /// All `.pbtxt` fixtures under the graph fixture folder, sorted.
-fn graph_fixtures() -> Vec<PathBuf> {
+pub(crate) fn graph_fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tf-2.21/graph");
     let mut files = Vec::new();
     for case in std::fs::read_dir(&root).unwrap() {

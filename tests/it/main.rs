@@ -28,6 +28,7 @@ mod exec_snapshots;
 mod export_roundtrip;
 mod fuzz;
 mod graph_cli;
+mod import_direct;
 mod objects;
 mod objects_async;
 mod objects_attributes;

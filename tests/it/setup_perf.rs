@@ -1,16 +1,16 @@
 //! Scale tests of setup and import, by work counted, not time: the edges the IR's graph
 //! walks visit (`Graph::edges_visited`, debug builds) while a plan of N variables is traced,
 //! verified and compiled into a `Session` (save and restore plans, keys bound), and while a
-//! GraphDef of it is imported, verified, checked, printed and compiled again. Every added
-//! variable must cost the same: from N to 2N the work grows twice as much as from N/2 to N.
-//! With one task the `SaveV2` has one input per variable, so an op whose N inputs cost N²
-//! anywhere on these paths fails the test. A session's JIT code waits for its first run
-//! ([`saveplan::exec::Executor::lazy`]).
+//! GraphDef of it is imported (from the decoded message and straight from its bytes),
+//! verified, checked, printed and compiled again. Every added variable must cost the same:
+//! from N to 2N the work grows twice as much as from N/2 to N. With one task the `SaveV2` has
+//! one input per variable, so an op whose N inputs cost N² anywhere on these paths fails the
+//! test. A session's JIT code waits for its first run ([`saveplan::exec::Executor::lazy`]).
 
 use prost::Message;
 use saveplan::analysis::check_module;
 use saveplan::exec::Backend;
-use saveplan::export::import_graph_def;
+use saveplan::export::{Loaded, MessageKind, import_binary_direct, import_graph_def};
 use saveplan::session::{Session, SessionOptions};
 use saveplan::trace::{
     FlatTrace, Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef, trace_flat,
@@ -64,14 +64,19 @@ fn setup_work(n: usize) -> u64 {
 fn import_work(n: usize) -> u64 {
     let trace = trace(n);
     let bytes = saveplan::export::encode_graph_def(&trace.module).unwrap();
+    // Both imports: of the decoded message, and straight from the bytes (what the CLI does).
     let graph_def = pb::GraphDef::decode(bytes.as_slice()).unwrap();
-    let module = import_graph_def(&graph_def).unwrap();
+    let decoded = import_graph_def(&graph_def).unwrap();
+    let module = import_binary_direct(&bytes, MessageKind::GraphDef)
+        .and_then(Loaded::into_module)
+        .unwrap();
     assert_eq!(module.graph.len(), trace.module.graph.len());
+    assert_eq!(decoded.graph.len(), module.graph.len());
     assert!(check_module(&module).is_empty());
     assert!(!module.to_string().is_empty());
     assert!(!to_dot(&module).is_empty());
     sessions(&module, &trace);
-    module.graph.edges_visited()
+    decoded.graph.edges_visited() + module.graph.edges_visited()
 }
 
 /// Asserts that the work added from `SIZES[1]` to `SIZES[2]` is twice the work added from
