@@ -5,6 +5,7 @@
 //! when no field both set in the op's device and in the task differs, so partial devices such
 //! as `/device:CPU:*` are on every task.
 
+use rustc_hash::FxHashMap;
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::{Graph, Op};
 
@@ -16,6 +17,9 @@ pub fn check_devices(graphs: &[(&Scope, &Graph, &PlanOps)]) -> Vec<Finding> {
     let mut findings = Vec::new();
     let tasks = plan_tasks(graphs);
     for (scope, graph, _) in graphs {
+        // Ops share a few device strings (a graph stores each once): each is judged once,
+        // keyed by where its text lives.
+        let mut verdicts: FxHashMap<*const u8, Verdict> = FxHashMap::default();
         let mut ids = graph.ops();
         ids.sort_by_key(|&id| graph.seq(id));
         for id in ids {
@@ -23,15 +27,24 @@ pub fn check_devices(graphs: &[(&Scope, &Graph, &PlanOps)]) -> Vec<Finding> {
             if node.device.is_empty() {
                 continue;
             }
-            let problem = match DeviceSpec::parse(&node.device) {
-                Err(err) => Problem::BadDevice {
-                    name: node.name.clone(),
-                    reason: err.to_string(),
-                },
-                Ok(spec) if tasks.is_empty() || tasks.iter().any(|task| on_task(&spec, task)) => {
-                    continue;
+            let verdict = verdicts.entry(node.device.as_ptr()).or_insert_with(|| {
+                match DeviceSpec::parse(&node.device) {
+                    Err(err) => Verdict::Bad(err.to_string()),
+                    Ok(spec)
+                        if tasks.is_empty() || tasks.iter().any(|task| on_task(&spec, task)) =>
+                    {
+                        Verdict::OnTask
+                    }
+                    Ok(_) => Verdict::Foreign,
                 }
-                Ok(_) => Problem::ForeignDevice {
+            });
+            let problem = match verdict {
+                Verdict::OnTask => continue,
+                Verdict::Bad(reason) => Problem::BadDevice {
+                    name: node.name.clone(),
+                    reason: reason.clone(),
+                },
+                Verdict::Foreign => Problem::ForeignDevice {
                     name: node.name.clone(),
                     device: node.device.to_string(),
                 },
@@ -43,6 +56,16 @@ pub fn check_devices(graphs: &[(&Scope, &Graph, &PlanOps)]) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// What [`check_devices`] found of one device string.
+enum Verdict {
+    /// On one of the plan's tasks.
+    OnTask,
+    /// Does not parse, for this reason.
+    Bad(String),
+    /// Parses, but is on none of the plan's tasks.
+    Foreign,
 }
 
 /// The plan's tasks: the `CPU:0` of the `SaveV2` and `ShardedFilename` devices, sorted.
