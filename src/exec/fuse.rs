@@ -1,4 +1,7 @@
-//! The fusion pass run at the end of plan compilation, and how a fused step runs.
+//! The fusion pass run at the end of plan compilation, and how a fused step runs. The
+//! compilation entry points ([`CompiledPlan::compile`], [`CompiledPlan::compile_function`])
+//! live here: `super::plan` compiles one step per op and knows nothing of this pass, so the
+//! plan types do not depend on the pass that rewrites them.
 //!
 //! A checkpoint plan of N variables is mostly per-variable steps: a save reads each variable
 //! (`ReadVariableOp`, maybe through `Identity`) only to feed one `SaveV2`, a restore hands each
@@ -38,79 +41,48 @@
 //! carries every restored tensor), so progress counted from events is unchanged. A folded
 //! step is no longer in any queue, and its `deps` and `users` are empty.
 
-use std::ops::Range;
-
 use rustc_hash::FxHashSet;
 
 use super::error::{ExecError, KernelError};
 use super::kernels::{Kernel, KernelCx, state};
-use super::plan::{CompiledPlan, Queue, SlotId, Step, StepId, Work};
+use saveplan_ir::Verified;
+
+use super::plan::{Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Work};
 use super::step::{RunContext, notify, op_error};
 use super::tensor::HostTensor;
 use super::variables::VarKeyRef;
 
-/// What a fused step runs: its own kernel and the chains folded into it.
-#[derive(Clone, Debug)]
-pub struct Fused {
-    /// The kernel of the `RestoreV2` or `SaveV2` itself.
-    kernel: Kernel,
-    /// Which of the two it is.
-    kind: Kind,
-    /// The number of inputs of the op itself (the step's first inputs).
-    n_head_inputs: usize,
-    /// The number of outputs the op itself produces.
-    n_head_outputs: usize,
-    /// Restore: the positions of the outputs that are not folded, which the step still writes
-    /// (its `outputs`, in order).
-    kept: Vec<u32>,
-    /// The folded chains, in the order they run.
-    chains: Vec<Chain>,
-    /// The folded steps of every chain, each chain's in run order.
-    members: Vec<StepId>,
-}
-
-/// Whether a fused step restores or saves.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Kind {
-    Restore,
-    Save,
-}
-
-/// One folded chain.
-#[derive(Clone, Debug)]
-struct Chain {
-    /// The output (restore) or tensor input (save) of the op it belongs to.
-    position: u32,
-    /// Where the variable handle comes from.
-    handle: Handle,
-    /// Its steps in [`Fused::members`].
-    members: Range<u32>,
-}
-
-impl Fused {
-    /// The folded steps, in the order they run.
-    pub fn members(&self) -> impl Iterator<Item = StepId> + '_ {
-        self.members.iter().copied()
+/// The entry points of plan compilation: [`super::plan`]'s compiler, then this pass.
+impl CompiledPlan {
+    /// Compiles the top-level graph of `module` for `targets` (`op:N` fetches a tensor, `op`
+    /// only runs the op), with `feeds` (`op:N` or `op`) given at each run. The module was
+    /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
+    /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
+    /// functions in the library) instead of checking them again.
+    ///
+    /// The variable ops around each `SaveV2` and `RestoreV2` are folded into it
+    /// (this module's pass); [`CompiledPlan::compile_unfused`] leaves them as steps.
+    pub fn compile(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+    ) -> Result<CompiledPlan, ExecError> {
+        let mut plan = CompiledPlan::compile_unfused(module, targets, feeds)?;
+        fuse(&mut plan);
+        Ok(plan)
     }
 
-    /// The steps of `chain`, in run order.
-    fn chain_members(&self, chain: &Chain) -> &[StepId] {
-        &self.members[chain.members.start as usize..chain.members.end as usize]
+    /// Compiles the library function `function` of `module` on its own, as a concrete function
+    /// is called eagerly: the feeds are its arguments in order, the fetches its outputs in
+    /// order, and its control outputs and stateful ops always run.
+    pub fn compile_function(
+        module: Verified<'_>,
+        function: &str,
+    ) -> Result<CompiledPlan, ExecError> {
+        let mut plan = CompiledPlan::compile_function_unfused(module, function)?;
+        fuse(&mut plan);
+        Ok(plan)
     }
-
-    /// The number of folded chains (one per variable read or assigned).
-    pub fn n_chains(&self) -> usize {
-        self.chains.len()
-    }
-}
-
-/// Where a chain's variable handle comes from.
-#[derive(Copy, Clone, Debug)]
-enum Handle {
-    /// This input of the fused step.
-    Input(u32),
-    /// The chain's first step, a folded `VarHandleOp`.
-    Member,
 }
 
 /// Slot and step facts the pass looks up, each a vector indexed by slot or step.

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -34,7 +35,6 @@ use saveplan_ir::{
 use smallvec::SmallVec;
 
 use super::error::ExecError;
-use super::fuse::{self, Fused};
 use super::kernels::Kernel;
 
 /// The device ops without one (or with a partial one) are resolved against.
@@ -109,6 +109,71 @@ pub enum Work {
     Fused(Box<Fused>),
 }
 
+/// What a fused step runs: its own kernel and the chains folded into it (made by the fusion
+/// pass, [`super::fuse`], which also runs it).
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// The kernel of the `RestoreV2` or `SaveV2` itself.
+    pub(super) kernel: Kernel,
+    /// Which of the two it is.
+    pub(super) kind: Kind,
+    /// The number of inputs of the op itself (the step's first inputs).
+    pub(super) n_head_inputs: usize,
+    /// The number of outputs the op itself produces.
+    pub(super) n_head_outputs: usize,
+    /// Restore: the positions of the outputs that are not folded, which the step still writes
+    /// (its `outputs`, in order).
+    pub(super) kept: Vec<u32>,
+    /// The folded chains, in the order they run.
+    pub(super) chains: Vec<Chain>,
+    /// The folded steps of every chain, each chain's in run order.
+    pub(super) members: Vec<StepId>,
+}
+
+/// Whether a fused step restores or saves.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Restore,
+    Save,
+}
+
+/// One folded chain.
+#[derive(Clone, Debug)]
+pub(super) struct Chain {
+    /// The output (restore) or tensor input (save) of the op it belongs to.
+    pub(super) position: u32,
+    /// Where the variable handle comes from.
+    pub(super) handle: Handle,
+    /// Its steps in [`Fused::members`].
+    pub(super) members: Range<u32>,
+}
+
+impl Fused {
+    /// The folded steps, in the order they run.
+    pub fn members(&self) -> impl Iterator<Item = StepId> + '_ {
+        self.members.iter().copied()
+    }
+
+    /// The steps of `chain`, in run order.
+    pub(super) fn chain_members(&self, chain: &Chain) -> &[StepId] {
+        &self.members[chain.members.start as usize..chain.members.end as usize]
+    }
+
+    /// The number of folded chains (one per variable read or assigned).
+    pub fn n_chains(&self) -> usize {
+        self.chains.len()
+    }
+}
+
+/// Where a chain's variable handle comes from.
+#[derive(Copy, Clone, Debug)]
+pub(super) enum Handle {
+    /// This input of the fused step.
+    Input(u32),
+    /// The chain's first step, a folded `VarHandleOp`.
+    Member,
+}
+
 /// The steps of one device, in schedule order.
 #[derive(Clone, Debug)]
 pub struct Queue {
@@ -148,24 +213,6 @@ struct Compiler<'m> {
 }
 
 impl CompiledPlan {
-    /// Compiles the top-level graph of `module` for `targets` (`op:N` fetches a tensor, `op`
-    /// only runs the op), with `feeds` (`op:N` or `op`) given at each run. The module was
-    /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
-    /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
-    /// functions in the library) instead of checking them again.
-    ///
-    /// The variable ops around each `SaveV2` and `RestoreV2` are folded into it
-    /// ([`super::fuse`]); [`CompiledPlan::compile_unfused`] leaves them as steps.
-    pub fn compile(
-        module: Verified<'_>,
-        targets: &[&str],
-        feeds: &[&str],
-    ) -> Result<CompiledPlan, ExecError> {
-        let mut plan = CompiledPlan::compile_unfused(module, targets, feeds)?;
-        fuse::fuse(&mut plan);
-        Ok(plan)
-    }
-
     /// [`CompiledPlan::compile`] without the fusion pass: one step per op (what fused plans
     /// are compared with).
     pub fn compile_unfused(
@@ -191,10 +238,8 @@ impl CompiledPlan {
         compiler.compile_graph(graph, &targets, &feeds)
     }
 
-    /// Compiles the library function `function` of `module` on its own, as a concrete function
-    /// is called eagerly: the feeds are its arguments in order, the fetches its outputs in
-    /// order, and its control outputs and stateful ops always run.
-    pub fn compile_function(
+    /// [`CompiledPlan::compile_function`] without the fusion pass.
+    pub(super) fn compile_function_unfused(
         module: Verified<'_>,
         function: &str,
     ) -> Result<CompiledPlan, ExecError> {
@@ -216,9 +261,7 @@ impl CompiledPlan {
             .into_iter()
             .filter(|&id| found.body.op(id).op == Op::Arg)
             .count();
-        let mut plan = compiler.compile_function(found, n_args)?;
-        fuse::fuse(&mut plan);
-        Ok(plan)
+        compiler.compile_function(found, n_args)
     }
 
     /// The steps and queues, for [`super::fuse`] to rewrite in place.
