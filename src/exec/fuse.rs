@@ -43,12 +43,12 @@
 
 use rustc_hash::FxHashSet;
 
-use super::error::{ExecError, KernelError};
+use super::error::ExecError;
 use super::kernels::{Kernel, KernelCx, state};
 use saveplan_ir::Verified;
 
 use super::plan::{Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Work};
-use super::step::{RunContext, notify, op_error};
+use super::step::{RunContext, notify, op_error, run_kernel_for};
 use super::tensor::HostTensor;
 use super::variables::VarKeyRef;
 
@@ -636,29 +636,14 @@ fn run_head(
     fused: &Fused,
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let cx = KernelCx {
-        variables: run.variables,
-        io: run.io,
-        name: &step.name,
+    run_kernel_for(
+        run,
+        step,
         device,
-    };
-    let outputs = fused
-        .kernel
-        .run(&cx, inputs)
-        .map_err(|err| op_error(step, device, err))?;
-    if outputs.len() != fused.n_head_outputs {
-        return Err(op_error(
-            step,
-            device,
-            KernelError::invalid(format!(
-                "produced {} outputs instead of {}",
-                outputs.len(),
-                fused.n_head_outputs
-            )),
-        ));
-    }
-    notify(run, step, device, &outputs);
-    Ok(outputs)
+        &fused.kernel,
+        inputs,
+        fused.n_head_outputs,
+    )
 }
 
 /// Runs folded step `member` on `inputs` (a `VarHandleOp` on none, an `AssignVariableOp` on

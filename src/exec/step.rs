@@ -110,13 +110,26 @@ pub(crate) fn run_kernel(
     kernel: &Kernel,
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, ExecError> {
+    run_kernel_for(run, step, device, kernel, inputs, step.outputs.len())
+}
+
+/// [`run_kernel`] of a kernel that must produce `n_outputs` tensors (a fused step's own op
+/// produces more than the step's slots hold).
+pub(crate) fn run_kernel_for(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    kernel: &Kernel,
+    inputs: &[HostTensor],
+    n_outputs: usize,
+) -> Result<Vec<HostTensor>, ExecError> {
     let cx = KernelCx {
         variables: run.variables,
         io: run.io,
         name: &step.name,
         device,
     };
-    finish_step(run, step, device, kernel.run(&cx, inputs))
+    finish_step(run, step, device, kernel.run(&cx, inputs), n_outputs)
 }
 
 /// Turns what running the body of `function` (the work of call step `step`) returned into the
@@ -132,7 +145,7 @@ pub(crate) fn finish_call(
         function: function.to_owned(),
         source: Box::new(err),
     });
-    finish_step(run, step, device, result)
+    finish_step(run, step, device, result, step.outputs.len())
 }
 
 /// Turns what the kernel of `step` returned into the step's result: a kernel error gets the
@@ -142,16 +155,16 @@ fn finish_step(
     step: &Step,
     device: &str,
     result: Result<Vec<HostTensor>, KernelError>,
+    n_outputs: usize,
 ) -> Result<Vec<HostTensor>, ExecError> {
     let outputs = result.map_err(|source| op_error(step, device, source))?;
-    if outputs.len() != step.outputs.len() {
+    if outputs.len() != n_outputs {
         return Err(op_error(
             step,
             device,
             KernelError::invalid(format!(
-                "produced {} outputs instead of {}",
+                "produced {} outputs instead of {n_outputs}",
                 outputs.len(),
-                step.outputs.len()
             )),
         ));
     }
