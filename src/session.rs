@@ -281,7 +281,7 @@ impl Session {
                     },
                 )
             },
-            || bind_keys(module, &targets),
+            || bind_keys(module, &targets.save_target, &restore_targets),
         );
         let save = save.map_err(|source| SessionError::Compile {
             what: "save",
@@ -307,7 +307,9 @@ impl Session {
         runner: Runner,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
-        let keys = bind_keys(module, &targets)?;
+        let restore_targets: Vec<&str> =
+            targets.restore_targets.iter().map(String::as_str).collect();
+        let keys = bind_keys(module, &targets.save_target, &restore_targets)?;
         Ok(Session::assemble(targets, runner, keys, options))
     }
 
@@ -691,13 +693,17 @@ type BoundKeys = (
     BTreeMap<String, CheckpointTensor>,
 );
 
-/// The checkpoint keys of `module`'s plans for `targets`, bound to variables. The save and
-/// restore plans are independent walks of the same graph: done at the same time.
-fn bind_keys(module: &Module, targets: &SaverNames) -> Result<BoundKeys, SessionError> {
-    let restore_targets: Vec<&str> = targets.restore_targets.iter().map(String::as_str).collect();
+/// The checkpoint keys of `module`'s save plan (for `save_target`) and restore plan (for
+/// `restore_targets`), bound to variables. The two are independent walks of the same graph:
+/// done at the same time.
+fn bind_keys(
+    module: &Module,
+    save_target: &str,
+    restore_targets: &[&str],
+) -> Result<BoundKeys, SessionError> {
     let (saved, restored) = rayon::join(
-        || group(bind::bind_save(module, &[&targets.save_target])?),
-        || group(bind::bind_restore(module, &restore_targets)?),
+        || group(bind::bind_save(module, &[save_target])?),
+        || group(bind::bind_restore(module, restore_targets)?),
     );
     Ok((saved?, restored?))
 }

@@ -52,6 +52,9 @@ use super::step::{RunContext, notify, op_error, run_kernel_for};
 use super::tensor::HostTensor;
 use super::variables::VarKeyRef;
 
+/// The first saved tensor among a `SaveV2`'s inputs (after prefix, names and slices).
+const FIRST_TENSOR: usize = saveplan_ir::saver_ops::save_v2::FIRST_TENSOR as usize;
+
 /// The entry points of plan compilation: [`super::plan`]'s compiler, then this pass.
 impl CompiledPlan {
     /// Compiles the top-level graph of `module` for `targets` (`op:N` fetches a tensor, `op`
@@ -379,7 +382,7 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
         Kind::Save => chains
             .iter()
             .map(|chain| {
-                let input = 3 + chain.position as usize;
+                let input = FIRST_TENSOR + chain.position as usize;
                 match chain.handle {
                     Handle::Input(_) => {
                         let read = members[chain.members.start as usize];
@@ -448,7 +451,15 @@ pub(crate) fn run_fused(
     };
     match fused.kind {
         Kind::Restore => {
-            let tensors = run_head(run, step, device, fused, &inputs[..fused.n_head_inputs])?;
+            let head_inputs = &inputs[..fused.n_head_inputs];
+            let tensors = run_kernel_for(
+                run,
+                step,
+                device,
+                &fused.kernel,
+                head_inputs,
+                fused.n_head_outputs,
+            )?;
             match keys {
                 Some(keys) => assign_all(run, plan, device, fused, &keys, &tensors)?,
                 None => restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?,
@@ -465,9 +476,16 @@ pub(crate) fn run_fused(
                 None => read_op_by_op(run, plan, device, fused, &inputs)?,
             };
             for (chain, value) in fused.chains.iter().zip(values) {
-                inputs[3 + chain.position as usize] = value;
+                inputs[FIRST_TENSOR + chain.position as usize] = value;
             }
-            run_head(run, step, device, fused, &inputs)
+            run_kernel_for(
+                run,
+                step,
+                device,
+                &fused.kernel,
+                &inputs,
+                fused.n_head_outputs,
+            )
         }
     }
 }
@@ -575,7 +593,7 @@ fn read_op_by_op(
 ) -> Result<Vec<HostTensor>, ExecError> {
     let mut values = Vec::with_capacity(fused.chains.len());
     for chain in &fused.chains {
-        let mut value = inputs[3 + chain.position as usize].clone();
+        let mut value = inputs[FIRST_TENSOR + chain.position as usize].clone();
         for &member in fused.chain_members(chain) {
             let member = plan.step(member);
             let inputs: &[HostTensor] = match member.work {
@@ -626,24 +644,6 @@ fn keys<'a>(
         keys.push(key);
     }
     Some(keys)
-}
-
-/// Runs the `RestoreV2` or `SaveV2` of a fused step, as an ordinary step would.
-fn run_head(
-    run: &RunContext<'_>,
-    step: &Step,
-    device: &str,
-    fused: &Fused,
-    inputs: &[HostTensor],
-) -> Result<Vec<HostTensor>, ExecError> {
-    run_kernel_for(
-        run,
-        step,
-        device,
-        &fused.kernel,
-        inputs,
-        fused.n_head_outputs,
-    )
 }
 
 /// Runs folded step `member` on `inputs` (a `VarHandleOp` on none, an `AssignVariableOp` on
