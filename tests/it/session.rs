@@ -402,3 +402,57 @@ fn empty_and_folder_prefixes_are_refused() {
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// A checkpoint key must name one tensor: a plan that saves two variables under one key with
+/// different dtypes, or with different full shapes, is refused when the session binds its keys,
+/// naming the key and what disagrees.
+#[test]
+fn one_key_for_two_disagreeing_variables_is_refused() {
+    use saveplan::trace::spec::SpecFile;
+    use saveplan::trace::trace_flat;
+    use saveplan_ir::AttrValue;
+    use saveplan_ir::attr::TensorValues;
+
+    let trace = |b_dtype: &str, b_shape: &str| {
+        let text = format!(
+            r#"{{"variables": [
+                {{"checkpoint_key": "a", "dtype": "float32", "shape": [2]}},
+                {{"checkpoint_key": "b", "dtype": "{b_dtype}", "shape": {b_shape}}}]}}"#
+        );
+        let spec = SpecFile::parse(&text).unwrap();
+        let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
+        let mut module = trace.module;
+        // Both `SaveV2` and `RestoreV2` name the second tensor `a` too.
+        for names in ["SaveV2/tensor_names", "RestoreV2/tensor_names"] {
+            let id = module
+                .graph
+                .find(names)
+                .expect("the traced plan names its keys");
+            let mut op = module.graph.op_mut(id);
+            let Some(AttrValue::Tensor(tensor)) = op.attrs().get_mut("value") else {
+                panic!("{names} holds a tensor");
+            };
+            let TensorValues::String(keys) = &mut tensor.values else {
+                panic!("{names} holds strings");
+            };
+            assert_eq!(keys, &[b"a".to_vec(), b"b".to_vec()]);
+            keys[1] = b"a".to_vec();
+        }
+        Session::new(&module, trace.saver, SessionOptions::default())
+    };
+    assert!(
+        trace("float32", "[2]").is_ok(),
+        "the same dtype and shape bind"
+    );
+    for (dtype, shape, expected) in [
+        ("int64", "[2]", "saved as float32 and as int64"),
+        ("float32", "[3]", "its parts disagree on the full shape"),
+    ] {
+        let err = trace(dtype, shape).err().expect("refused");
+        assert!(
+            matches!(&err, SessionError::InconsistentKey { key, .. } if key == "a"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+}
