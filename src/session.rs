@@ -5,8 +5,9 @@
 //! tensor to feed, the save target to fetch, the restore ops to run), like a TensorFlow
 //! session running a `SaverDef`:
 //!
-//! * [`Session::from_spec`] traces a spec file with [`trace_flat`] (the plan TensorFlow's
-//!   `MultiDeviceSaver.save`/`restore` adds to a graph);
+//! * [`Session::from_spec`] traces a spec file with [`trace_flat_as`] (the plan TensorFlow's
+//!   `MultiDeviceSaver.save`/`restore` adds to a graph, without the variables' initializers,
+//!   which a session never runs);
 //! * [`Session::from_meta_graph`] takes a `MetaGraphDef` and its `SaverDef`
 //!   (`save_tensor_name` fetched with `filename_tensor_name` fed; `restore_op_name` run);
 //! * [`Session::new`] takes any module and [`SaverNames`] ([`infer_targets`] finds them
@@ -80,7 +81,7 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{TraceOptions, trace_flat};
+use crate::trace::{TraceOptions, VariableOps, trace_flat_as};
 use values::Region;
 
 /// How a session runs its save and restore.
@@ -214,13 +215,14 @@ pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
 }
 
 impl Session {
-    /// Traces `spec` once ([`trace_flat`]) and binds its checkpoint keys to variables. In
-    /// graph mode the traced save and restore plans are compiled; in eager mode each call
-    /// runs the spec's [`EagerSaver`] instead.
+    /// Traces `spec` once ([`trace_flat_as`] with [`VariableOps::Handles`]: every op the
+    /// save and restore plans reach, named as `trace_flat` names it, and no initializers)
+    /// and binds its checkpoint keys to variables. In graph mode the traced save and restore
+    /// plans are compiled; in eager mode each call runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
-        let trace = trace_flat(&trackables, &trace_options)?;
+        let trace = trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?;
         let session = match options.mode {
             Mode::Graph => Session::new(&trace.module, trace.saver.clone(), options),
             Mode::Eager => {

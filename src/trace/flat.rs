@@ -5,7 +5,7 @@
 use saveplan_ir::{Module, OpId, Versions};
 
 use super::builder::{Builder, out};
-use super::plan::{Inputs, PRODUCER, Tracer, VarSource};
+use super::plan::{Initializers, Inputs, PRODUCER, Tracer, VarSource, Variable};
 use saveplan_ir::SaverNames;
 use saveplan_ir::saver_ops;
 
@@ -19,9 +19,22 @@ pub fn trace_flat(
     trackables: &[Trackable],
     options: &TraceOptions,
 ) -> Result<FlatTrace, TraceError> {
+    trace_flat_as(trackables, options, VariableOps::Create)
+}
+
+/// [`trace_flat`] with the variables reached as `variables` says. With
+/// [`VariableOps::Handles`] the save and restore plans are op for op, name for name, what
+/// [`trace_flat`] traces, without the variables' initializers that no plan reaches.
+pub fn trace_flat_as(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    variables: VariableOps,
+) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
     let mut tracer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
-    let variables = tracer.create_variables(&inputs)?;
+    let variables = (0..inputs.tensors.len())
+        .map(|index| variable_as(&mut tracer, &inputs, index, variables, true))
+        .collect::<Result<Vec<_>, _>>()?;
     tracer.vars = VarSource::Local(variables);
     let prefix = tracer.placeholder("saver_filename")?;
     let save_op = tracer.save(&inputs, out(prefix), options)?;
@@ -52,12 +65,33 @@ pub fn trace_flat(
     })
 }
 
+/// Variable `index` reached as `ops` says; `read` asks [`VariableOps::Attach`] for a read.
+fn variable_as<B: Builder>(
+    tracer: &mut Tracer<B>,
+    inputs: &Inputs<'_>,
+    index: usize,
+    ops: VariableOps,
+    read: bool,
+) -> Result<Variable, TraceError> {
+    match ops {
+        VariableOps::Create => tracer.create_variable(inputs, index, Initializers::Build),
+        VariableOps::Handles => tracer.create_variable(inputs, index, Initializers::NamesOnly),
+        VariableOps::Attach => tracer.attach_variable(inputs, index, read),
+    }
+}
+
 /// How a partial flat trace gets at the variables.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum VariableOps {
     /// Create them as [`trace_flat`] does: initial value, handle, `IsInitialized`,
     /// `Assign` and `Read` (eagerly: `tf.Variable(...)`, which assigns the initial value).
     Create,
+    /// What [`Self::Create`] builds that a save or restore plan reaches: each variable's
+    /// handle and `Read`, named exactly as `Create` names them. The initializer ops' names
+    /// are taken and the initial values checked, but those ops are not built. This is what a
+    /// session traces: it never runs an initializer, and a plan of N variables then has 4N
+    /// ops instead of 7N.
+    Handles,
     /// Only look them up: the handle (`VarHandleOp`, same shared name as [`Self::Create`]) and,
     /// when the save is traced, a `Read/ReadVariableOp`, which eagerly reads the current value.
     Attach,
@@ -97,10 +131,7 @@ pub fn trace_flat_with<B: Builder>(
     let n_tensors = inputs.tensors.len();
     let mut tracer = Tracer::with_builder(builder, VarSource::Local(Vec::new()), n_tensors);
     let variables = (0..n_tensors)
-        .map(|index| match parts.variables {
-            VariableOps::Create => tracer.create_variable(&inputs, index),
-            VariableOps::Attach => tracer.attach_variable(&inputs, index, parts.save),
-        })
+        .map(|index| variable_as(&mut tracer, &inputs, index, parts.variables, parts.save))
         .collect::<Result<Vec<_>, _>>()?;
     tracer.vars = VarSource::Local(variables);
     let mut ops = FlatOps {

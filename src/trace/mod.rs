@@ -106,7 +106,9 @@ use saveplan_ir::{GraphError, Module, SaverNames};
 
 pub use builder::{Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
-pub use flat::{FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_with};
+pub use flat::{
+    FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_as, trace_flat_with,
+};
 pub use function::{
     EagerTrace, FunctionOptions, FunctionTrace, trace_eager_functions, trace_functions,
     trace_functions_with_savers, trace_save_function,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use saveplan_ir::{Attrs, DType, Module, Op, OpId, Tensor, Versions};
 
 use super::builder::{Builder, out};
-use super::plan::{Inputs, PRODUCER, Tracer, VarSource};
+use super::plan::{Initializers, Inputs, PRODUCER, Tracer, VarSource};
 use super::{ReadKind, TraceError, TraceOptions, Trackable};
 
 /// The device `write` and `read` place their prefix tensors on (`/cpu:0`).
@@ -54,13 +54,16 @@ pub fn trace_graph_mode_write(
     let is_constant = |index: usize| inputs.tensors[index].variable.read == ReadKind::Constant;
     let mut created = Vec::with_capacity(n_tensors);
     for index in (0..n_tensors).filter(|&index| !is_constant(index)) {
-        created.push((index, tracer.create_variable(&inputs, index)?));
+        created.push((
+            index,
+            tracer.create_variable(&inputs, index, Initializers::Build)?,
+        ));
     }
     let assigns: Vec<OpId> = created.iter().filter_map(|(_, v)| v.assign).collect();
     let init = group(&mut tracer, "init", &assigns)?;
     let mut constants = Vec::new();
     for index in (0..n_tensors).filter(|&index| is_constant(index)) {
-        let variable = tracer.create_variable(&inputs, index)?;
+        let variable = tracer.create_variable(&inputs, index, Initializers::Build)?;
         constants.push((
             inputs.tensors[index].checkpoint_key.clone(),
             format!("{}:0", variable.handle_name),

@@ -20,8 +20,8 @@ use std::path::Path;
 
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::{
-    FlatTrace, FunctionOptions, FunctionTrace, TraceError, TraceOptions, trace_eager_functions,
-    trace_flat, trace_functions, trace_save_function,
+    FlatTrace, FunctionOptions, FunctionTrace, TraceError, TraceOptions, VariableOps,
+    trace_eager_functions, trace_flat, trace_flat_as, trace_functions, trace_save_function,
 };
 use saveplan_ir::{AttrValue, Function, Module, Op};
 use saveplan_proto::tensorflow as tf;
@@ -678,4 +678,132 @@ fn partitioned_variable_on_several_tasks_matches_tensorflow() {
     let restore_ops: std::collections::BTreeMap<String, String> =
         serde_json::from_value(flat["restore_ops"].clone()).unwrap();
     assert_eq!(trace.restore_ops, restore_ops);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a session traces: the plans without the variables' initializers.
+
+/// Every spec input that traces, and specs for the initializer forms the inputs lack: given
+/// values, a zeros `Fill` (1000 elements and more), a saved constant and a variable named
+/// like the `zeros` scope (whose name depends on the initializer names being taken).
+fn handles_cases() -> Vec<(String, String)> {
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for dir in ["tests/inputs/trace", "tests/inputs/trace/extra"] {
+        let mut paths: Vec<_> = std::fs::read_dir(manifest_path(dir))
+            .expect("the inputs folder")
+            .map(|entry| entry.expect("a folder entry").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).expect("the input");
+            cases.push((path.display().to_string(), text));
+        }
+    }
+    let cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
+    let own = serde_json::json!({"variables": [
+        {"checkpoint_key": "zeros", "dtype": "float32", "shape": [2], "device": cpu},
+        {"checkpoint_key": "big", "dtype": "float32", "shape": [40, 30], "device": cpu},
+        {"checkpoint_key": "given", "dtype": "int64", "shape": [3], "device": cpu,
+         "init": [1, 2, 3]},
+        {"checkpoint_key": "Zeros_1", "name": "zeros", "dtype": "float32", "shape": [],
+         "device": cpu},
+        {"checkpoint_key": "sliced", "dtype": "float32", "shape": [2],
+         "slice_spec": "4 0,2", "device": cpu},
+    ]});
+    cases.push(("initializer forms".to_owned(), own.to_string()));
+    cases
+}
+
+#[test]
+fn handles_trace_is_the_full_trace_without_initializers() {
+    for (what, text) in handles_cases() {
+        let spec = SpecFile::parse(&text).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let trackables = spec.trackables().expect("trackables");
+        let options = spec.options().expect("options");
+        let full = trace_flat(&trackables, &options).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let handles = trace_flat_as(&trackables, &options, VariableOps::Handles)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(handles.saver, full.saver, "{what}: saver names");
+        assert_eq!(handles.restore_ops, full.restore_ops, "{what}: restore ops");
+        // The ops every plan reaches in the full trace are all in the handles trace…
+        let graph = &full.module.graph;
+        let find = |name: &str| {
+            let name = name.split(':').next().expect("a tensor name");
+            graph.find(name).unwrap_or_else(|| panic!("{what}: {name}"))
+        };
+        let mut roots = vec![find(&full.saver.save_target)];
+        roots.extend(full.saver.restore_targets.iter().map(|name| find(name)));
+        roots.push(find(&full.saver.filename_tensor_name));
+        let reached: std::collections::BTreeSet<String> = graph
+            .ancestors(roots)
+            .into_iter()
+            .map(|id| graph.op(id).name.clone())
+            .collect();
+        let ours: std::collections::BTreeSet<String> = handles
+            .module
+            .graph
+            .ops()
+            .into_iter()
+            .map(|id| handles.module.graph.op(id).name.clone())
+            .collect();
+        assert!(
+            ours.is_superset(&reached),
+            "{what}: the ops the plans reach"
+        );
+        // …it has nothing the full trace lacks (the node comparison below), and what it
+        // leaves out is only initializers.
+        for id in graph.ops() {
+            let op = graph.op(id);
+            if !ours.contains(&op.name) {
+                assert!(
+                    matches!(
+                        op.op,
+                        Op::Const | Op::Fill | Op::VarIsInitializedOp | Op::AssignVariableOp
+                    ),
+                    "{what}: {} ({:?}) left out",
+                    op.name,
+                    op.op
+                );
+            }
+        }
+        // Op for op, the same nodes (name, op, inputs, device, attributes), in the same order.
+        let theirs: Vec<tf::NodeDef> = graph_def(&full.module)
+            .node
+            .into_iter()
+            .filter(|node| ours.contains(&node.name))
+            .collect();
+        assert_same_nodes(&what, &graph_def(&handles.module).node, &theirs);
+    }
+}
+
+#[test]
+fn handles_trace_refuses_what_the_full_trace_refuses() {
+    let mut paths: Vec<_> = std::fs::read_dir(manifest_path("tests/inputs/trace/err"))
+        .expect("the error inputs")
+        .map(|entry| entry.expect("a folder entry").path())
+        .collect();
+    paths.sort();
+    let mut checked = 0;
+    for path in paths {
+        let text = std::fs::read_to_string(&path).expect("the input");
+        let Ok(spec) = SpecFile::parse(&text) else {
+            continue;
+        };
+        let (Ok(trackables), Ok(options)) = (spec.trackables(), spec.options()) else {
+            continue;
+        };
+        let full = trace_flat(&trackables, &options).map(|_| ());
+        let handles = trace_flat_as(&trackables, &options, VariableOps::Handles).map(|_| ());
+        assert!(full.is_err(), "{}: the full trace fails", path.display());
+        assert_eq!(
+            handles.map_err(|e| e.to_string()),
+            full.map_err(|e| e.to_string()),
+            "{}",
+            path.display()
+        );
+        checked += 1;
+    }
+    // `bad_init.json` (an initial value of the wrong size) at least reaches the tracer.
+    assert!(checked >= 1, "no error input reached the tracer");
 }

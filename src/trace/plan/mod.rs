@@ -29,6 +29,7 @@ use super::builder::{Builder, attrs, out};
 use super::names::UniqueNames;
 
 pub(super) use group::Inputs;
+pub(super) use variables::Initializers;
 
 /// The `GraphDef.versions.producer` TensorFlow 2.21 writes.
 pub(super) const PRODUCER: i32 = 2474;

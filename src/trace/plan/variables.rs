@@ -10,6 +10,16 @@ use crate::trace::{ConstError, Init, ReadKind, SaveableTensor, TraceError, const
 /// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
 const ZEROS_FILL_THRESHOLD: i64 = 1000;
 
+/// Whether [`Tracer::create_variable`] builds a variable's initializer ops.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Initializers {
+    /// Build them: the initial value, `IsInitialized` and `Assign`, as `tf.Variable` does.
+    Build,
+    /// Take their names and check the initial value, but build nothing: what the save and
+    /// restore plans reach is then exactly what [`Initializers::Build`] builds, same names.
+    NamesOnly,
+}
+
 /// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
 fn handle_base_name(tensor: &SaveableTensor) -> &str {
     tensor
@@ -30,27 +40,41 @@ impl<B: Builder> Tracer<B> {
         &mut self,
         inputs: &Inputs<'_>,
     ) -> Result<Vec<Variable>, TraceError> {
+        self.variables_with(inputs, Initializers::Build)
+    }
+
+    /// Every tensor's variable, in order, created as [`Tracer::create_variable`] creates it
+    /// with or without its initializer ops.
+    pub(in crate::trace) fn variables_with(
+        &mut self,
+        inputs: &Inputs<'_>,
+        initializers: Initializers,
+    ) -> Result<Vec<Variable>, TraceError> {
         (0..inputs.tensors.len())
-            .map(|index| self.create_variable(inputs, index))
+            .map(|index| self.create_variable(inputs, index, initializers))
             .collect()
     }
 
     /// Creates a graph-mode `ResourceVariable`: initial value, handle, `IsInitialized`,
-    /// `Assign` and `Read`.
+    /// `Assign` and `Read`. With [`Initializers::NamesOnly`] the initial value is still
+    /// checked and every initializer op's name still taken, but only the handle and the read
+    /// are built.
     pub(in crate::trace) fn create_variable(
         &mut self,
         inputs: &Inputs<'_>,
         index: usize,
+        initializers: Initializers,
     ) -> Result<Variable, TraceError> {
         if inputs.tensors[index].variable.read == ReadKind::Constant {
             return self.saved_constant(inputs, index);
         }
+        let build = initializers == Initializers::Build;
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
         let base = handle_base_name(tensor);
         let (handle_name, initial) = match &tensor.variable.init {
             Init::Zeros => {
-                let zeros = self.zeros(tensor, device)?;
+                let zeros = self.zeros(tensor, device, build)?;
                 (self.names.unique(base), zeros)
             }
             Init::Values(values) => {
@@ -64,29 +88,40 @@ impl<B: Builder> Tracer<B> {
                             reason,
                         }
                     })?;
-                let attrs = attrs([
-                    ("_class", colocation(&handle_name)),
-                    ("dtype", AttrValue::Type(tensor.dtype)),
-                    ("value", AttrValue::Tensor(Box::new(value))),
-                ]);
-                let initial = self.op(name, Op::Const, "", attrs, [])?;
+                let initial = if build {
+                    let attrs = attrs([
+                        ("_class", colocation(&handle_name)),
+                        ("dtype", AttrValue::Type(tensor.dtype)),
+                        ("value", AttrValue::Tensor(Box::new(value))),
+                    ]);
+                    Some(self.op(name, Op::Const, "", attrs, [])?)
+                } else {
+                    None
+                };
                 (handle_name, initial)
             }
         };
         let handle = self.var_handle(&handle_name, tensor, device)?;
         let scope = self.names.unique_in(&handle_name, "IsInitialized");
         let name = self.names.unique_in(&scope, "VarIsInitializedOp");
-        self.op(
-            name,
-            Op::VarIsInitializedOp,
-            device,
-            Attrs::new(),
-            [out(handle)],
-        )?;
+        if build {
+            self.op(
+                name,
+                Op::VarIsInitializedOp,
+                device,
+                Attrs::new(),
+                [out(handle)],
+            )?;
+        }
         let name = self.names.unique_in(&handle_name, "Assign");
-        let assign = self.assign(name, device, tensor.dtype, out(handle), out(initial))?;
+        let assign = match initial {
+            Some(initial) => {
+                Some(self.assign(name, device, tensor.dtype, out(handle), out(initial))?)
+            }
+            None => None,
+        };
         let mut variable = self.variable_read(handle, handle_name, tensor, device)?;
-        variable.assign = Some(assign);
+        variable.assign = assign;
         Ok(variable)
     }
 
@@ -199,8 +234,14 @@ impl<B: Builder> Tracer<B> {
     }
 
     /// `tf.zeros(shape, dtype)` under the variable's device: a filled constant, or for 1000
-    /// elements and more a `Fill` of a shape constant and a scalar zero.
-    fn zeros(&mut self, tensor: &SaveableTensor, device: &str) -> Result<OpId, TraceError> {
+    /// elements and more a `Fill` of a shape constant and a scalar zero. Without `build` the
+    /// values are checked and the names taken, and nothing is built.
+    fn zeros(
+        &mut self,
+        tensor: &SaveableTensor,
+        device: &str,
+        build: bool,
+    ) -> Result<Option<OpId>, TraceError> {
         let scope = self.names.unique("zeros");
         let zero = consts::zero(tensor.dtype);
         let bad = |reason: ConstError| TraceError::BadInit {
@@ -210,18 +251,25 @@ impl<B: Builder> Tracer<B> {
         let n_elements: i64 = tensor.shape.iter().product();
         if n_elements < ZEROS_FILL_THRESHOLD {
             let value = consts::make_tensor(tensor.dtype, &tensor.shape, &[zero]).map_err(bad)?;
-            return self.constant(scope, device, value);
+            if !build {
+                return Ok(None);
+            }
+            return self.constant(scope, device, value).map(Some);
         }
         let shape_name = self.names.unique_in(&scope, "shape_as_tensor");
         let shape = consts::int32_vector(&tensor.shape).map_err(bad)?;
-        let shape = self.constant(shape_name, device, shape)?;
         let zero_name = self.names.unique_in(&scope, "Const");
         let zero = consts::make_tensor(tensor.dtype, &[], &[zero]).map_err(bad)?;
+        if !build {
+            return Ok(None);
+        }
+        let shape = self.constant(shape_name, device, shape)?;
         let zero = self.constant(zero_name, device, zero)?;
         let attrs = attrs([
             ("T", AttrValue::Type(tensor.dtype)),
             ("index_type", AttrValue::Type(DType::Int32)),
         ]);
         self.op(scope, Op::Fill, device, attrs, [out(shape), out(zero)])
+            .map(Some)
     }
 }
