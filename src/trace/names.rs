@@ -11,14 +11,18 @@ use rustc_hash::FxBuildHasher;
 /// A counter table keyed by the lower-cased name (TensorFlow's `_names_in_use`) makes every
 /// call O(1) amortized, so tracing many variables stays linear. The names live back to back
 /// in fixed-size chunks that are never reallocated (a growing single string would copy every
-/// name at each doubling); the table holds their positions, so a name costs no allocation of
-/// its own. The table is never iterated.
+/// name at each doubling), their records in a vector in first-use order, and the hash table
+/// holds only record positions: a name costs no allocation of its own, and a new name writes
+/// one 4-byte slot at a random place and appends the rest. The table is never iterated.
 #[derive(Clone, Debug, Default)]
 pub struct UniqueNames {
     /// Every lower-cased name in use, concatenated; a name never spans two chunks.
     chunks: Vec<String>,
-    /// The names in use: where each is in `arena`, and how often it was asked for.
-    in_use: HashTable<InUse>,
+    /// The names in use, in the order they were first used.
+    names: Vec<InUse>,
+    /// Positions in `names`, by name. Only 4 bytes a slot: a lookup of a name not in use (the
+    /// common case) touches nothing but the table, and a new name is appended to `names`.
+    in_use: HashTable<u32>,
     /// A reused buffer for the lower-cased name and candidates, so that looking a name up
     /// allocates nothing.
     scratch: String,
@@ -27,6 +31,8 @@ pub struct UniqueNames {
 /// One name in use.
 #[derive(Clone, Debug)]
 struct InUse {
+    /// The name's hash, which a lookup compares before the name itself.
+    hash: u64,
     /// The chunk holding the name.
     chunk: u32,
     /// Where the name starts in its chunk.
@@ -57,6 +63,7 @@ impl UniqueNames {
     pub fn with_capacity(capacity: usize) -> UniqueNames {
         UniqueNames {
             chunks: Vec::new(),
+            names: Vec::with_capacity(capacity),
             in_use: HashTable::with_capacity(capacity),
             scratch: String::new(),
         }
@@ -123,9 +130,13 @@ impl UniqueNames {
     }
 
     fn get_mut(&mut self, key: &str) -> Option<&mut InUse> {
-        let chunks = &self.chunks;
-        self.in_use
-            .find_mut(hash(key), |entry| entry.name(chunks) == key)
+        let hash = hash(key);
+        let (chunks, names) = (&self.chunks, &self.names);
+        let index = *self.in_use.find(hash, |&index| {
+            let entry = &names[index as usize];
+            entry.hash == hash && entry.name(chunks) == key
+        })?;
+        Some(&mut self.names[index as usize])
     }
 
     /// Adds `key`, which is not in the table.
@@ -142,16 +153,19 @@ impl UniqueNames {
         let chunk = &mut self.chunks[chunk_index];
         let start = chunk.len();
         chunk.push_str(key);
-        let chunks = &self.chunks;
-        // Names are far shorter than 4 GiB and there are far fewer than 2^32 chunks.
-        let entry = InUse {
+        let hash = hash(key);
+        // Names are far shorter than 4 GiB and there are far fewer than 2^32 chunks or names.
+        let index = self.names.len() as u32;
+        self.names.push(InUse {
+            hash,
             chunk: chunk_index as u32,
             start: start as u32,
             len: key.len() as u32,
             count,
-        };
+        });
+        let names = &self.names;
         self.in_use
-            .insert_unique(hash(key), entry, |entry| hash(entry.name(chunks)));
+            .insert_unique(hash, index, |&index| names[index as usize].hash);
     }
 }
 
