@@ -31,7 +31,7 @@ fn handle_base_name(tensor: &SaveableTensor) -> &str {
 
 /// The `_class` attribute colocating an op with `name`.
 fn colocation(name: &str) -> AttrValue {
-    AttrValue::strings([format!("loc:@{name}")])
+    AttrValue::strings([["loc:@", name].concat()])
 }
 
 impl<B: Builder> Tracer<B> {
@@ -198,7 +198,7 @@ impl<B: Builder> Tracer<B> {
             ("_class", colocation(handle_name)),
             ("allowed_devices", AttrValue::List(Box::default())),
             ("container", AttrValue::s("")),
-            ("debug_name", AttrValue::s(format!("{handle_name}/"))),
+            ("debug_name", AttrValue::s([handle_name, "/"].concat())),
             ("dtype", AttrValue::Type(tensor.dtype)),
             ("shape", AttrValue::Shape(Shape::from_dims(&tensor.shape))),
             ("shared_name", AttrValue::s(handle_name)),
