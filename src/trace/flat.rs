@@ -38,14 +38,27 @@ pub fn trace_flat_as(
     tracer.vars = VarSource::Local(variables);
     let prefix = tracer.placeholder("saver_filename")?;
     let save_op = tracer.save(&inputs, out(prefix), options)?;
-    let restore_ops = tracer.restore(&inputs, out(prefix))?;
+    let restored = tracer.restore(&inputs, out(prefix))?;
     tracer.restore_registered(options, out(prefix))?;
     let graph = tracer.graph;
+    // The restore targets are every assign of a `RestoreV2` output: without registered
+    // savers, exactly the assigns `restore` made (in creation order), so the graph need not
+    // be searched for them.
+    let restore_targets = if options.registered_savers.is_empty() {
+        restored
+            .assigns
+            .iter()
+            .map(|&assign| graph.op(assign).name.clone())
+            .collect()
+    } else {
+        saver_ops::restore_targets(&graph)
+    };
     let saver = SaverNames {
         filename_tensor_name: format!("{}:0", graph.op(prefix).name),
         save_target: graph.op(save_op).name.clone(),
-        restore_targets: saver_ops::restore_targets(&graph),
+        restore_targets,
     };
+    let restore_ops = restored.ops;
     let restore_ops = restore_ops
         .into_iter()
         .map(|(key, op)| (key, graph.op(op).name.clone()))
@@ -146,7 +159,7 @@ pub fn trace_flat_with<B: Builder>(
             ops.save = Some(tracer.save(&inputs, out(prefix), options)?);
         }
         if parts.restore {
-            ops.restore = tracer.restore(&inputs, out(prefix))?;
+            ops.restore = tracer.restore(&inputs, out(prefix))?.ops;
             tracer.restore_registered(options, out(prefix))?;
         }
     }

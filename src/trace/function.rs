@@ -258,7 +258,7 @@ fn restore_body(
     options: &TraceOptions,
 ) -> Result<Body, TraceError> {
     let mut restore = body(variables, "file_prefix")?;
-    let restore_ops = restore.tracer.restore(inputs, out(restore.prefix))?;
+    let restore_ops = restore.tracer.restore(inputs, out(restore.prefix))?.ops;
     restore.after = restore_ops.iter().map(|&(_, op)| op).collect();
     for &op in &restore.after {
         restore.tracer.graph.mark_manual_control(op);

@@ -79,7 +79,7 @@ pub fn trace_graph_mode_write(
     tracer.graph.mark_manual_control(merge);
     tracer.graph.control(merge, returned);
     let restore_prefix = string_constant(&mut tracer, READ_PREFIX_VALUE)?;
-    let restore_ops = tracer.restore(&inputs, out(restore_prefix))?;
+    let restore_ops = tracer.restore(&inputs, out(restore_prefix))?.ops;
     tracer.restore_registered(options, out(restore_prefix))?;
     let graph = tracer.graph;
     let tensor = |op: OpId| format!("{}:0", graph.op(op).name);

@@ -807,3 +807,24 @@ fn handles_trace_refuses_what_the_full_trace_refuses() {
     // `bad_init.json` (an initial value of the wrong size) at least reaches the tracer.
     assert!(checked >= 1, "no error input reached the tracer");
 }
+
+/// The flat trace names as restore targets the assigns its restore made; a search of the
+/// graph for every assign of a `RestoreV2` output finds the same ops in the same order.
+#[test]
+fn flat_restore_targets_are_the_graphs_restore_assigns() {
+    for (what, text) in handles_cases() {
+        let spec = SpecFile::parse(&text).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let trackables = spec.trackables().expect("trackables");
+        let options = spec.options().expect("options");
+        for variables in [VariableOps::Create, VariableOps::Handles] {
+            let trace = trace_flat_as(&trackables, &options, variables)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let searched = saveplan_ir::saver_ops::restore_targets(&trace.module.graph);
+            assert!(!searched.is_empty(), "{what}: no restore targets");
+            assert_eq!(
+                trace.saver.restore_targets, searched,
+                "{what} ({variables:?})"
+            );
+        }
+    }
+}

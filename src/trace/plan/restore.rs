@@ -11,22 +11,29 @@ use crate::trace::builder::{Builder, attrs, out};
 use crate::trace::registered::SaverCx;
 use crate::trace::{ReadKind, TraceError, TraceOptions};
 
+/// What [`Tracer::restore`] traced.
+pub(in crate::trace) struct Restored {
+    /// TensorFlow's `restore_ops` dict: per checkpoint key (in insertion order) the last
+    /// restore op of its trackable.
+    pub(in crate::trace) ops: Vec<(String, OpId)>,
+    /// Every `AssignVariableOp` of a restored value, in creation order.
+    pub(in crate::trace) assigns: Vec<OpId>,
+}
+
 impl<B: Builder> Tracer<B> {
     /// `MultiDeviceSaver.restore`: one `RestoreV2` per task, then each trackable's
     /// `Identity` + `AssignVariableOp` pairs once all of its tensors are read.
-    ///
-    /// Returns TensorFlow's `restore_ops` dict: per checkpoint key (in insertion order) the
-    /// last restore op of its trackable.
     pub(in crate::trace) fn restore(
         &mut self,
         inputs: &Inputs<'_>,
         prefix: (OpId, Port),
-    ) -> Result<Vec<(String, OpId)>, TraceError> {
+    ) -> Result<Restored, TraceError> {
         let cpu0 = DeviceSpec::parse("cpu:0").expect("`cpu:0` is a valid device");
         let io = inputs.io_device.as_ref().unwrap_or(&cpu0);
         let mut restored: Vec<Option<(OpId, Port)>> = vec![None; inputs.tensors.len()];
         let mut pending: Vec<usize> = inputs.trackables.iter().map(Vec::len).collect();
         let mut restore_ops: Vec<(String, OpId)> = Vec::new();
+        let mut assigns: Vec<OpId> = Vec::with_capacity(inputs.tensors.len());
         let mut restore_op_of: FxHashMap<&str, usize> =
             FxHashMap::with_capacity_and_hasher(inputs.tensors.len(), Default::default());
         for task in &inputs.tasks {
@@ -80,6 +87,7 @@ impl<B: Builder> Tracer<B> {
                     if self.in_function() {
                         self.resource_ops.push(assign);
                     }
+                    assigns.push(assign);
                     let key = tensor.checkpoint_key.as_str();
                     match restore_op_of.get(key) {
                         Some(&slot) => restore_ops[slot].1 = assign,
@@ -91,7 +99,10 @@ impl<B: Builder> Tracer<B> {
                 }
             }
         }
-        Ok(restore_ops)
+        Ok(Restored {
+            ops: restore_ops,
+            assigns,
+        })
     }
 
     fn restore_v2(
