@@ -59,7 +59,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
@@ -77,7 +77,7 @@ use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 use crate::bundle::WriteOptions;
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
-    StepEvent, VarKey, VariableStore,
+    StepEvent, VarKey, VarSlot, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -115,6 +115,12 @@ pub struct Session {
     saved: BTreeMap<String, CheckpointTensor>,
     restored: BTreeMap<String, CheckpointTensor>,
     variables: VariableStore,
+    /// The slots of the saved tensors' parts in `variables`, in key and part order; resolved
+    /// by the first [`Session::assign`] or save.
+    saved_slots: OnceLock<Box<[VarSlot]>>,
+    /// The slots of the restored tensors' parts, likewise; resolved by the first
+    /// [`Session::values`].
+    restored_slots: OnceLock<Box<[VarSlot]>>,
     /// Whether the last [`Session::assign`] gave every saved variable a value.
     all_assigned: AtomicBool,
     io: Box<dyn CheckpointIo + Send>,
@@ -328,6 +334,8 @@ impl Session {
             saved,
             restored,
             variables: VariableStore::new(),
+            saved_slots: OnceLock::new(),
+            restored_slots: OnceLock::new(),
             all_assigned: AtomicBool::new(false),
             io: Box::new(BundleIo {
                 write: options.write,
@@ -412,15 +420,18 @@ impl Session {
         let mut given = values.into_iter().peekable();
         let mut missing = None;
         for tensor in self.saved.values() {
-            if let Some((key, _)) = given.next_if(|(key, _)| *key < tensor.key) {
-                return Err(SessionError::UnknownKey { key });
-            }
-            match given.next_if(|(key, _)| *key == tensor.key) {
-                Some((_, value)) => {
+            let order = given.peek().map(|(key, _)| key.as_str().cmp(&tensor.key));
+            match order {
+                Some(std::cmp::Ordering::Less) => {
+                    let (key, _) = given.next().expect("peeked");
+                    return Err(SessionError::UnknownKey { key });
+                }
+                Some(std::cmp::Ordering::Equal) => {
+                    let (_, value) = given.next().expect("peeked");
                     check_value(tensor, &value)?;
                     pairs.push((tensor, value));
                 }
-                None => {
+                Some(std::cmp::Ordering::Greater) | None => {
                     missing.get_or_insert_with(|| tensor.key.clone());
                 }
             }
@@ -432,10 +443,13 @@ impl Session {
             return Err(SessionError::MissingValue { key });
         }
         self.all_assigned.store(false, Ordering::Release);
+        // Every saved tensor is in `pairs`, in key order: the order of the slots.
+        let mut slots = self.saved_slots().iter();
         // One lock for every put (nothing below touches the store otherwise).
         let mut writer = self.variables.writer();
         for (tensor, value) in pairs {
             for part in &tensor.parts {
+                let slot = *slots.next().expect("one slot per part");
                 let part_value = match &part.region {
                     None => value.clone(),
                     Some(region) => {
@@ -445,12 +459,12 @@ impl Session {
                         })?
                     }
                 };
-                writer.put(&part.variable, part_value).map_err(|source| {
-                    SessionError::Variable {
+                writer
+                    .put_at(slot, part_value)
+                    .map_err(|source| SessionError::Variable {
                         key: tensor.key.clone(),
                         source,
-                    }
-                })?;
+                    })?;
             }
         }
         drop(writer);
@@ -471,13 +485,17 @@ impl Session {
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
         // After a complete `assign` every variable has a value; otherwise check each one.
-        let checked = self.all_assigned.load(Ordering::Acquire);
-        for tensor in self.saved.values().filter(|_| !checked) {
-            for part in &tensor.parts {
-                if !self.variables.is_initialized(&part.variable) {
-                    return Err(SessionError::MissingValue {
-                        key: tensor.key.clone(),
-                    });
+        if !self.all_assigned.load(Ordering::Acquire) {
+            let mut slots = self.saved_slots().iter();
+            let reader = self.variables.reader();
+            for tensor in self.saved.values() {
+                for _part in &tensor.parts {
+                    let slot = *slots.next().expect("one slot per part");
+                    if !reader.is_initialized_at(slot).unwrap_or(false) {
+                        return Err(SessionError::MissingValue {
+                            key: tensor.key.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -505,17 +523,20 @@ impl Session {
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
         // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
         let mut out = Vec::with_capacity(self.restored.len());
+        let slots = self.restored_slots();
+        let mut next_slot = 0;
         // One lock for every read.
         let reader = self.variables.reader();
         for tensor in self.restored.values() {
-            let read = |part: &Part| {
-                let value =
-                    reader
-                        .get(&part.variable)
-                        .map_err(|source| SessionError::Variable {
-                            key: tensor.key.clone(),
-                            source,
-                        })?;
+            let part_slots = &slots[next_slot..next_slot + tensor.parts.len()];
+            next_slot += tensor.parts.len();
+            let read = |part: &Part, slot: VarSlot| {
+                let value = reader
+                    .get_at(slot)
+                    .map_err(|source| SessionError::Variable {
+                        key: tensor.key.clone(),
+                        source,
+                    })?;
                 // Compared in place: this runs once per restored tensor.
                 let shape_ok = match &part.region {
                     Some(region) => region
@@ -545,12 +566,12 @@ impl Session {
                 Ok(value)
             };
             let value = match (tensor.parts.as_slice(), &tensor.shape) {
-                ([first, ..], _) if first.region.is_none() => read(first)?,
+                ([first, ..], _) if first.region.is_none() => read(first, part_slots[0])?,
                 (parts, Some(shape)) => {
                     let mut pieces = Vec::with_capacity(parts.len());
-                    for part in parts {
+                    for (part, &slot) in parts.iter().zip(part_slots) {
                         let region = part.region.as_deref().unwrap_or_default();
-                        pieces.push((region, read(part)?));
+                        pieces.push((region, read(part, slot)?));
                     }
                     let regions: Vec<&[(i64, i64)]> =
                         pieces.iter().map(|(region, _)| *region).collect();
@@ -578,6 +599,34 @@ impl Session {
             out.push((tensor.key.clone(), value));
         }
         Ok(BTreeMap::from_iter(out))
+    }
+
+    /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
+    /// lock the first time: not to be called while holding it.
+    fn saved_slots(&self) -> &[VarSlot] {
+        self.part_slots(&self.saved, &self.saved_slots)
+    }
+
+    /// The slots of the restored tensors' parts, likewise.
+    fn restored_slots(&self) -> &[VarSlot] {
+        self.part_slots(&self.restored, &self.restored_slots)
+    }
+
+    /// The slots of every part of `tensors` in `variables`, in order, resolved once into
+    /// `cell`.
+    fn part_slots<'s>(
+        &'s self,
+        tensors: &BTreeMap<String, CheckpointTensor>,
+        cell: &'s OnceLock<Box<[VarSlot]>>,
+    ) -> &'s [VarSlot] {
+        cell.get_or_init(|| {
+            let mut writer = self.variables.writer();
+            tensors
+                .values()
+                .flat_map(|tensor| &tensor.parts)
+                .map(|part| writer.slot(&part.variable))
+                .collect()
+        })
     }
 
     /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.

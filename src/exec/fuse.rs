@@ -41,6 +41,8 @@
 //! carries every restored tensor), so progress counted from events is unchanged. A folded
 //! step is no longer in any queue, and its `deps` and `users` are empty.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashSet;
 
 use super::error::ExecError;
@@ -50,7 +52,7 @@ use saveplan_ir::Verified;
 use super::plan::{Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Work};
 use super::step::{RunContext, notify, op_error, run_kernel_for};
 use super::tensor::HostTensor;
-use super::variables::VarKeyRef;
+use super::variables::{SlotCache, VarKeyRef, VarSlot};
 
 /// The first saved tensor among a `SaveV2`'s inputs (after prefix, names and slices).
 const FIRST_TENSOR: usize = saveplan_ir::saver_ops::save_v2::FIRST_TENSOR as usize;
@@ -398,6 +400,15 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     for (input, slot) in handles {
         step.inputs[input] = slot;
     }
+    // Keys fixed by the plan (folded resource handles) are resolved to slots once per store.
+    let constant_keys = chains.iter().all(|chain| match chain.handle {
+        Handle::Member => matches!(
+            &steps[members[chain.members.start as usize].0 as usize].work,
+            Work::Kernel(Kernel::VarHandleOp(var)) if !var.dtype.is_ref()
+        ),
+        Handle::Input(_) => false,
+    });
+    let step = &mut steps[head];
     step.work = Work::Fused(Box::new(Fused {
         kernel,
         kind,
@@ -406,6 +417,7 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
         kept,
         chains,
         members,
+        slots: constant_keys.then(SlotCache::default),
     }));
 }
 
@@ -445,8 +457,8 @@ pub(crate) fn run_fused(
     fused: &Fused,
     mut inputs: Vec<HostTensor>,
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let keys = match run.observer {
-        None => keys(plan, fused, &inputs),
+    let slots = match run.observer {
+        None => slots(run, plan, fused, &inputs),
         Some(_) => None,
     };
     match fused.kind {
@@ -460,8 +472,8 @@ pub(crate) fn run_fused(
                 head_inputs,
                 fused.n_head_outputs,
             )?;
-            match keys {
-                Some(keys) => assign_all(run, plan, device, fused, &keys, &tensors)?,
+            match slots {
+                Some(slots) => assign_all(run, plan, device, fused, &slots, &tensors)?,
                 None => restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?,
             }
             Ok(fused
@@ -471,8 +483,8 @@ pub(crate) fn run_fused(
                 .collect())
         }
         Kind::Save => {
-            let values = match keys {
-                Some(keys) => read_all(run, plan, device, fused, &keys)?,
+            let values = match slots {
+                Some(slots) => read_all(run, plan, device, fused, &slots)?,
                 None => read_op_by_op(run, plan, device, fused, &inputs)?,
             };
             for (chain, value) in fused.chains.iter().zip(values) {
@@ -490,17 +502,17 @@ pub(crate) fn run_fused(
     }
 }
 
-/// Assigns the restored `tensors` to the variables `keys` of the chains under one lock.
+/// Assigns the restored `tensors` to the variables `slots` of the chains under one lock.
 fn assign_all(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
-    keys: &[VarKeyRef<'_>],
+    slots: &[VarSlot],
     tensors: &[HostTensor],
 ) -> Result<(), ExecError> {
     let mut writer = run.variables.writer();
-    for (chain, &key) in fused.chains.iter().zip(keys) {
+    for (chain, &slot) in fused.chains.iter().zip(slots) {
         let members = fused.chain_members(chain);
         let assign = plan.step(members[members.len() - 1]);
         let Work::Kernel(Kernel::AssignVariableOp {
@@ -512,7 +524,7 @@ fn assign_all(
         };
         let value = tensors[chain.position as usize].clone();
         writer
-            .assign(key, dtype, value, validate_shape)
+            .assign_at(slot, dtype, value, validate_shape)
             .map_err(|err| op_error(assign, device, err.into()))?;
     }
     Ok(())
@@ -554,17 +566,17 @@ fn restore_op_by_op(
     Ok(())
 }
 
-/// Reads the variables `keys` of the save chains under one lock, in chain order.
+/// Reads the variables `slots` of the save chains under one lock, in chain order.
 fn read_all(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
-    keys: &[VarKeyRef<'_>],
+    slots: &[VarSlot],
 ) -> Result<Vec<HostTensor>, ExecError> {
     let reader = run.variables.reader();
-    let mut values = Vec::with_capacity(keys.len());
-    for (chain, &key) in fused.chains.iter().zip(keys) {
+    let mut values = Vec::with_capacity(slots.len());
+    for (chain, &slot) in fused.chains.iter().zip(slots) {
         let members = fused.chain_members(chain);
         let read = match chain.handle {
             Handle::Input(_) => members[0],
@@ -575,7 +587,7 @@ fn read_all(
             unreachable!("a save chain starts with a read");
         };
         let value = reader
-            .read_as(key, dtype)
+            .read_as_at(slot, dtype)
             .map_err(|err| op_error(read, device, err.into()))?;
         values.push(value);
     }
@@ -607,6 +619,32 @@ fn read_op_by_op(
         values.push(value);
     }
     Ok(values)
+}
+
+/// The variable of every chain as a slot of the run's store, in chain order: from the step's
+/// cache when its keys are the plan's own and were resolved in this store, otherwise resolved
+/// now (and cached when they can be). `None` as for [`keys`].
+fn slots(
+    run: &RunContext<'_>,
+    plan: &CompiledPlan,
+    fused: &Fused,
+    inputs: &[HostTensor],
+) -> Option<Arc<[VarSlot]>> {
+    if let Some(slots) = fused
+        .slots
+        .as_ref()
+        .and_then(|cache| cache.get(run.variables))
+    {
+        return Some(slots);
+    }
+    let keys = keys(plan, fused, inputs)?;
+    let mut writer = run.variables.writer();
+    let slots: Arc<[VarSlot]> = keys.into_iter().map(|key| writer.slot(key)).collect();
+    drop(writer);
+    if let Some(cache) = &fused.slots {
+        cache.set(Arc::clone(&slots));
+    }
+    Some(slots)
 }
 
 /// The variable of every chain, in chain order, or `None` when a handle is not a plain

@@ -81,5 +81,6 @@ pub use plan::{
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
 pub use variables::{
-    VarKey, VarKeyRef, VariableError, VariableReader, VariableStore, VariableWriter,
+    SlotCache, VarKey, VarKeyRef, VarSlot, VariableError, VariableReader, VariableStore,
+    VariableWriter,
 };

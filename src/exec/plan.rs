@@ -36,6 +36,7 @@ use smallvec::SmallVec;
 
 use super::error::ExecError;
 use super::kernels::Kernel;
+use super::variables::SlotCache;
 
 /// The device ops without one (or with a partial one) are resolved against.
 pub const DEFAULT_DEVICE: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
@@ -128,6 +129,9 @@ pub struct Fused {
     pub(super) chains: Vec<Chain>,
     /// The folded steps of every chain, each chain's in run order.
     pub(super) members: Vec<StepId>,
+    /// The chains' variables as slots of the store last run with, when every chain's handle
+    /// is a folded resource `VarHandleOp` (the keys are then the plan's own).
+    pub(super) slots: Option<SlotCache>,
 }
 
 /// Whether a fused step restores or saves.

@@ -5,14 +5,18 @@
 //! act on, and what a caller fills before running a save plan and reads after a restore plan.
 //! As in TensorFlow, a variable comes into existence with its first assignment and keeps the
 //! dtype of that assignment; a handle alone creates nothing.
+//!
+//! Each key the store has seen owns a [`VarSlot`]: a position that stays valid for the
+//! store's life (a taken variable leaves its slot empty). Code that uses the same variables
+//! again and again ([`crate::session::Session`], a fused save or restore step) resolves its
+//! keys to slots once and then indexes, with no hashing or key comparison per tensor.
 
 use std::fmt;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// The map a [`VariableStore`] locks.
-type VariableMap = HashMap<VarKey, Variable, FxBuildHasher>;
-
-use hashbrown::{Equivalent, HashMap};
+use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
 
@@ -63,24 +67,60 @@ impl<'a> From<&'a VarKey> for VarKeyRef<'a> {
     }
 }
 
-/// Field by field, in the order both types hash them (`&str` hashes as `String` does), so a
-/// borrowed key finds the owned one.
-impl Equivalent<VarKey> for VarKeyRef<'_> {
-    fn equivalent(&self, key: &VarKey) -> bool {
-        self.container == key.container && self.shared_name == key.shared_name
-    }
+/// A variable's position in one [`VariableStore`], from [`VariableStore::slot`] or
+/// [`VariableWriter::slot`]: valid for that store's whole life, whether or not the variable
+/// exists at the moment. Used with another store, it is refused
+/// ([`VariableError::ForeignSlot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VarSlot {
+    /// The store's identity ([`VariableStore`]'s `id`).
+    store: u64,
+    /// The position in the store's slot vector.
+    index: u32,
 }
+
+/// Identities of stores, so that a slot names its store. Starts at 1.
+static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 
 /// A thread-safe set of resource variables.
 ///
 /// Every value is a [`HostTensor`], whose storage is reference counted: [`VariableStore::get`]
 /// hands out a clone that shares the elements, [`VariableStore::put`] stores the given tensor
 /// as is and [`VariableStore::take`] moves it out again.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct VariableStore {
-    /// A hash map: lookups of long, similar names are the hot path of a run. Nothing iterates
-    /// it except [`VariableStore::keys`], which sorts.
-    variables: RwLock<VariableMap>,
+    /// This store's identity, carried by its [`VarSlot`]s.
+    id: u64,
+    /// The slots and their index.
+    table: RwLock<Table>,
+}
+
+impl Default for VariableStore {
+    fn default() -> VariableStore {
+        VariableStore {
+            id: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            table: RwLock::new(Table::default()),
+        }
+    }
+}
+
+/// Every key the store has seen, each with its slot.
+#[derive(Debug, Default)]
+struct Table {
+    /// Positions in `slots`, hashed by their slot's key: lookups of long, similar names are
+    /// what resolving a key costs. Nothing iterates it.
+    index: HashTable<u32>,
+    /// One per key, in first-use order; never removed.
+    slots: Vec<Slot>,
+    /// How many slots hold a variable.
+    live: usize,
+}
+
+/// One key and its variable, if it exists.
+#[derive(Debug)]
+struct Slot {
+    key: VarKey,
+    variable: Option<Variable>,
 }
 
 /// One variable: its dtype, fixed by the first assignment, and its value.
@@ -88,6 +128,100 @@ pub struct VariableStore {
 struct Variable {
     dtype: DType,
     value: HostTensor,
+}
+
+/// The hash of a key in a store's index (owned keys hash through their borrowed form).
+fn hash_key(key: VarKeyRef<'_>) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+impl Table {
+    /// The position of `key`'s slot, if the store has seen it.
+    fn find(&self, key: VarKeyRef<'_>) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(hash_key(key), |&index| {
+                VarKeyRef::from(&slots[index as usize].key) == key
+            })
+            .copied()
+    }
+
+    /// The position of `key`'s slot, made (empty) if the store has not seen it.
+    fn reserve(&mut self, key: VarKeyRef<'_>) -> u32 {
+        if let Some(index) = self.find(key) {
+            return index;
+        }
+        let Table { index, slots, .. } = self;
+        let position = u32::try_from(slots.len()).expect("fewer than 2^32 variables");
+        slots.push(Slot {
+            key: key.to_key(),
+            variable: None,
+        });
+        index.insert_unique(hash_key(key), position, |&index| {
+            hash_key((&slots[index as usize].key).into())
+        });
+        position
+    }
+
+    /// Sets `slot`'s value like `AssignVariableOp` (see [`VariableWriter::assign`]).
+    fn assign(
+        &mut self,
+        slot: u32,
+        dtype: DType,
+        value: HostTensor,
+        validate_shape: bool,
+    ) -> Result<Option<HostTensor>, VariableError> {
+        let slot = &mut self.slots[slot as usize];
+        if value.dtype() != dtype {
+            return Err(VariableError::DTypeMismatch {
+                key: slot.key.clone(),
+                held: dtype,
+                requested: value.dtype(),
+            });
+        }
+        match &mut slot.variable {
+            Some(variable) => {
+                if variable.dtype != dtype {
+                    return Err(VariableError::DTypeMismatch {
+                        key: slot.key.clone(),
+                        held: variable.dtype,
+                        requested: dtype,
+                    });
+                }
+                if validate_shape && variable.value.shape() != value.shape() {
+                    return Err(VariableError::ShapeMismatch {
+                        key: slot.key.clone(),
+                        held: variable.value.shape().to_vec(),
+                        requested: value.shape().to_vec(),
+                    });
+                }
+                Ok(Some(std::mem::replace(&mut variable.value, value)))
+            }
+            None => {
+                slot.variable = Some(Variable { dtype, value });
+                self.live += 1;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The value in `slot`, sharing its storage, which must hold `dtype` if given.
+    fn read(&self, slot: u32, dtype: Option<DType>) -> Result<HostTensor, VariableError> {
+        let slot = &self.slots[slot as usize];
+        let Some(variable) = &slot.variable else {
+            return Err(VariableError::NotFound {
+                key: slot.key.clone(),
+            });
+        };
+        match dtype {
+            Some(dtype) if variable.dtype != dtype => Err(VariableError::DTypeMismatch {
+                key: slot.key.clone(),
+                held: variable.dtype,
+                requested: dtype,
+            }),
+            _ => Ok(variable.value.clone()),
+        }
+    }
 }
 
 /// Errors from variable operations.
@@ -119,6 +253,9 @@ pub enum VariableError {
         /// The assigned shape.
         requested: Vec<u64>,
     },
+    /// A [`VarSlot`] of another store.
+    #[error("a variable slot of another variable store was used")]
+    ForeignSlot,
 }
 
 impl VarKey {
@@ -185,77 +322,115 @@ impl VariableStore {
         self.reader().read_as(key, dtype)
     }
 
+    /// The slot of `key` in this store, made if the store has not seen the key (the variable
+    /// itself still does not exist until it is assigned).
+    pub fn slot<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> VarSlot {
+        self.writer().slot(key)
+    }
+
+    /// Whether `slot` is one of this store's.
+    pub fn owns(&self, slot: VarSlot) -> bool {
+        slot.store == self.id
+    }
+
     /// The store locked for reading, for many reads under one lock (a fused save step's). No
     /// assignment can proceed while it is held.
     pub fn reader(&self) -> VariableReader<'_> {
-        VariableReader { map: self.read() }
+        VariableReader {
+            id: self.id,
+            table: self.read(),
+        }
     }
 
     /// The store locked for writing, for many assignments under one lock (a fused restore
     /// step's, [`crate::session::Session::assign`]). Nothing else can use the store while it
     /// is held.
     pub fn writer(&self) -> VariableWriter<'_> {
-        VariableWriter { map: self.write() }
+        VariableWriter {
+            id: self.id,
+            table: self.write(),
+        }
     }
 
-    /// Removes the variable `key` and returns its value, if it existed.
+    /// Removes the variable `key` and returns its value, if it existed. Its slot stays, empty.
     pub fn take<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Option<HostTensor> {
-        self.write()
-            .remove(&key.into())
-            .map(|variable| variable.value)
+        let mut table = self.write();
+        let slot = table.find(key.into())?;
+        let variable = table.slots[slot as usize].variable.take()?;
+        table.live -= 1;
+        Some(variable.value)
     }
 
     /// Whether `key` exists and holds a value (what `VarIsInitializedOp` reports).
     pub fn is_initialized<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> bool {
-        self.read().contains_key(&key.into())
+        let table = self.read();
+        table
+            .find(key.into())
+            .is_some_and(|slot| table.slots[slot as usize].variable.is_some())
     }
 
     /// Every variable key, sorted.
     pub fn keys(&self) -> Vec<VarKey> {
-        let mut keys: Vec<VarKey> = self.read().keys().cloned().collect();
+        let mut keys: Vec<VarKey> = self
+            .read()
+            .slots
+            .iter()
+            .filter(|slot| slot.variable.is_some())
+            .map(|slot| slot.key.clone())
+            .collect();
         keys.sort_unstable();
         keys
     }
 
     /// The number of variables.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read().live
     }
 
     /// Whether the store holds no variable.
     pub fn is_empty(&self) -> bool {
-        self.read().is_empty()
+        self.len() == 0
     }
 
-    /// Locks the map for reading. A poisoned lock is still consistent, because no code
+    /// Locks the table for reading. A poisoned lock is still consistent, because no code
     /// panics while holding it.
-    fn read(&self) -> RwLockReadGuard<'_, VariableMap> {
-        self.variables
+    fn read(&self) -> RwLockReadGuard<'_, Table> {
+        self.table
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Locks the map for writing (see [`VariableStore::read`] on poisoning).
-    fn write(&self) -> RwLockWriteGuard<'_, VariableMap> {
-        self.variables
+    /// Locks the table for writing (see [`VariableStore::read`] on poisoning).
+    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+        self.table
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
+/// The position of `slot` in the store `id`, or [`VariableError::ForeignSlot`].
+fn position(id: u64, slot: VarSlot) -> Result<u32, VariableError> {
+    if slot.store == id {
+        Ok(slot.index)
+    } else {
+        Err(VariableError::ForeignSlot)
+    }
+}
+
 /// A [`VariableStore`] locked for reading ([`VariableStore::reader`]).
 pub struct VariableReader<'s> {
-    map: RwLockReadGuard<'s, VariableMap>,
+    id: u64,
+    table: RwLockReadGuard<'s, Table>,
 }
 
 impl VariableReader<'_> {
     /// The value of `key`, sharing its storage: [`VariableStore::get`].
     pub fn get<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Result<HostTensor, VariableError> {
         let key = key.into();
-        self.map
-            .get(&key)
-            .map(|variable| variable.value.clone())
-            .ok_or_else(|| VariableError::NotFound { key: key.to_key() })
+        match self.table.find(key) {
+            Some(slot) => self.table.read(slot, None),
+            None => Err(VariableError::NotFound { key: key.to_key() }),
+        }
     }
 
     /// The value of `key`, which must hold `dtype`: [`VariableStore::read_as`].
@@ -265,21 +440,34 @@ impl VariableReader<'_> {
         dtype: DType,
     ) -> Result<HostTensor, VariableError> {
         let key = key.into();
-        let value = self.get(key)?;
-        if value.dtype() != dtype {
-            return Err(VariableError::DTypeMismatch {
-                key: key.to_key(),
-                held: value.dtype(),
-                requested: dtype,
-            });
+        match self.table.find(key) {
+            Some(slot) => self.table.read(slot, Some(dtype)),
+            None => Err(VariableError::NotFound { key: key.to_key() }),
         }
-        Ok(value)
+    }
+
+    /// The value in `slot`, sharing its storage: [`VariableReader::get`] without a lookup.
+    pub fn get_at(&self, slot: VarSlot) -> Result<HostTensor, VariableError> {
+        self.table.read(position(self.id, slot)?, None)
+    }
+
+    /// The value in `slot`, which must hold `dtype`: [`VariableReader::read_as`] without a
+    /// lookup.
+    pub fn read_as_at(&self, slot: VarSlot, dtype: DType) -> Result<HostTensor, VariableError> {
+        self.table.read(position(self.id, slot)?, Some(dtype))
+    }
+
+    /// Whether the variable in `slot` exists.
+    pub fn is_initialized_at(&self, slot: VarSlot) -> Result<bool, VariableError> {
+        let index = position(self.id, slot)?;
+        Ok(self.table.slots[index as usize].variable.is_some())
     }
 }
 
 /// A [`VariableStore`] locked for writing ([`VariableStore::writer`]).
 pub struct VariableWriter<'s> {
-    map: RwLockWriteGuard<'s, VariableMap>,
+    id: u64,
+    table: RwLockWriteGuard<'s, Table>,
 }
 
 impl VariableWriter<'_> {
@@ -302,34 +490,78 @@ impl VariableWriter<'_> {
     ) -> Result<Option<HostTensor>, VariableError> {
         let key = key.into();
         if value.dtype() != dtype {
+            // Refused before the key takes a slot.
             return Err(VariableError::DTypeMismatch {
                 key: key.to_key(),
                 held: dtype,
                 requested: value.dtype(),
             });
         }
-        match self.map.get_mut(&key) {
-            Some(variable) => {
-                if variable.dtype != dtype {
-                    return Err(VariableError::DTypeMismatch {
-                        key: key.to_key(),
-                        held: variable.dtype,
-                        requested: dtype,
-                    });
-                }
-                if validate_shape && variable.value.shape() != value.shape() {
-                    return Err(VariableError::ShapeMismatch {
-                        key: key.to_key(),
-                        held: variable.value.shape().to_vec(),
-                        requested: value.shape().to_vec(),
-                    });
-                }
-                Ok(Some(std::mem::replace(&mut variable.value, value)))
-            }
-            None => {
-                self.map.insert(key.to_key(), Variable { dtype, value });
-                Ok(None)
-            }
+        let slot = self.table.reserve(key);
+        self.table.assign(slot, dtype, value, validate_shape)
+    }
+
+    /// The slot of `key`: [`VariableStore::slot`] under this lock.
+    pub fn slot<'k>(&mut self, key: impl Into<VarKeyRef<'k>>) -> VarSlot {
+        VarSlot {
+            store: self.id,
+            index: self.table.reserve(key.into()),
         }
+    }
+
+    /// Stores `value` in `slot`: [`VariableWriter::put`] without a lookup.
+    pub fn put_at(
+        &mut self,
+        slot: VarSlot,
+        value: HostTensor,
+    ) -> Result<Option<HostTensor>, VariableError> {
+        self.assign_at(slot, value.dtype(), value, false)
+    }
+
+    /// Stores `value` in `slot` like `AssignVariableOp`: [`VariableWriter::assign`] without a
+    /// lookup.
+    pub fn assign_at(
+        &mut self,
+        slot: VarSlot,
+        dtype: DType,
+        value: HostTensor,
+        validate_shape: bool,
+    ) -> Result<Option<HostTensor>, VariableError> {
+        let index = position(self.id, slot)?;
+        self.table.assign(index, dtype, value, validate_shape)
+    }
+}
+
+/// The slots of a fixed list of variables (a fused step's), resolved in the last store the
+/// list was used with: a plan run again against the same store indexes its variables without
+/// looking up their keys. Cloning keeps what was resolved.
+#[derive(Debug, Default)]
+pub struct SlotCache(Mutex<Option<Arc<[VarSlot]>>>);
+
+impl Clone for SlotCache {
+    fn clone(&self) -> SlotCache {
+        SlotCache(Mutex::new(self.lock().clone()))
+    }
+}
+
+impl SlotCache {
+    /// The slots resolved in `store`, if the last resolution was in it.
+    pub fn get(&self, store: &VariableStore) -> Option<Arc<[VarSlot]>> {
+        self.lock()
+            .as_ref()
+            .filter(|slots| slots.first().is_some_and(|&slot| store.owns(slot)))
+            .cloned()
+    }
+
+    /// Records `slots` (all of one store) as the resolved list.
+    pub fn set(&self, slots: Arc<[VarSlot]>) {
+        *self.lock() = Some(slots);
+    }
+
+    /// Locks the cache (a poisoned lock holds a complete value or none).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<[VarSlot]>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -214,6 +214,66 @@ fn variable_store_puts_and_takes_without_copies() {
     assert!(store.is_empty());
 }
 
+/// A key's slot stays the same through take and put, an empty slot reads as a missing
+/// variable (named), slot and key access see the same variable, and a slot of another store is
+/// refused rather than naming some other variable.
+#[test]
+fn variable_slots_are_stable_and_belong_to_their_store() {
+    let store = VariableStore::new();
+    let w = VarKey::new("", "w");
+    let slot = store.slot(&w);
+    assert!(store.owns(slot));
+    assert!(store.is_empty(), "a slot alone creates no variable");
+    assert!(!store.is_initialized(&w));
+    assert_eq!(
+        store.reader().get_at(slot).unwrap_err(),
+        VariableError::NotFound { key: w.clone() }
+    );
+    let one = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+    assert_eq!(store.writer().put_at(slot, one.clone()).unwrap(), None);
+    assert!(store.get(&w).unwrap().shares_storage_with(&one));
+    assert_eq!(store.keys(), vec![w.clone()]);
+    // A second key and a wrong-dtype read through the slot.
+    let v = VarKey::new("c", "v");
+    let v_slot = store.slot(&v);
+    assert_ne!(v_slot, slot);
+    assert_eq!(
+        store.reader().read_as_at(slot, DType::Int32).unwrap_err(),
+        VariableError::DTypeMismatch {
+            key: w.clone(),
+            held: DType::Float,
+            requested: DType::Int32
+        }
+    );
+    // Taken: the slot stays and is empty; put by key fills the same slot.
+    assert!(store.take(&w).unwrap().shares_storage_with(&one));
+    assert_eq!(store.slot(&w), slot);
+    assert!(!store.reader().is_initialized_at(slot).unwrap());
+    assert!(store.keys().is_empty() && store.is_empty());
+    let two = HostTensor::from_f32s(vec![1], &[2.0]).unwrap();
+    store.put(&w, two.clone()).unwrap();
+    assert!(
+        store
+            .reader()
+            .get_at(slot)
+            .unwrap()
+            .shares_storage_with(&two)
+    );
+    assert_eq!(store.len(), 1);
+    // Another store's slot is refused, even where this store has a slot at that position.
+    let other = VariableStore::new();
+    let foreign = other.slot(&w);
+    assert!(!store.owns(foreign));
+    assert_eq!(
+        store.reader().get_at(foreign).unwrap_err(),
+        VariableError::ForeignSlot
+    );
+    assert_eq!(
+        store.writer().put_at(foreign, two).unwrap_err(),
+        VariableError::ForeignSlot
+    );
+}
+
 #[test]
 fn compile_errors_name_what_is_wrong() {
     let module = input_module("diamond.ir");
