@@ -35,6 +35,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+#[path = "support/machine.rs"]
+mod machine;
 #[path = "support/peers.rs"]
 mod peers;
 #[path = "support/tf.rs"]
@@ -71,7 +73,7 @@ fn main() {
         .dir
         .join(format!("saveplan-exec-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("create the benchmark folder");
-    let load_before = peers::load_average();
+    let load_before = machine::load_average();
     println!("load average at the start: {load_before}");
     let mut rows = Vec::new();
     for name in &options.workloads {
@@ -94,7 +96,7 @@ fn main() {
     println!();
     println!(
         "load average (1, 5, 15 min): {load_before} at the start, {} at the end",
-        peers::load_average()
+        machine::load_average()
     );
 }
 
@@ -233,6 +235,7 @@ fn run_ours(workload: &Workload, n_tasks: usize, root: &Path, options: &Options)
     let mut rows = Vec::new();
     for backend in Backend::available() {
         let layout = format!("{tasks}, {backend}");
+        let cpu_before = machine::cpu_time(machine::Who::This);
         let start = Instant::now();
         let session_options = SessionOptions {
             backend,
@@ -240,7 +243,8 @@ fn run_ours(workload: &Workload, n_tasks: usize, root: &Path, options: &Options)
         };
         let session = Session::from_spec(&spec, session_options).expect("the session builds");
         let setup = start.elapsed().as_secs_f64();
-        println!("  {layout}: trace + compile + bind {setup:.3} s");
+        let cpu = machine::cpu_time(machine::Who::This) - cpu_before;
+        println!("  {layout}: trace + compile + bind {setup:.3} s ({cpu})");
         rows.extend(run_session(
             workload, &session, n_tasks, &layout, root, options,
         ));
@@ -419,6 +423,7 @@ fn run_peers(workload: &Workload, root: &Path, options: &Options) -> Vec<Row> {
             .to_string_lossy()
             .into_owned();
         let cli_dir = dir.join("cli");
+        let cpu_before = machine::cpu_time(machine::Who::Children);
         let save = best_of(
             options.repeat,
             || {
@@ -435,6 +440,8 @@ fn run_peers(workload: &Workload, root: &Path, options: &Options) -> Vec<Row> {
             || peers::cli(&["restore", &spec, "--prefix", &cli_prefix, "--out", &out]),
         );
         rows.push(row("CLI restore", "1 task, interp, end to end", restore));
+        let cpu = machine::cpu_time(machine::Who::Children) - cpu_before;
+        println!("  CLI save and restore, all runs: {cpu}");
     }
     rows
 }

@@ -7,8 +7,9 @@
 //! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR]
 //! ```
 //!
-//! Times are the best of `--repeat` runs (default 1). The allocator is the CLI's (mimalloc)
-//! unless the `mimalloc` feature is off.
+//! Times are the best of `--repeat` runs (default 1), each printed with the CPU time of all
+//! its runs split into user and system seconds, and the load average at the start and the
+//! end. The allocator is the CLI's (mimalloc) unless the `mimalloc` feature is off.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -30,6 +31,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/machine.rs"]
+mod machine;
+
+use machine::Who;
 use saveplan::exec::Backend;
 use saveplan::session::{Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
@@ -51,8 +56,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let load_before = machine::load_average();
     println!(
-        "setup of {} float32[64] variables ({ALLOCATOR} allocator)",
+        "setup of {} float32[64] variables ({ALLOCATOR} allocator); load average {load_before}",
         options.vars
     );
     for n_tasks in [1, 8] {
@@ -61,6 +67,7 @@ fn main() {
         for backend in Backend::available() {
             // Dropped after timing, as a program keeps its session.
             let mut sessions = Vec::new();
+            let cpu_before = machine::cpu_time(Who::This);
             let setup = best_of(options.repeat, || {
                 let session_options = SessionOptions {
                     backend,
@@ -69,9 +76,10 @@ fn main() {
                 let session = Session::from_spec(&spec, session_options).expect("session builds");
                 sessions.push(session);
             });
+            let cpu = machine::cpu_time(Who::This) - cpu_before;
             drop(sessions);
             println!(
-                "  {n_tasks} task(s), {backend}: trace + compile + bind {:.3} s",
+                "  {n_tasks} task(s), {backend}: trace + compile + bind {:.3} s (all runs: {cpu})",
                 setup.as_secs_f64()
             );
         }
@@ -79,6 +87,10 @@ fn main() {
     if let Some(cli) = &options.cli {
         run_cli(cli, &options);
     }
+    println!(
+        "load average (1, 5, 15 min): {load_before} at the start, {} at the end",
+        machine::load_average()
+    );
 }
 
 /// Times the CLI commands on a MetaGraphDef compiled from the 1-task spec.
@@ -123,6 +135,7 @@ fn run_cli(cli: &PathBuf, options: &Options) {
         ),
     ];
     for (what, args) in commands {
+        let cpu_before = machine::cpu_time(Who::Children);
         let time = best_of(options.repeat, || {
             let status = Command::new(cli)
                 .args(&args)
@@ -131,7 +144,11 @@ fn run_cli(cli: &PathBuf, options: &Options) {
                 .expect("run the cli");
             assert!(status.success(), "{what} failed");
         });
-        println!("  cli {what}: {:.3} s", time.as_secs_f64());
+        let cpu = machine::cpu_time(Who::Children) - cpu_before;
+        println!(
+            "  cli {what}: {:.3} s (all runs: {cpu})",
+            time.as_secs_f64()
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -105,16 +105,3 @@ pub fn cli(args: &[&str]) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
-
-/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), or `"unknown"`.
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|| "unknown".to_owned())
-}
