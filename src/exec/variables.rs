@@ -488,16 +488,9 @@ impl VariableWriter<'_> {
         value: HostTensor,
         validate_shape: bool,
     ) -> Result<Option<HostTensor>, VariableError> {
-        let key = key.into();
-        if value.dtype() != dtype {
-            // Refused before the key takes a slot.
-            return Err(VariableError::DTypeMismatch {
-                key: key.to_key(),
-                held: dtype,
-                requested: value.dtype(),
-            });
-        }
-        let slot = self.table.reserve(key);
+        // A refused assignment still leaves the key its (empty) slot, which changes nothing
+        // a caller can see: an empty slot is a variable that does not exist.
+        let slot = self.table.reserve(key.into());
         self.table.assign(slot, dtype, value, validate_shape)
     }
 

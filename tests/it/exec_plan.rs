@@ -230,6 +230,13 @@ fn variable_slots_are_stable_and_belong_to_their_store() {
         VariableError::NotFound { key: w.clone() }
     );
     let one = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+    // A refused first assignment (value of another dtype than declared) creates nothing.
+    let z = VarKey::new("", "z");
+    assert!(matches!(
+        store.assign(&z, DType::Int32, one.clone(), false),
+        Err(VariableError::DTypeMismatch { .. })
+    ));
+    assert!(store.is_empty() && !store.is_initialized(&z) && store.keys().is_empty());
     assert_eq!(store.writer().put_at(slot, one.clone()).unwrap(), None);
     assert!(store.get(&w).unwrap().shares_storage_with(&one));
     assert_eq!(store.keys(), vec![w.clone()]);
