@@ -77,7 +77,7 @@ use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 use crate::bundle::WriteOptions;
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
-    StepEvent, VarKey, VarSlot, VariableStore,
+    StepEvent, VarKey, VarKeyRef, VarSlot, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -420,18 +420,22 @@ impl Session {
         let mut given = values.into_iter().peekable();
         let mut missing = None;
         for tensor in self.saved.values() {
-            let order = given.peek().map(|(key, _)| key.as_str().cmp(&tensor.key));
-            match order {
-                Some(std::cmp::Ordering::Less) => {
-                    let (key, _) = given.next().expect("peeked");
+            // One comparison per pair (they are long, similar strings): the given key is taken
+            // when it is not past this tensor's.
+            let mut order = std::cmp::Ordering::Greater;
+            let taken = given.next_if(|(key, _)| {
+                order = key.as_str().cmp(&tensor.key);
+                order.is_le()
+            });
+            match (taken, order) {
+                (Some((key, _)), std::cmp::Ordering::Less) => {
                     return Err(SessionError::UnknownKey { key });
                 }
-                Some(std::cmp::Ordering::Equal) => {
-                    let (_, value) = given.next().expect("peeked");
+                (Some((_, value)), _) => {
                     check_value(tensor, &value)?;
                     pairs.push((tensor, value));
                 }
-                Some(std::cmp::Ordering::Greater) | None => {
+                (None, _) => {
                     missing.get_or_insert_with(|| tensor.key.clone());
                 }
             }
@@ -486,16 +490,18 @@ impl Session {
     ) -> Result<(), SessionError> {
         // After a complete `assign` every variable has a value; otherwise check each one.
         if !self.all_assigned.load(Ordering::Acquire) {
-            let mut slots = self.saved_slots().iter();
+            // One entry per part, in the slots' order.
+            let owners = self
+                .saved
+                .values()
+                .flat_map(|tensor| tensor.parts.iter().map(move |_| tensor));
+            let slots = self.saved_slots();
             let reader = self.variables.reader();
-            for tensor in self.saved.values() {
-                for _part in &tensor.parts {
-                    let slot = *slots.next().expect("one slot per part");
-                    if !reader.is_initialized_at(slot).unwrap_or(false) {
-                        return Err(SessionError::MissingValue {
-                            key: tensor.key.clone(),
-                        });
-                    }
+            for (tensor, &slot) in owners.zip(slots) {
+                if !reader.is_initialized_at(slot).unwrap_or(false) {
+                    return Err(SessionError::MissingValue {
+                        key: tensor.key.clone(),
+                    });
                 }
             }
         }
@@ -620,12 +626,9 @@ impl Session {
         cell: &'s OnceLock<Box<[VarSlot]>>,
     ) -> &'s [VarSlot] {
         cell.get_or_init(|| {
-            let mut writer = self.variables.writer();
-            tensors
-                .values()
-                .flat_map(|tensor| &tensor.parts)
-                .map(|part| writer.slot(&part.variable))
-                .collect()
+            let parts = tensors.values().flat_map(|tensor| &tensor.parts);
+            self.variables
+                .slots(parts.map(|part| VarKeyRef::from(&part.variable)))
         })
     }
 

@@ -638,9 +638,7 @@ fn slots(
         return Some(slots);
     }
     let keys = keys(plan, fused, inputs)?;
-    let mut writer = run.variables.writer();
-    let slots: Arc<[VarSlot]> = keys.into_iter().map(|key| writer.slot(key)).collect();
-    drop(writer);
+    let slots: Arc<[VarSlot]> = run.variables.slots(keys.iter().copied()).into();
     if let Some(cache) = &fused.slots {
         cache.set(Arc::clone(&slots));
     }

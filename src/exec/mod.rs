@@ -81,6 +81,5 @@ pub use plan::{
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
 pub use variables::{
-    SlotCache, VarKey, VarKeyRef, VarSlot, VariableError, VariableReader, VariableStore,
-    VariableWriter,
+    VarKey, VarKeyRef, VarSlot, VariableError, VariableReader, VariableStore, VariableWriter,
 };

@@ -328,6 +328,31 @@ impl VariableStore {
         self.writer().slot(key)
     }
 
+    /// The slots of `keys`, in order ([`VariableStore::slot`] of each). Only the read lock is
+    /// taken when the store has seen every key already, so resolutions that repeat (a fused
+    /// step whose keys are fed at each run) do not stop other readers.
+    pub fn slots<'k>(
+        &self,
+        keys: impl IntoIterator<Item = VarKeyRef<'k>> + Clone,
+    ) -> Box<[VarSlot]> {
+        let known: Option<Box<[VarSlot]>> = {
+            let table = self.read();
+            keys.clone()
+                .into_iter()
+                .map(|key| {
+                    table.find(key).map(|index| VarSlot {
+                        store: self.id,
+                        index,
+                    })
+                })
+                .collect()
+        };
+        known.unwrap_or_else(|| {
+            let mut writer = self.writer();
+            keys.into_iter().map(|key| writer.slot(key)).collect()
+        })
+    }
+
     /// Whether `slot` is one of this store's.
     pub fn owns(&self, slot: VarSlot) -> bool {
         slot.store == self.id
@@ -426,11 +451,7 @@ pub struct VariableReader<'s> {
 impl VariableReader<'_> {
     /// The value of `key`, sharing its storage: [`VariableStore::get`].
     pub fn get<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> Result<HostTensor, VariableError> {
-        let key = key.into();
-        match self.table.find(key) {
-            Some(slot) => self.table.read(slot, None),
-            None => Err(VariableError::NotFound { key: key.to_key() }),
-        }
+        self.read_key(key.into(), None)
     }
 
     /// The value of `key`, which must hold `dtype`: [`VariableStore::read_as`].
@@ -439,9 +460,17 @@ impl VariableReader<'_> {
         key: impl Into<VarKeyRef<'k>>,
         dtype: DType,
     ) -> Result<HostTensor, VariableError> {
-        let key = key.into();
+        self.read_key(key.into(), Some(dtype))
+    }
+
+    /// The value of `key`, which must hold `dtype` if given.
+    fn read_key(
+        &self,
+        key: VarKeyRef<'_>,
+        dtype: Option<DType>,
+    ) -> Result<HostTensor, VariableError> {
         match self.table.find(key) {
-            Some(slot) => self.table.read(slot, Some(dtype)),
+            Some(slot) => self.table.read(slot, dtype),
             None => Err(VariableError::NotFound { key: key.to_key() }),
         }
     }
@@ -529,7 +558,7 @@ impl VariableWriter<'_> {
 /// list was used with: a plan run again against the same store indexes its variables without
 /// looking up their keys. Cloning keeps what was resolved.
 #[derive(Debug, Default)]
-pub struct SlotCache(Mutex<Option<Arc<[VarSlot]>>>);
+pub(crate) struct SlotCache(Mutex<Option<Arc<[VarSlot]>>>);
 
 impl Clone for SlotCache {
     fn clone(&self) -> SlotCache {
@@ -539,7 +568,7 @@ impl Clone for SlotCache {
 
 impl SlotCache {
     /// The slots resolved in `store`, if the last resolution was in it.
-    pub fn get(&self, store: &VariableStore) -> Option<Arc<[VarSlot]>> {
+    pub(crate) fn get(&self, store: &VariableStore) -> Option<Arc<[VarSlot]>> {
         self.lock()
             .as_ref()
             .filter(|slots| slots.first().is_some_and(|&slot| store.owns(slot)))
@@ -547,7 +576,7 @@ impl SlotCache {
     }
 
     /// Records `slots` (all of one store) as the resolved list.
-    pub fn set(&self, slots: Arc<[VarSlot]>) {
+    pub(crate) fn set(&self, slots: Arc<[VarSlot]>) {
         *self.lock() = Some(slots);
     }
 

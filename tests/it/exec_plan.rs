@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use saveplan::exec::{
     Backend, CompiledPlan, ExecError, Executor, HostTensor, KernelError, RunContext, VarKey,
-    VariableError, VariableStore,
+    VarKeyRef, VariableError, VariableStore,
 };
 use saveplan_ir::DType;
 
@@ -267,6 +267,19 @@ fn variable_slots_are_stable_and_belong_to_their_store() {
             .shares_storage_with(&two)
     );
     assert_eq!(store.len(), 1);
+    // Resolving a list gives each key's own slot, whether all are known (read lock only) or
+    // one is new (made, still without a variable).
+    let keys = [VarKeyRef::from(&w), VarKeyRef::from(&v)];
+    assert_eq!(store.slots(keys).as_ref(), [slot, v_slot]);
+    let fresh = VarKey::new("", "fresh");
+    let with_new = [
+        VarKeyRef::from(&v),
+        VarKeyRef::from(&fresh),
+        VarKeyRef::from(&w),
+    ];
+    let resolved = store.slots(with_new);
+    assert_eq!(resolved.as_ref(), [v_slot, store.slot(&fresh), slot]);
+    assert!(!store.is_initialized(&fresh) && store.len() == 1);
     // Another store's slot is refused, even where this store has a slot at that position.
     let other = VariableStore::new();
     let foreign = other.slot(&w);

@@ -191,6 +191,16 @@ fn bad_values_are_refused() {
     let mut unknown = good.clone();
     unknown.insert("x".to_owned(), HostTensor::int32_scalar(1));
     check(unknown, "value `x` is not a checkpoint key of the plan");
+    // Before the first key and between two keys (the walk over both sorted maps meets these
+    // while pairing, not after it).
+    for key in ["a", "q"] {
+        let mut unknown = generated_values(&session, 1);
+        unknown.insert(key.to_owned(), HostTensor::int32_scalar(1));
+        check(
+            unknown,
+            &format!("value `{key}` is not a checkpoint key of the plan"),
+        );
+    }
     let mut dtype = good.clone();
     dtype.insert(
         "part".to_owned(),
