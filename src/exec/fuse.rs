@@ -402,10 +402,9 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     }
     // Keys fixed by the plan (folded resource handles) are resolved to slots once per store.
     let constant_keys = chains.iter().all(|chain| match chain.handle {
-        Handle::Member => matches!(
-            &steps[members[chain.members.start as usize].0 as usize].work,
-            Work::Kernel(Kernel::VarHandleOp(var)) if !var.dtype.is_ref()
-        ),
+        Handle::Member => {
+            member_key(&steps[members[chain.members.start as usize].0 as usize]).is_some()
+        }
         Handle::Input(_) => false,
     });
     let step = &mut steps[head];
@@ -663,23 +662,23 @@ fn keys<'a>(
                 }
                 state::handle(std::slice::from_ref(handle), 0).ok()?
             }
-            Handle::Member => {
-                let handle_step = plan.step(fused.chain_members(chain)[0]);
-                let Work::Kernel(Kernel::VarHandleOp(var)) = &handle_step.work else {
-                    unreachable!("a folded handle comes from a VarHandleOp");
-                };
-                if var.dtype.is_ref() {
-                    return None;
-                }
-                VarKeyRef {
-                    container: &var.container,
-                    shared_name: &var.shared_name,
-                }
-            }
+            Handle::Member => member_key(plan.step(fused.chain_members(chain)[0]))?,
         };
         keys.push(key);
     }
     Some(keys)
+}
+
+/// The variable the folded `VarHandleOp` `handle_step` names, or `None` for a TF1 reference
+/// (whose chain reads the variable through its ops, so it runs op by op).
+fn member_key(handle_step: &Step) -> Option<VarKeyRef<'_>> {
+    let Work::Kernel(Kernel::VarHandleOp(var)) = &handle_step.work else {
+        unreachable!("a folded handle comes from a VarHandleOp");
+    };
+    (!var.dtype.is_ref()).then_some(VarKeyRef {
+        container: &var.container,
+        shared_name: &var.shared_name,
+    })
 }
 
 /// Runs folded step `member` on `inputs` (a `VarHandleOp` on none, an `AssignVariableOp` on

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
 
@@ -148,19 +149,25 @@ impl Table {
 
     /// The position of `key`'s slot, made (empty) if the store has not seen it.
     fn reserve(&mut self, key: VarKeyRef<'_>) -> u32 {
-        if let Some(index) = self.find(key) {
-            return index;
-        }
         let Table { index, slots, .. } = self;
-        let position = u32::try_from(slots.len()).expect("fewer than 2^32 variables");
-        slots.push(Slot {
-            key: key.to_key(),
-            variable: None,
-        });
-        index.insert_unique(hash_key(key), position, |&index| {
-            hash_key((&slots[index as usize].key).into())
-        });
-        position
+        // One hash and one probe, whether the key is new or not.
+        let entry = index.entry(
+            hash_key(key),
+            |&index| VarKeyRef::from(&slots[index as usize].key) == key,
+            |&index| hash_key((&slots[index as usize].key).into()),
+        );
+        match entry {
+            Entry::Occupied(found) => *found.get(),
+            Entry::Vacant(vacant) => {
+                let position = u32::try_from(slots.len()).expect("fewer than 2^32 variables");
+                slots.push(Slot {
+                    key: key.to_key(),
+                    variable: None,
+                });
+                vacant.insert(position);
+                position
+            }
+        }
     }
 
     /// Sets `slot`'s value like `AssignVariableOp` (see [`VariableWriter::assign`]).
