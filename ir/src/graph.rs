@@ -24,6 +24,11 @@ impl OpId {
     pub fn index(self) -> usize {
         self.0.index()
     }
+
+    /// The id at `index` (only [`crate::edits::Edits`] makes ids ahead of their ops).
+    pub(crate) fn from_index(index: usize) -> OpId {
+        OpId(NodeIndex::new(index))
+    }
 }
 
 /// One op: its unique name, kind, requested device and attributes.
@@ -117,6 +122,13 @@ pub enum GraphError {
         name: String,
         /// The slot.
         input: u32,
+    },
+    /// Recorded edits ([`crate::edits::Edits`]) expect another id for an op than the graph
+    /// gives it: they were recorded for another graph, or are applied out of order.
+    #[error("the recorded op `{name}` does not follow the graph's last op")]
+    StaleEdit {
+        /// The op's name.
+        name: String,
     },
 }
 

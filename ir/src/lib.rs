@@ -47,6 +47,7 @@ pub mod attr;
 pub mod device;
 pub mod dot;
 pub mod dtype;
+pub mod edits;
 pub mod graph;
 pub mod module;
 pub mod names;
@@ -65,6 +66,7 @@ pub use attr::{
 };
 pub use dot::to_dot;
 pub use dtype::DType;
+pub use edits::{Edit, Edits};
 pub use graph::{Edge, Graph, GraphError, Input, NodeDebugInfo, OpId, OpMut, OpNode, Port};
 pub use module::{ArgDef, AttrDef, Function, Library, Module, Signature, Versions};
 pub use names::{OutputRef, SaverDef, SaverNames, TensorName, TensorNameError};

@@ -31,16 +31,21 @@ pub fn trace_flat_as(
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
-    let mut tracer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
-    let variables = (0..inputs.tensors.len())
-        .map(|index| variable_as(&mut tracer, &inputs, index, variables, true))
-        .collect::<Result<Vec<_>, _>>()?;
-    tracer.vars = VarSource::Local(variables);
-    let prefix = tracer.placeholder("saver_filename")?;
-    let save_op = tracer.save(&inputs, out(prefix), options)?;
-    let restored = tracer.restore(&inputs, out(prefix))?;
-    tracer.restore_registered(options, out(prefix))?;
-    let graph = tracer.graph;
+    let mut tracer = Tracer::in_background(VarSource::Local(Vec::new()), inputs.tensors.len());
+    let traced = (|| {
+        let variables = (0..inputs.tensors.len())
+            .map(|index| variable_as(&mut tracer, &inputs, index, variables, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        tracer.vars = VarSource::Local(variables);
+        let prefix = tracer.placeholder("saver_filename")?;
+        let save_op = tracer.save(&inputs, out(prefix), options)?;
+        let restored = tracer.restore(&inputs, out(prefix))?;
+        tracer.restore_registered(options, out(prefix))?;
+        Ok::<_, TraceError>((prefix, save_op, restored))
+    })();
+    // An op the graph refused came before anything the tracer met after it.
+    let graph = tracer.graph.finish()?;
+    let (prefix, save_op, restored) = traced?;
     // The restore targets are every assign of a `RestoreV2` output: without registered
     // savers, exactly the assigns `restore` made (in creation order), so the graph need not
     // be searched for them.

@@ -24,7 +24,9 @@
 //! the variables with `init`, the object graph and prefixes as fed constants, save, restore.
 //!
 //! Every op goes through a [`Builder`]: the graph builder ([`GraphBuilder`], a `Graph`)
-//! records it; an eager builder (`crate::session::EagerBuilder`) also runs it at once.
+//! records it; [`BackgroundGraph`] has a thread of its own add it to the graph while the
+//! tracer goes on (what [`trace_flat`] uses for large plans); an eager builder
+//! (`crate::session::EagerBuilder`) also runs it at once.
 //! [`trace_flat_with`] traces parts of the flat plan (variables created or only attached, the
 //! save, the restore) through any builder, so the same code serves graph and eager mode.
 //!
@@ -104,7 +106,7 @@ use saveplan_ir::device::DeviceError;
 use saveplan_ir::slice::SliceError;
 use saveplan_ir::{GraphError, Module, SaverNames};
 
-pub use builder::{Builder, GraphBuilder};
+pub use builder::{BACKGROUND_MIN_OPS, BackgroundGraph, Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
 pub use flat::{
     FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_as, trace_flat_with,

@@ -1,13 +1,15 @@
 //! Scale test: tracing 100,000 variables over 8 tasks (a quarter of that in debug builds)
 //! gives the expected plan, and the plan grows linearly: the number of ops and edges per
 //! added variable is the same from N/4 to N/2 as from N/2 to N. The parallel verifier and
-//! GraphDef encoder give the same output on any number of threads. Speed is measured by
+//! GraphDef encoder give the same output on any number of threads, and a plan large enough
+//! for its graph to be built on a thread of its own is the graph built on the tracer's. Speed is measured by
 //! `cargo bench --bench trace` (see `benches/trace.rs`), not here.
 
 use crate::support::exec::in_pool;
 
 use saveplan::trace::{
-    Init, ReadKind, SaveableTensor, TraceOptions, Trackable, VariableDef, trace_flat,
+    BACKGROUND_MIN_OPS, FlatParts, Init, ReadKind, SaveableTensor, TraceOptions, Trackable,
+    VariableDef, VariableOps, trace_flat, trace_flat_with,
 };
 use saveplan_ir::{DType, Graph, Op};
 
@@ -134,4 +136,22 @@ fn parallel_export_and_verify_do_not_depend_on_the_thread_count() {
     assert_eq!(first_mentions, expected, "errors follow op order");
     assert_eq!(reports[0], reports[1]);
     assert_eq!(reports[0], reports[2]);
+}
+
+/// `trace_flat` of a plan large enough for a background graph builds op for op, edge for
+/// edge, the graph the tracer builds on its own thread.
+#[test]
+fn background_graph_matches_the_tracers_own() {
+    let n = BACKGROUND_MIN_OPS / 7 + 1000;
+    let trackables = trackables(n);
+    let options = TraceOptions::default();
+    let flat = trace_flat(&trackables, &options).unwrap();
+    assert!(flat.module.graph.len() > BACKGROUND_MIN_OPS);
+    let parts = FlatParts {
+        variables: VariableOps::Create,
+        save: true,
+        restore: true,
+    };
+    let (graph, _) = trace_flat_with(Graph::new(), &trackables, &options, parts).unwrap();
+    assert_eq!(flat.module.graph.to_string(), graph.to_string());
 }

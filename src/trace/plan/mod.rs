@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use saveplan_ir::{AttrValue, Attrs, DType, Graph, Op, OpId, Port, Shape, Tensor};
 
 use super::TraceError;
-use super::builder::{Builder, attrs, out};
+use super::builder::{BackgroundGraph, Builder, attrs, out};
 use super::names::UniqueNames;
 
 pub(super) use group::Inputs;
@@ -111,9 +111,25 @@ impl Tracer {
     /// eager save function eight ops, nine edges and ten names). Too small a guess costs a
     /// copy of the whole op table at the end.
     pub(super) fn with_capacity(vars: VarSource, n_tensors: usize) -> Tracer {
-        let graph = Graph::with_capacity(8 * n_tensors + 64, 10 * n_tensors + 64);
+        let (n_ops, n_edges) = graph_capacity(n_tensors);
+        Tracer::with_builder(Graph::with_capacity(n_ops, n_edges), vars, n_tensors)
+    }
+}
+
+impl Tracer<BackgroundGraph> {
+    /// [`Tracer::with_capacity`], with the graph built on a thread of its own
+    /// ([`BackgroundGraph`]).
+    pub(super) fn in_background(vars: VarSource, n_tensors: usize) -> Tracer<BackgroundGraph> {
+        let (n_ops, n_edges) = graph_capacity(n_tensors);
+        let graph = BackgroundGraph::with_capacity(n_ops, n_edges);
         Tracer::with_builder(graph, vars, n_tensors)
     }
+}
+
+/// The ops and edges to reserve for a plan of `n_tensors` tensors (see
+/// [`Tracer::with_capacity`]).
+fn graph_capacity(n_tensors: usize) -> (usize, usize) {
+    (8 * n_tensors + 64, 10 * n_tensors + 64)
 }
 
 impl<B: Builder> Tracer<B> {

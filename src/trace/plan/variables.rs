@@ -221,13 +221,19 @@ impl<B: Builder> Tracer<B> {
         device: &str,
     ) -> Result<Variable, TraceError> {
         let scope = self.names.unique_in(&handle_name, "Read");
-        let name = self.names.unique_in(&scope, "ReadVariableOp");
+        let read_name = self.names.unique_in(&scope, "ReadVariableOp");
         let read_attrs = attrs([("dtype", AttrValue::Type(tensor.dtype))]);
-        let read = self.op(name, Op::ReadVariableOp, device, read_attrs, [out(handle)])?;
+        let read = self.op(
+            read_name.clone(),
+            Op::ReadVariableOp,
+            device,
+            read_attrs,
+            [out(handle)],
+        )?;
         Ok(Variable {
             handle,
             read,
-            read_name: self.graph.graph().op(read).name.clone(),
+            read_name,
             handle_name,
             assign: None,
         })
