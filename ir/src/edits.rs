@@ -57,7 +57,8 @@ enum EditKind {
 
 impl Edits {
     /// A recorder for ops that follow those of `graph`. The recorded ids are right only when
-    /// no op was ever removed from `graph` (then its ids are `0..len`).
+    /// no op was ever removed from `graph` (then its ids are `0..len`); [`Graph::apply`]
+    /// refuses them otherwise.
     pub fn after(graph: &Graph) -> Edits {
         Edits {
             next: graph.id_bound(),
@@ -146,7 +147,8 @@ impl Graph {
                     inputs,
                     controls,
                 } => {
-                    if self.id_bound() != id.index() {
+                    // A graph without removed ops adds the next op at its id bound.
+                    if self.len() != id.index() || self.id_bound() != id.index() {
                         return Err(GraphError::StaleEdit { name });
                     }
                     let added = self.add_op(name, op, &*device, attrs)?;
@@ -228,6 +230,20 @@ mod tests {
             Err(GraphError::StaleEdit { name: "x".into() })
         );
         assert_eq!(graph.len(), 1);
+
+        // A removed op leaves a vacancy the graph would fill before its id bound.
+        let mut holed = Graph::new();
+        let first = holed.add_op("first", Op::NoOp, "", Attrs::new()).unwrap();
+        holed.add_op("second", Op::NoOp, "", Attrs::new()).unwrap();
+        holed.remove_op(first);
+        let mut edits = Edits::after(&holed);
+        edits.add_op("x".into(), Op::NoOp, "", Attrs::new(), [], &[]);
+        let mut batch = edits.take(Vec::new());
+        assert_eq!(
+            holed.apply(&mut batch),
+            Err(GraphError::StaleEdit { name: "x".into() })
+        );
+        assert_eq!(holed.len(), 1);
     }
 
     #[test]

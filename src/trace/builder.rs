@@ -165,15 +165,15 @@ impl BackgroundGraph {
         if n_ops < BACKGROUND_MIN_OPS {
             return BackgroundGraph::inline(Graph::with_capacity(n_ops, n_edges));
         }
-        let empty = Graph::new();
-        let edits = Edits::after(&empty);
+        // The thread's graph starts empty, as this one does: the ids follow from there.
+        let edits = Edits::after(&Graph::new());
         let (batches, inbox) = channel::<Vec<Edit>>();
         let (give_back, spares) = channel();
         let spawned = std::thread::Builder::new()
             .name("saveplan-graph".to_owned())
             .spawn(move || {
-                let mut graph = empty;
-                graph.reserve(n_ops, n_edges);
+                // Reserved (and first touched) on this thread, not the tracer's.
+                let mut graph = Graph::with_capacity(n_ops, n_edges);
                 let mut error = None;
                 for mut batch in inbox {
                     if error.is_none() {
