@@ -218,46 +218,45 @@ mod tests {
         assert_eq!(text(staged), text(direct));
     }
 
+    /// Applies `names` (recorded as `NoOp`s by `edits`) to `graph`: the error and the number
+    /// of ops the graph then has.
+    fn apply_noops(
+        graph: &mut Graph,
+        mut edits: Edits,
+        names: &[&str],
+    ) -> (Result<(), GraphError>, usize) {
+        for name in names {
+            edits.add_op((*name).into(), Op::NoOp, "", Attrs::new(), [], &[]);
+        }
+        let mut batch = edits.take(Vec::new());
+        (graph.apply(&mut batch), graph.len())
+    }
+
     #[test]
     fn edits_for_another_graph_state_are_refused() {
+        let stale = || Err(GraphError::StaleEdit { name: "x".into() });
         let mut graph = Graph::new();
-        let mut edits = Edits::after(&graph);
-        edits.add_op("x".into(), Op::NoOp, "", Attrs::new(), [], &[]);
+        let edits = Edits::after(&graph);
         graph.add_op("first", Op::NoOp, "", Attrs::new()).unwrap();
-        let mut batch = edits.take(Vec::new());
-        assert_eq!(
-            graph.apply(&mut batch),
-            Err(GraphError::StaleEdit { name: "x".into() })
-        );
-        assert_eq!(graph.len(), 1);
+        assert_eq!(apply_noops(&mut graph, edits, &["x"]), (stale(), 1));
 
         // A removed op leaves a vacancy the graph would fill before its id bound.
         let mut holed = Graph::new();
         let first = holed.add_op("first", Op::NoOp, "", Attrs::new()).unwrap();
         holed.add_op("second", Op::NoOp, "", Attrs::new()).unwrap();
         holed.remove_op(first);
-        let mut edits = Edits::after(&holed);
-        edits.add_op("x".into(), Op::NoOp, "", Attrs::new(), [], &[]);
-        let mut batch = edits.take(Vec::new());
-        assert_eq!(
-            holed.apply(&mut batch),
-            Err(GraphError::StaleEdit { name: "x".into() })
-        );
-        assert_eq!(holed.len(), 1);
+        let edits = Edits::after(&holed);
+        assert_eq!(apply_noops(&mut holed, edits, &["x"]), (stale(), 1));
     }
 
     #[test]
     fn a_taken_name_stops_the_batch() {
         let mut graph = Graph::new();
-        let mut edits = Edits::after(&graph);
-        edits.add_op("x".into(), Op::NoOp, "", Attrs::new(), [], &[]);
-        edits.add_op("x".into(), Op::NoOp, "", Attrs::new(), [], &[]);
-        edits.add_op("y".into(), Op::NoOp, "", Attrs::new(), [], &[]);
-        let mut batch = edits.take(Vec::new());
+        let edits = Edits::after(&graph);
+        let duplicate = Err(GraphError::DuplicateName { name: "x".into() });
         assert_eq!(
-            graph.apply(&mut batch),
-            Err(GraphError::DuplicateName { name: "x".into() })
+            apply_noops(&mut graph, edits, &["x", "x", "y"]),
+            (duplicate, 1)
         );
-        assert_eq!(graph.len(), 1);
     }
 }
