@@ -8,48 +8,87 @@ use rustc_hash::FxBuildHasher;
 /// Hands out unique node names the way a `tf.Graph` does: the first use of a name keeps it,
 /// later uses get `_1`, `_2`, … suffixes, and names compare case-insensitively.
 ///
-/// A counter table keyed by the lower-cased name (TensorFlow's `_names_in_use`) makes every
-/// call O(1) amortized, so tracing many variables stays linear. The names live back to back
-/// in fixed-size chunks that are never reallocated (a growing single string would copy every
-/// name at each doubling), their records in a vector in first-use order, and the hash table
-/// holds only record positions: a name costs no allocation of its own, and a new name writes
-/// one 4-byte slot at a random place and appends the rest. The table is never iterated.
-#[derive(Clone, Debug, Default)]
+/// TensorFlow keeps a counter per lower-cased name in use (`_names_in_use`), so every call is
+/// O(1) amortized and tracing many variables stays linear. This table keeps the same counters
+/// in a tree of name scopes: a node per `/`-separated component, holding the counter of the
+/// name that ends there (0 when the name is only a scope of other names, not in use itself).
+/// Semantically it is TensorFlow's flat table; the tree is for memory locality. A plan names
+/// most ops inside the scope of the op just named (`v`, `v/Read`, `v/Read/ReadVariableOp`,
+/// `v/Assign`, …): in a flat table each of those is a probe at a random place of a table of
+/// millions of slots, a cache miss apiece, while here they are found among the few children
+/// of a node made a moment before. Only a node with many children (the root, a `save` scope)
+/// has a hash table of them; the others list theirs.
+///
+/// The components' text lives back to back in fixed-size chunks that are never reallocated,
+/// so a name costs no allocation of its own.
+#[derive(Clone, Debug)]
 pub struct UniqueNames {
-    /// Every lower-cased name in use, concatenated; a name never spans two chunks.
+    /// Every node's lower-cased component, concatenated; a component never spans two chunks.
     chunks: Vec<String>,
-    /// The names in use, in the order they were first used.
-    names: Vec<InUse>,
-    /// Positions in `names`, by name. Only 4 bytes a slot: a lookup of a name not in use (the
-    /// common case) touches nothing but the table, and a new name is appended to `names`.
-    in_use: HashTable<u32>,
+    /// The nodes; node 0 is the root (the empty scope).
+    nodes: Vec<Node>,
+    /// The child tables of the nodes with more than [`FEW`] children: positions in `nodes`.
+    tables: Vec<HashTable<u32>>,
     /// A reused buffer for the lower-cased name and candidates, so that looking a name up
     /// allocates nothing.
     scratch: String,
 }
 
-/// One name in use.
+/// A name scope, and the name that ends there.
 #[derive(Clone, Debug)]
-struct InUse {
-    /// The name's hash, which a lookup compares before the name itself.
+struct Node {
+    /// The component's hash, which a lookup compares before the component itself.
     hash: u64,
-    /// The chunk holding the name.
+    /// The chunk holding the component.
     chunk: u32,
-    /// Where the name starts in its chunk.
+    /// Where the component starts in its chunk.
     start: u32,
-    /// The name's length in bytes.
+    /// The component's length in bytes.
     len: u32,
-    /// TensorFlow's counter: the next suffix to try.
+    /// TensorFlow's counter of the name ending here: the next suffix to try; 0 when the name
+    /// is not in use.
     count: u32,
+    /// The number of children.
+    n_children: u32,
+    /// The children: when there are at most [`FEW`], the first of a list (see `next`);
+    /// otherwise the position of their table in `UniqueNames::tables`.
+    children: u32,
+    /// The next child of the same parent, in a list of few.
+    next: u32,
 }
 
-/// The size of a name chunk; longer names get a chunk of their own.
+/// The most children a node lists before it gets a hash table of them.
+const FEW: u32 = 8;
+
+/// No node.
+const NONE: u32 = u32::MAX;
+
+/// The size of a name chunk; longer components get a chunk of their own.
 const CHUNK: usize = 1 << 20;
 
-impl InUse {
-    fn name<'a>(&self, chunks: &'a [String]) -> &'a str {
+impl Node {
+    fn new(hash: u64, chunk: u32, start: u32, len: u32) -> Node {
+        Node {
+            hash,
+            chunk,
+            start,
+            len,
+            count: 0,
+            n_children: 0,
+            children: NONE,
+            next: NONE,
+        }
+    }
+
+    fn component<'a>(&self, chunks: &'a [String]) -> &'a str {
         let start = self.start as usize;
         &chunks[self.chunk as usize][start..start + self.len as usize]
+    }
+}
+
+impl Default for UniqueNames {
+    fn default() -> UniqueNames {
+        UniqueNames::with_capacity(0)
     }
 }
 
@@ -59,12 +98,14 @@ impl UniqueNames {
         UniqueNames::default()
     }
 
-    /// An empty name table with room for `capacity` names.
+    /// An empty name table with room for about `capacity` names.
     pub fn with_capacity(capacity: usize) -> UniqueNames {
+        let mut nodes = Vec::with_capacity(capacity + 1);
+        nodes.push(Node::new(0, 0, 0, 0));
         UniqueNames {
             chunks: Vec::new(),
-            names: Vec::with_capacity(capacity),
-            in_use: HashTable::with_capacity(capacity),
+            nodes,
+            tables: Vec::new(),
             scratch: String::new(),
         }
     }
@@ -89,27 +130,30 @@ impl UniqueNames {
         for part in parts {
             lower_into(&mut key, part);
         }
-        let mut i = match self.get_mut(&key) {
-            Some(entry) => {
-                entry.count += 1;
-                entry.count - 1
-            }
-            None => {
-                self.insert(&key, 1);
-                self.scratch = key;
-                return parts.concat();
-            }
+        // A suffix changes only the last component: every candidate is a child of one scope.
+        let (scope, last) = match key.rfind('/') {
+            Some(slash) => (self.scope_of(&key[..slash]), slash + 1),
+            None => (0, 0),
         };
+        let node = self.child_or_new(scope, &key[last..]);
+        let count = &mut self.nodes[node as usize].count;
+        let mut i = *count;
+        *count += 1;
+        if i == 0 {
+            self.scratch = key;
+            return parts.concat();
+        }
         let key_len = key.len();
         loop {
             key.truncate(key_len);
             push_suffix(&mut key, i);
-            if self.get_mut(&key).is_none() {
-                break;
+            match self.child(scope, &key[last..]) {
+                Some(taken) if self.nodes[taken as usize].count > 0 => i += 1,
+                _ => break,
             }
-            i += 1;
         }
-        self.insert(&key, 1);
+        let node = self.child_or_new(scope, &key[last..]);
+        self.nodes[node as usize].count = 1;
         self.scratch = key;
         let len: usize = parts.iter().map(|part| part.len()).sum();
         let mut unique = String::with_capacity(len + 11);
@@ -123,54 +167,112 @@ impl UniqueNames {
     /// Marks `name` as used without renaming it (for names fixed by the caller).
     pub fn mark(&mut self, name: &str) {
         let key = name.to_lowercase();
-        match self.get_mut(&key) {
-            Some(entry) => entry.count += 1,
-            None => self.insert(&key, 1),
+        let node = match key.rfind('/') {
+            Some(slash) => {
+                let scope = self.scope_of(&key[..slash]);
+                self.child_or_new(scope, &key[slash + 1..])
+            }
+            None => self.child_or_new(0, &key),
+        };
+        self.nodes[node as usize].count += 1;
+    }
+
+    /// The node of lower-cased `path` (`/`-separated), made with its scopes if new.
+    fn scope_of(&mut self, path: &str) -> u32 {
+        path.split('/')
+            .fold(0, |node, component| self.child_or_new(node, component))
+    }
+
+    /// The child `component` of `parent`, if there is one.
+    fn child(&self, parent: u32, component: &str) -> Option<u32> {
+        self.find(parent, hash(component), component)
+    }
+
+    /// The child `component` of `parent`, made (not in use) if new.
+    fn child_or_new(&mut self, parent: u32, component: &str) -> u32 {
+        let hash = hash(component);
+        match self.find(parent, hash, component) {
+            Some(node) => node,
+            None => self.add_child(parent, hash, component),
         }
     }
 
-    fn get_mut(&mut self, key: &str) -> Option<&mut InUse> {
-        let hash = hash(key);
-        let (chunks, names) = (&self.chunks, &self.names);
-        let index = *self.in_use.find(hash, |&index| {
-            let entry = &names[index as usize];
-            entry.hash == hash && entry.name(chunks) == key
-        })?;
-        Some(&mut self.names[index as usize])
+    fn find(&self, parent: u32, hash: u64, component: &str) -> Option<u32> {
+        let (chunks, nodes) = (&self.chunks, &self.nodes);
+        let is = |node: u32| {
+            let node = &nodes[node as usize];
+            node.hash == hash && node.component(chunks) == component
+        };
+        let parent = &nodes[parent as usize];
+        if parent.n_children > FEW {
+            return self.tables[parent.children as usize]
+                .find(hash, |&node| is(node))
+                .copied();
+        }
+        let mut child = parent.children;
+        while child != NONE {
+            if is(child) {
+                return Some(child);
+            }
+            child = nodes[child as usize].next;
+        }
+        None
     }
 
-    /// Adds `key`, which is not in the table.
-    fn insert(&mut self, key: &str, count: u32) {
+    /// Adds `component` (with `hash`), which is not a child of `parent` yet.
+    fn add_child(&mut self, parent: u32, hash: u64, component: &str) -> u32 {
         let fits = self
             .chunks
             .last()
-            .is_some_and(|chunk| chunk.capacity() - chunk.len() >= key.len());
+            .is_some_and(|chunk| chunk.capacity() - chunk.len() >= component.len());
         if !fits {
             self.chunks
-                .push(String::with_capacity(CHUNK.max(key.len())));
+                .push(String::with_capacity(CHUNK.max(component.len())));
         }
         let chunk_index = self.chunks.len() - 1;
         let chunk = &mut self.chunks[chunk_index];
         let start = chunk.len();
-        chunk.push_str(key);
-        let hash = hash(key);
-        // Names are far shorter than 4 GiB and there are far fewer than 2^32 chunks or names.
-        let index = self.names.len() as u32;
-        self.names.push(InUse {
+        chunk.push_str(component);
+        // Components are far shorter than 4 GiB and there are far fewer than 2^32 chunks or
+        // nodes.
+        let id = self.nodes.len() as u32;
+        let mut node = Node::new(
             hash,
-            chunk: chunk_index as u32,
-            start: start as u32,
-            len: key.len() as u32,
-            count,
-        });
-        let names = &self.names;
-        self.in_use
-            .insert_unique(hash, index, |&index| names[index as usize].hash);
+            chunk_index as u32,
+            start as u32,
+            component.len() as u32,
+        );
+        let nodes = &mut self.nodes;
+        let parent_node = &mut nodes[parent as usize];
+        parent_node.n_children += 1;
+        if parent_node.n_children <= FEW {
+            node.next = parent_node.children;
+            parent_node.children = id;
+            nodes.push(node);
+            return id;
+        }
+        if parent_node.n_children == FEW + 1 {
+            // The list outgrew itself: its nodes move to a table of their own.
+            let mut table = HashTable::with_capacity(2 * FEW as usize);
+            let mut child = parent_node.children;
+            parent_node.children = self.tables.len() as u32;
+            while child != NONE {
+                let listed = &nodes[child as usize];
+                table.insert_unique(listed.hash, child, |&node| nodes[node as usize].hash);
+                child = listed.next;
+            }
+            self.tables.push(table);
+        }
+        let table = &mut self.tables[nodes[parent as usize].children as usize];
+        nodes.push(node);
+        let nodes = &self.nodes;
+        table.insert_unique(hash, id, |&node| nodes[node as usize].hash);
+        id
     }
 }
 
-fn hash(key: &str) -> u64 {
-    FxBuildHasher.hash_one(key)
+fn hash(component: &str) -> u64 {
+    FxBuildHasher.hash_one(component)
 }
 
 /// Appends `name` lower-cased to `buf` (Python's `str.lower`, as TensorFlow compares names).
@@ -216,6 +318,114 @@ mod tests {
         // `identity_1` is taken, so the second `Identity` skips to `_2`.
         assert_eq!(names.unique("Identity"), "Identity_2");
         assert_eq!(names.unique("Identity"), "Identity_3");
+    }
+
+    /// TensorFlow's `Graph.unique_name(name, mark_as_used=True)` over a flat table of
+    /// lower-cased names, as `framework/ops.py` writes it: the model the tree must agree with.
+    #[derive(Default)]
+    struct Flat(std::collections::HashMap<String, u32>);
+
+    impl Flat {
+        fn unique(&mut self, name: &str) -> String {
+            let mut key = name.to_lowercase();
+            let mut i = self.0.get(&key).copied().unwrap_or(0);
+            self.0.insert(key.clone(), i + 1);
+            if i == 0 {
+                return name.to_owned();
+            }
+            let base = key.clone();
+            while self.0.contains_key(&key) {
+                key = format!("{base}_{i}");
+                i += 1;
+            }
+            self.0.insert(key, 1);
+            format!("{name}_{}", i - 1)
+        }
+
+        fn mark(&mut self, name: &str) {
+            *self.0.entry(name.to_lowercase()).or_default() += 1;
+        }
+    }
+
+    /// One call of a random sequence: `unique`, `unique_in` or `mark`.
+    #[derive(Clone, Debug)]
+    enum Call {
+        Unique(String),
+        UniqueIn(String, String),
+        Mark(String),
+    }
+
+    /// Names made of a few components from a small alphabet, so that sequences reuse names,
+    /// scopes, case variants, suffix-like components (`a_1`), empty components and non-ASCII.
+    fn name() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let component = prop_oneof![
+            Just("a".to_owned()),
+            Just("A".to_owned()),
+            Just("b".to_owned()),
+            Just("a_1".to_owned()),
+            Just("A_2".to_owned()),
+            Just("a_1_1".to_owned()),
+            Just(String::new()),
+            Just("Ü".to_owned()),
+            Just("ü_1".to_owned()),
+        ];
+        proptest::collection::vec(component, 1..4).prop_map(|parts| parts.join("/"))
+    }
+
+    fn call() -> impl proptest::strategy::Strategy<Value = Call> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => name().prop_map(Call::Unique),
+            4 => (name(), name()).prop_map(|(scope, name)| Call::UniqueIn(scope, name)),
+            1 => name().prop_map(Call::Mark),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Every call gives the name TensorFlow's flat table gives, whatever came before.
+        #[test]
+        fn the_tree_agrees_with_tensorflows_flat_table(
+            calls in proptest::collection::vec(call(), 1..200),
+        ) {
+            let (mut tree, mut flat) = (UniqueNames::new(), Flat::default());
+            for call in &calls {
+                match call {
+                    Call::Unique(name) => {
+                        proptest::prop_assert_eq!(tree.unique(name), flat.unique(name));
+                    }
+                    Call::UniqueIn(scope, name) => {
+                        let joined = format!("{scope}/{name}");
+                        proptest::prop_assert_eq!(tree.unique_in(scope, name), flat.unique(&joined));
+                    }
+                    Call::Mark(name) => {
+                        tree.mark(name);
+                        flat.mark(name);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_scope_with_many_children_keeps_them() {
+        // More children than a list holds: they move to a table, and every name, old and
+        // new, is still found.
+        let mut names = UniqueNames::new();
+        for round in 0..3 {
+            for i in 0..(3 * FEW) {
+                let expected = match round {
+                    0 => format!("s/n{i}"),
+                    _ => format!("s/n{i}_{round}"),
+                };
+                assert_eq!(names.unique_in("s", &format!("n{i}")), expected);
+            }
+        }
+        // The scope itself was never used as a name.
+        assert_eq!(names.unique("S"), "S");
+        assert_eq!(names.unique("s"), "s_1");
     }
 
     #[test]
