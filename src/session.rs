@@ -269,38 +269,38 @@ impl Session {
         if options.mode == Mode::Eager {
             return Err(SessionError::EagerNeedsSpec);
         }
-        // The one place a graph to run enters: verified here, trusted by the plan compiler.
-        let verified = verify_module(module).map_err(SessionError::Invalid)?;
         let feeds = [targets.filename_tensor_name.as_str()];
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        // The two plans and the two key bindings are independent walks of one graph: done at
-        // the same time. The restore plan, the longest of the three, is the job another thread
-        // takes first (a join's second job); the save plan and the keys take about as long
-        // together. Errors are reported in that order: save plan, restore plan, keys.
-        let ((save, keys), restore) = rayon::join(
+        let compile = |verified, targets: &[&str], what| {
+            CompiledPlan::compile(verified, targets, &feeds)
+                .and_then(|plan| Executor::lazy(plan, options.backend))
+                .map_err(|source| SessionError::Compile {
+                    what,
+                    source: Box::new(source),
+                })
+        };
+        // Four independent walks of one graph, done at the same time: the two plans, after
+        // the verifier (the one place a graph to run enters: verified here, trusted by the
+        // plan compiler), and the two key bindings, which read any graph and so need not
+        // wait for it. This thread verifies and compiles the restore plan, the longest job;
+        // the other binds the keys (about as long as verifying and the restore plan together)
+        // and then takes the save plan, the job this thread left to be taken.
+        let (plans, keys) = rayon::join(
             || {
-                rayon::join(
-                    || {
-                        CompiledPlan::compile(verified, &[&targets.save_target], &feeds)
-                            .and_then(|plan| Executor::lazy(plan, options.backend))
-                    },
-                    || bind_keys(module, &targets.save_target, &restore_targets),
-                )
+                let verified = verify_module(module).map_err(SessionError::Invalid)?;
+                let (restore, save) = rayon::join(
+                    || compile(verified, &restore_targets, "restore"),
+                    || compile(verified, &[&targets.save_target], "save"),
+                );
+                // Errors come in a fixed order, whichever job ends first: the verifier's,
+                // the save plan's, the restore plan's, then (below) the keys'.
+                let save = save?;
+                Ok::<_, SessionError>((save, restore?))
             },
-            || {
-                CompiledPlan::compile(verified, &restore_targets, &feeds)
-                    .and_then(|plan| Executor::lazy(plan, options.backend))
-            },
+            || bind_keys(module, &targets.save_target, &restore_targets),
         );
-        let save = save.map_err(|source| SessionError::Compile {
-            what: "save",
-            source: Box::new(source),
-        })?;
-        let restore = restore.map_err(|source| SessionError::Compile {
-            what: "restore",
-            source: Box::new(source),
-        })?;
+        let (save, restore) = plans?;
         Ok(Session::assemble(
             targets,
             Runner::Graph { save, restore },
