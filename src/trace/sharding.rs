@@ -100,7 +100,7 @@ impl ShardingPolicy for ShardByTask {
     }
 
     fn shard(&self, tensors: &[ShardableTensor<'_>]) -> Result<Sharding, TraceError> {
-        let mut shard = ShardBuilder::default();
+        let mut shard = ShardBuilder::with_capacity(tensors.len());
         for (index, tensor) in tensors.iter().enumerate() {
             shard.insert(
                 tensor.checkpoint_key,
@@ -160,6 +160,15 @@ struct ShardBuilder {
 }
 
 impl ShardBuilder {
+    /// An empty shard with room for `n_keys` keys (growing the key table would hash every
+    /// key again, each a read of its group at a random place).
+    fn with_capacity(n_keys: usize) -> ShardBuilder {
+        ShardBuilder {
+            groups: Vec::with_capacity(n_keys),
+            by_key: HashTable::with_capacity(n_keys),
+        }
+    }
+
     fn insert(&mut self, key: &str, slice_spec: String, tensor: usize, slice: Option<usize>) {
         let entry = ShardEntry {
             checkpoint_key: key.to_owned(),
