@@ -58,7 +58,7 @@ pub(crate) fn import_attr(value: &pb::AttrValue) -> Result<AttrValue, TensorErro
         Some(Value::Shape(shape)) => AttrValue::Shape(import_shape(shape)),
         Some(Value::Tensor(tensor)) => AttrValue::Tensor(Box::new(import_tensor(tensor)?)),
         Some(Value::List(list)) => AttrValue::List(Box::new(import_list(list)?)),
-        Some(Value::Func(func)) => AttrValue::Func(import_func(func)?),
+        Some(Value::Func(func)) => AttrValue::Func(Box::new(import_func(func)?)),
         Some(Value::Placeholder(name)) => AttrValue::Placeholder(name.clone()),
     })
 }

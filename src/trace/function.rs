@@ -431,10 +431,10 @@ fn call(
         ("executor_type", AttrValue::s("")),
         (
             "f",
-            AttrValue::Func(NameAttrList {
+            AttrValue::Func(Box::new(NameAttrList {
                 name: traced.function.signature.name.clone(),
                 attr: Attrs::new(),
-            }),
+            })),
         ),
     ]);
     let args = std::iter::once(out(prefix))

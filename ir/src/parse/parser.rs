@@ -456,7 +456,7 @@ impl Parser {
             "tensor" => Ok(AttrValue::Tensor(Box::new(self.tensor()?))),
             "func" => {
                 self.bump();
-                Ok(AttrValue::Func(self.func()?))
+                Ok(AttrValue::Func(Box::new(self.func()?)))
             }
             "placeholder" => {
                 self.bump();
