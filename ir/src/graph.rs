@@ -578,12 +578,19 @@ impl Graph {
 
         // Per node index: whether it is ordered, and its unprocessed incoming edges.
         let mut member = vec![false; self.inner.node_bound()];
-        let mut ids = Vec::new();
         for id in ops {
-            if !std::mem::replace(&mut member[id.0.index()], true) {
-                ids.push(id);
-            }
+            member[id.0.index()] = true;
         }
+        // Collected in index order, which is creation order unless removed ops' slots were
+        // reused: the sort then finds one run and is done, reading each op once, in memory
+        // order (sorting the ops as given would read two ops at random places per
+        // comparison).
+        let mut ids: Vec<OpId> = member
+            .iter()
+            .enumerate()
+            .filter(|&(_, &is)| is)
+            .map(|(index, _)| OpId(NodeIndex::new(index)))
+            .collect();
         let counts = |node: NodeIndex<u32>| member[node.index()] && !cut(OpId(node));
         // Ops are usually created after their inputs (a tracer emits them so, an importer
         // sorts them so). Then creation order is the answer: the first op in creation order
@@ -833,6 +840,29 @@ mod tests {
         assert_eq!(
             graph.topo_order_of([a, c, d], |id| id == d).unwrap(),
             [a, c, d]
+        );
+    }
+
+    #[test]
+    fn topo_order_of_follows_creation_not_slots() {
+        // `d` takes the slot `b` left: index order is a, d, c, creation order a, c, d.
+        let mut graph = Graph::new();
+        let (a, b, c) = (
+            op(&mut graph, "a"),
+            op(&mut graph, "b"),
+            op(&mut graph, "c"),
+        );
+        graph.remove_op(b).unwrap();
+        let d = op(&mut graph, "d");
+        assert_eq!(d.index(), b.index(), "the slot is reused");
+        assert_eq!(
+            graph.topo_order_of([d, c, a, d], |_| false).unwrap(),
+            [a, c, d]
+        );
+        graph.push_input(c, d, Port::Index(0));
+        assert_eq!(
+            graph.topo_order_of([c, d, a], |_| false).unwrap(),
+            [a, d, c]
         );
     }
 
