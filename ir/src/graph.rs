@@ -760,6 +760,11 @@ mod tests {
         graph.add_op(name, Op::NoOp, "", Attrs::new()).unwrap()
     }
 
+    /// Ops `a`, `b` and `c`, made in that order.
+    fn abc(graph: &mut Graph) -> (OpId, OpId, OpId) {
+        (op(graph, "a"), op(graph, "b"), op(graph, "c"))
+    }
+
     #[test]
     fn inputs_keep_slot_and_control_order() {
         let mut graph = Graph::new();
@@ -805,11 +810,7 @@ mod tests {
     #[test]
     fn topo_order_breaks_ties_by_creation_and_reports_cycles() {
         let mut graph = Graph::new();
-        let (a, b, c) = (
-            op(&mut graph, "a"),
-            op(&mut graph, "b"),
-            op(&mut graph, "c"),
-        );
+        let (a, b, c) = abc(&mut graph);
         graph.add_control(c, a);
         assert_eq!(graph.topo_order().unwrap(), [b, c, a]);
         graph.add_control(a, c);
@@ -847,11 +848,7 @@ mod tests {
     fn topo_order_of_follows_creation_not_slots() {
         // `d` takes the slot `b` left: index order is a, d, c, creation order a, c, d.
         let mut graph = Graph::new();
-        let (a, b, c) = (
-            op(&mut graph, "a"),
-            op(&mut graph, "b"),
-            op(&mut graph, "c"),
-        );
+        let (a, b, c) = abc(&mut graph);
         graph.remove_op(b).unwrap();
         let d = op(&mut graph, "d");
         assert_eq!(d.index(), b.index(), "the slot is reused");
@@ -869,11 +866,7 @@ mod tests {
     #[test]
     fn removal_keeps_other_ids_and_order() {
         let mut graph = Graph::new();
-        let (a, b, c) = (
-            op(&mut graph, "a"),
-            op(&mut graph, "b"),
-            op(&mut graph, "c"),
-        );
+        let (a, b, c) = abc(&mut graph);
         graph.push_input(c, a, Port::Index(0));
         graph.remove_op(a).unwrap();
         let d = op(&mut graph, "d");
