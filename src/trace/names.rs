@@ -131,10 +131,7 @@ impl UniqueNames {
             lower_into(&mut key, part);
         }
         // A suffix changes only the last component: every candidate is a child of one scope.
-        let (scope, last) = match key.rfind('/') {
-            Some(slash) => (self.scope_of(&key[..slash]), slash + 1),
-            None => (0, 0),
-        };
+        let (scope, last) = self.scope_of_last(&key);
         let node = self.child_or_new(scope, &key[last..]);
         let count = &mut self.nodes[node as usize].count;
         let mut i = *count;
@@ -144,16 +141,19 @@ impl UniqueNames {
             return parts.concat();
         }
         let key_len = key.len();
-        loop {
+        let free = loop {
             key.truncate(key_len);
             push_suffix(&mut key, i);
-            match self.child(scope, &key[last..]) {
+            let candidate = &key[last..];
+            let hash = hash(candidate);
+            match self.find(scope, hash, candidate) {
                 Some(taken) if self.nodes[taken as usize].count > 0 => i += 1,
-                _ => break,
+                // Only a scope of other names so far: free as a name.
+                Some(scope_only) => break scope_only,
+                None => break self.add_child(scope, hash, candidate),
             }
-        }
-        let node = self.child_or_new(scope, &key[last..]);
-        self.nodes[node as usize].count = 1;
+        };
+        self.nodes[free as usize].count = 1;
         self.scratch = key;
         let len: usize = parts.iter().map(|part| part.len()).sum();
         let mut unique = String::with_capacity(len + 11);
@@ -167,25 +167,21 @@ impl UniqueNames {
     /// Marks `name` as used without renaming it (for names fixed by the caller).
     pub fn mark(&mut self, name: &str) {
         let key = name.to_lowercase();
-        let node = match key.rfind('/') {
-            Some(slash) => {
-                let scope = self.scope_of(&key[..slash]);
-                self.child_or_new(scope, &key[slash + 1..])
-            }
-            None => self.child_or_new(0, &key),
-        };
+        let (scope, last) = self.scope_of_last(&key);
+        let node = self.child_or_new(scope, &key[last..]);
         self.nodes[node as usize].count += 1;
     }
 
-    /// The node of lower-cased `path` (`/`-separated), made with its scopes if new.
-    fn scope_of(&mut self, path: &str) -> u32 {
-        path.split('/')
-            .fold(0, |node, component| self.child_or_new(node, component))
-    }
-
-    /// The child `component` of `parent`, if there is one.
-    fn child(&self, parent: u32, component: &str) -> Option<u32> {
-        self.find(parent, hash(component), component)
+    /// The node of everything before the last `/` of lower-cased `key` (made with its scopes
+    /// if new; the root for a key without `/`), and where the last component starts.
+    fn scope_of_last(&mut self, key: &str) -> (u32, usize) {
+        let Some(slash) = key.rfind('/') else {
+            return (0, 0);
+        };
+        let scope = key[..slash]
+            .split('/')
+            .fold(0, |node, component| self.child_or_new(node, component));
+        (scope, slash + 1)
     }
 
     /// The child `component` of `parent`, made (not in use) if new.
