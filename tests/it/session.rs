@@ -1,7 +1,8 @@
 //! The [`Session`] library entry point: traced specs (`tests/inputs/trace/g1`–`g6`) saved,
 //! read back with the bundle reader and restored; byte-identical checkpoints for the inputs of
 //! TensorFlow's `ckpt/c3_two_tasks`, `c4_two_cpus_one_task` and `c6_max_shard_size`; TF's own
-//! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety.
+//! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety;
+//! the order of `Session::new`'s errors.
 
 use crate::support::session::{
     assert_same_files, fixture_values, generated_values, read_checkpoint, spec_session,
@@ -464,5 +465,57 @@ fn one_key_for_two_disagreeing_variables_is_refused() {
             "{err:?}"
         );
         assert!(err.to_string().contains(expected), "{err}");
+    }
+}
+
+/// `Session::new` verifies, compiles both plans and binds the keys at the same time; when
+/// several of them fail, the error is still the first in that order (verifier, save plan,
+/// restore plan, keys), whichever job ends first.
+#[test]
+fn session_errors_come_in_a_fixed_order() {
+    use saveplan::trace::spec::SpecFile;
+    use saveplan::trace::trace_flat;
+    use saveplan_ir::{Attrs, Op};
+
+    let text = r#"{"variables": [{"checkpoint_key": "a", "dtype": "float32", "shape": [2]}]}"#;
+    let spec = SpecFile::parse(text).unwrap();
+    let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
+    assert!(
+        Session::new(
+            &trace.module,
+            trace.saver.clone(),
+            SessionOptions::default()
+        )
+        .is_ok()
+    );
+    // An unknown restore target fails the restore plan and the key binding both.
+    let mut unknown_restore = trace.saver.clone();
+    unknown_restore
+        .restore_targets
+        .push("no_such_assign".to_owned());
+    let mut unknown_both = unknown_restore.clone();
+    unknown_both.save_target = "no_such_save".to_owned();
+    // An `Identity` with no input and no `T` fails the verifier, and nothing else.
+    let mut invalid = trace.module.clone();
+    invalid
+        .graph
+        .add_op("broken", Op::Identity, "", Attrs::new())
+        .unwrap();
+    for (module, targets, expected) in [
+        (&invalid, unknown_both.clone(), "verifier"),
+        (&trace.module, unknown_both, "save"),
+        (&trace.module, unknown_restore, "restore"),
+    ] {
+        for _ in 0..5 {
+            let err = Session::new(module, targets.clone(), SessionOptions::default())
+                .err()
+                .expect("refused");
+            let got = match &err {
+                SessionError::Invalid(_) => "verifier",
+                SessionError::Compile { what, .. } => what,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got, expected, "{err}");
+        }
     }
 }
