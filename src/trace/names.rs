@@ -379,7 +379,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        // XorShift: proptest's default (ChaCha) spent 11 of this test's 11.5 s drawing inputs.
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            rng_algorithm: proptest::test_runner::RngAlgorithm::XorShift,
+            ..proptest::prelude::ProptestConfig::with_cases(512)
+        })]
 
         /// Every call gives the name TensorFlow's flat table gives, whatever came before.
         #[test]
