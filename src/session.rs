@@ -229,8 +229,10 @@ impl Session {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
         let trace = trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?;
+        // The session takes the saver's names (one per restored variable) as they are.
+        let (module, names) = (trace.module, trace.saver);
         let session = match options.mode {
-            Mode::Graph => Session::new(&trace.module, trace.saver.clone(), options),
+            Mode::Graph => Session::new(&module, names, options),
             Mode::Eager => {
                 let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
                 let runner = Runner::Eager {
@@ -238,13 +240,13 @@ impl Session {
                     options: Box::new(trace_options),
                     backend: options.backend,
                 };
-                Session::bound(&trace.module, trace.saver.clone(), runner, options)
+                Session::bound(&module, names, runner, options)
             }
         };
-        // The session keeps nothing of the trace. Freeing a graph of N variables (millions of
-        // small allocations, ~0.2 s at 100k) is left to a pool thread, so that the caller
-        // gets its session without waiting for it.
-        rayon::spawn(move || drop(trace));
+        // The session keeps nothing else of the trace. Freeing a graph of N variables
+        // (millions of small allocations, ~0.2 s at 100k) is left to a pool thread, so that
+        // the caller gets its session without waiting for it.
+        rayon::spawn(move || drop(module));
         session
     }
 
