@@ -4,12 +4,14 @@
 //! a MetaGraphDef that `BIN compile` made of the same spec.
 //!
 //! ```text
-//! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR]
+//! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR] [--thp]
 //! ```
 //!
 //! Times are the best of `--repeat` runs (default 1), each printed with the CPU time of all
 //! its runs split into user and system seconds, and the load average at the start and the
-//! end. The allocator is the CLI's (mimalloc) unless the `mimalloc` feature is off.
+//! end. The allocator is the CLI's (mimalloc) unless the `mimalloc` feature is off, and like
+//! the CLI the bench turns transparent huge pages off for itself
+//! ([`saveplan::process::disable_transparent_huge_pages`]) unless given `--thp`.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -46,6 +48,9 @@ struct Options {
     repeat: usize,
     cli: Option<PathBuf>,
     dir: PathBuf,
+    /// Keep transparent huge pages (the system's default) instead of turning them off as the
+    /// CLI does.
+    thp: bool,
 }
 
 fn main() {
@@ -56,9 +61,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if !options.thp {
+        saveplan::process::disable_transparent_huge_pages();
+    }
+    let pages = if saveplan::process::transparent_huge_pages_disabled() {
+        "transparent huge pages off, as in the CLI"
+    } else {
+        "the system's transparent huge page setting"
+    };
     let load_before = machine::load_average();
     println!(
-        "setup of {} float32[64] variables ({ALLOCATOR} allocator); load average {load_before}",
+        "setup of {} float32[64] variables ({ALLOCATOR} allocator, {pages}); load average {load_before}",
         options.vars
     );
     for n_tasks in [1, 8] {
@@ -209,6 +222,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         repeat: 1,
         cli: None,
         dir: PathBuf::from("/dev/shm"),
+        thp: false,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -218,6 +232,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--repeat" => options.repeat = value()?.parse().map_err(|_| "bad --repeat")?,
             "--cli" => options.cli = Some(PathBuf::from(value()?)),
             "--dir" => options.dir = PathBuf::from(value()?),
+            "--thp" => options.thp = true,
             "--bench" => {}
             other => return Err(format!("unknown argument `{other}`")),
         }

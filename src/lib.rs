@@ -44,7 +44,8 @@
 //!   [`export::object_graph`].
 //!
 //! The `saveplan` binary (`src/main.rs`, `src/cli/`) sits on top and is the only code that
-//! prints.
+//! prints. [`process`] holds the process-wide settings it applies (a library never applies
+//! them for its caller).
 //!
 //! # Example
 //!
@@ -83,5 +84,6 @@ pub mod checkpoint;
 pub mod compile;
 pub mod exec;
 pub mod export;
+pub mod process;
 pub mod session;
 pub mod trace;

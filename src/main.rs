@@ -15,6 +15,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // Small pages: a large plan is built from millions of small objects, and on VMs zeroing
+    // them as 2 MiB pages costs several times the system time (see the function's docs).
+    saveplan::process::disable_transparent_huge_pages();
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,

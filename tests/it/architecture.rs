@@ -15,6 +15,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("export", 2),
     ("bundle", 2),
     ("analysis", 2),
+    ("process", 2),
     ("compile", 3),
     ("exec", 3),
     ("session", 4),
