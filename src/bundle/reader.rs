@@ -94,7 +94,8 @@ type ShardMap = OnceLock<std::result::Result<Arc<Mmap>, (std::io::ErrorKind, Str
 
 /// The bytes of a fixed-width tensor from [`BundleReader::map`]: a read-only view into the
 /// shared memory map of its data file (no copy), or, for a tensor saved as slices, the
-/// assembled bytes. Its CRC32C was checked when it was created. Dereferences to the tensor's
+/// assembled bytes. Its CRC32C was checked when it was created. ([`MappedTensor::in_map`]
+/// makes one of another file's map, unchecked.) Dereferences to the tensor's
 /// little-endian element bytes; `Send + Sync`, and cheap to keep (the map is shared by every
 /// tensor of the data file and unmapped when the last view and the reader are gone).
 #[derive(Debug)]
@@ -113,6 +114,24 @@ enum MappedBytes {
 }
 
 impl MappedTensor {
+    /// A view of `range` of the read-only memory map `map` of some other file (the tensors of
+    /// a `.safetensors` values file), as `dtype` elements of `shape`: no copy, and nothing
+    /// checksummed, as that file has no checksums. `None` when `range` lies outside the map.
+    /// The caller checks that the length fits the dtype and shape
+    /// ([`crate::exec::HostTensor::from_mapped`] does).
+    pub fn in_map(
+        map: Arc<Mmap>,
+        range: Range<usize>,
+        dtype: DType,
+        shape: Vec<i64>,
+    ) -> Option<MappedTensor> {
+        (range.start <= range.end && range.end <= map.len()).then_some(MappedTensor {
+            dtype,
+            shape,
+            bytes: MappedBytes::Mapped(map, range),
+        })
+    }
+
     /// Whether the bytes are a view into a memory map (`false` when they were copied: tensors
     /// saved as slices, and empty tensors).
     pub fn is_mapped(&self) -> bool {
@@ -1038,4 +1057,24 @@ fn convert_entry(
         slices,
         slice,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_of_another_files_map_stays_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("values");
+        std::fs::write(&path, [0u8, 1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        let file = File::open(&path).unwrap();
+        // SAFETY: a read-only map of a file only this test uses.
+        let map = Arc::new(unsafe { Mmap::map(&file) }.unwrap());
+        let view = MappedTensor::in_map(map.clone(), 1..9, DType::Float, vec![2]).unwrap();
+        assert!(view.is_mapped());
+        assert_eq!(&view[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(MappedTensor::in_map(map.clone(), 2..10, DType::Float, vec![2]).is_none());
+        assert!(MappedTensor::in_map(map, 10..12, DType::Float, vec![]).is_none());
+    }
 }

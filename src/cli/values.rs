@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use saveplan::bundle::{BundleReader, Values, index_path};
+use saveplan::bundle::{BundleReader, MappedTensor, Values, index_path};
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
 
@@ -48,26 +49,28 @@ pub enum ValuesError {
     },
 }
 
-/// Reads every tensor of a `.safetensors` file: each tensor's bytes are copied once, from a
-/// read-only memory map of the file into the tensor's own buffer (reading the file into memory
-/// first would copy every byte twice and hold the payload twice). The map lives only while
-/// the tensors are copied out of it.
+/// Reads every tensor of a `.safetensors` file without copying it: each tensor is a view into
+/// one read-only memory map of the file ([`MappedTensor::in_map`]), shared by all of them and
+/// unmapped when the last is dropped. Copying a 1 GiB file into buffers of their own took
+/// 1 GiB of fresh memory, and on a VM the kernel's first touch of it cost more than the save
+/// that follows. As with any memory-mapped read, another program truncating the file while the
+/// tensors are in use faults the process.
 pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
     let empty = file.metadata().is_ok_and(|meta| meta.len() == 0);
-    // SAFETY: the map is read-only and private to this function; as with any memory-mapped
-    // read, another program truncating the file in the meantime would fault the process.
-    // An empty file cannot be mapped; it is no safetensors file either.
+    // SAFETY: the map is read-only; as with any memory-mapped read, another program
+    // truncating the file in the meantime would fault the process. An empty file cannot be
+    // mapped; it is no safetensors file either.
     let map = if empty {
         None
     } else {
-        Some(
+        Some(Arc::new(
             unsafe { memmap2::Mmap::map(&file) }
                 .with_context(|| format!("{}: cannot read", path.display()))?,
-        )
+        ))
     };
-    let buffer: &[u8] = map.as_deref().unwrap_or_default();
+    let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
     let file = SafeTensors::deserialize(buffer)
         .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
     let mut out = BTreeMap::new();
@@ -79,8 +82,19 @@ pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTens
                 view.dtype()
             );
         };
-        let shape: Vec<u64> = view.shape().iter().map(|&dim| dim as u64).collect();
-        let tensor = HostTensor::from_bytes(dtype, shape, view.data().to_vec())
+        let shape: Vec<i64> = view
+            .shape()
+            .iter()
+            .map(|&dim| i64::try_from(dim))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("{}: tensor `{name}`: shape too large", path.display()))?;
+        // The view borrows `buffer`, the map's bytes: its place in them is its range.
+        let start = view.data().as_ptr() as usize - buffer.as_ptr() as usize;
+        let range = start..start + view.data().len();
+        let map = map.clone().expect("a valid safetensors file is not empty");
+        let mapped = MappedTensor::in_map(map, range, dtype, shape)
+            .expect("a view of the file lies inside its map");
+        let tensor = HostTensor::from_mapped(mapped)
             .with_context(|| format!("{}: tensor `{name}`", path.display()))?;
         out.insert(name, tensor);
     }

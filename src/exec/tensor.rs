@@ -37,7 +37,9 @@ pub enum TensorData {
     /// Row-major little-endian bytes of a fixed-width dtype, read in place from a checkpoint
     /// data file: a view into its read-only memory map whose CRC32C was checked when it was
     /// made (see [`crate::bundle::BundleReader::map`] for what a later in-place change of the
-    /// file does). Restores hand these out instead of copying into a new buffer.
+    /// file does). Restores hand these out instead of copying into a new buffer; the CLI
+    /// reads a `.safetensors` values file the same way ([`crate::bundle::MappedTensor::in_map`],
+    /// no checksum).
     Mapped(Arc<MappedTensor>),
     /// The elements of a `DT_STRING` tensor, row-major (or of a `DT_VARIANT` tensor, each
     /// element's serialized bytes).

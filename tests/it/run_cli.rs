@@ -325,6 +325,44 @@ fn values_fifo_is_refused() {
     );
 }
 
+/// The CLI reads a `.safetensors` values file in place (views into its memory map): tensors
+/// at any offset, here all at odd ones (a header three bytes longer than the file it comes
+/// from), still save TF's bytes, on every backend.
+#[test]
+fn values_at_odd_offsets_save_the_same_bytes() {
+    let original =
+        std::fs::read(crate::support::root().join("tests/inputs/run/values/c4.safetensors"))
+            .unwrap();
+    let header_len = u64::from_le_bytes(original[..8].try_into().unwrap()) as usize;
+    let (header, data) = original[8..].split_at(header_len);
+    let mut shifted = (header_len as u64 + 3).to_le_bytes().to_vec();
+    shifted.extend_from_slice(header);
+    shifted.extend_from_slice(b"   ");
+    shifted.extend_from_slice(data);
+    assert_eq!(
+        (8 + header_len + 3) % 2,
+        1,
+        "the data starts at an odd offset"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("values.safetensors");
+    std::fs::write(&values, &shifted).unwrap();
+    for backend in saveplan::exec::Backend::available() {
+        let out = dir.path().join(backend.name());
+        ok(&[
+            "save",
+            "tests/inputs/run/c4_two_cpus_one_task.json",
+            "--values",
+            values.to_str().unwrap(),
+            "--prefix",
+            out.join("ckpt").to_str().unwrap(),
+            "--backend",
+            backend.name(),
+        ]);
+        assert_same_files("c4_two_cpus_one_task", &out);
+    }
+}
+
 /// `run` on the TF1 `.meta` of `tests/fixtures/saveplan/v1_saver_meta` (ref variables:
 /// `VariableV2`, `Assign`, `Identity` reads): restoring TF's checkpoint gives TF's values, and
 /// saving them writes TF's checkpoint byte for byte, on every backend.
