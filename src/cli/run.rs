@@ -22,7 +22,7 @@ use saveplan::session::{Session, infer_targets, meta_graph_targets};
 use saveplan_ir::SaverNames;
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save};
-use super::values::read_values;
+use super::values::read_values_during;
 
 /// Arguments of `saveplan run`.
 #[derive(Debug, clap::Args)]
@@ -59,9 +59,13 @@ pub struct Args {
 /// Runs `saveplan run`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let options = args.backend.options()?;
-    let loaded = read_graph_file(&args.graph)?;
-    let session =
-        match &loaded {
+    let values_path = match (&args.save, &args.values, &args.restore) {
+        (Some(_), Some(values), None) => Some(values.as_path()),
+        _ => None,
+    };
+    let build = || -> anyhow::Result<(Loaded, Session)> {
+        let loaded = read_graph_file(&args.graph)?;
+        let session = match &loaded {
             Loaded::MetaGraph(meta) => {
                 let targets = match &args.saver_def {
                     Some(path) => saver_def_targets(path)?,
@@ -83,11 +87,20 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             }
         }
         .with_context(|| format!("{}", args.graph.display()))?;
-    match (&args.save, &args.values, &args.restore, &args.out) {
-        (Some(prefix), Some(values), None, _) => {
+        Ok((loaded, session))
+    };
+    let ((loaded, session), values) = match values_path {
+        Some(path) => {
+            let (built, values) = read_values_during(path, build)?;
+            (built, Some((path, values)))
+        }
+        None => (build()?, None),
+    };
+    match (&args.save, values, &args.restore, &args.out) {
+        (Some(prefix), Some((path, values)), None, _) => {
             session
-                .assign(read_values(values)?)
-                .with_context(|| format!("{}", values.display()))?;
+                .assign(values)
+                .with_context(|| format!("{}", path.display()))?;
             save(&session, prefix)?;
         }
         (None, _, Some(prefix), Some(out)) => restore_to_file(&session, prefix, out)?,

@@ -15,7 +15,7 @@ use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 
 use super::common::{ModeArgs, load_spec_session, save};
-use super::values::read_values;
+use super::values::{read_values, read_values_during};
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -42,8 +42,9 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         save_objects(&args.spec, &text, &args.values, &args.prefix)?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    let session = load_spec_session(&args.spec, args.run.options()?)?;
-    let values = read_values(&args.values)?;
+    let options = args.run.options()?;
+    let (session, values) =
+        read_values_during(&args.values, || load_spec_session(&args.spec, options))?;
     session
         .assign(values)
         .with_context(|| format!("{}", args.values.display()))?;
