@@ -106,6 +106,36 @@ pub struct SessionOptions {
     pub backend: Backend,
     /// Graph (default) or eager mode.
     pub mode: Mode,
+    /// Which plans a graph-mode session compiles and binds (default: both). Eager mode
+    /// traces each call and ignores it.
+    pub plans: Plans,
+}
+
+/// The plans a graph-mode [`Session`] compiles and binds keys for. A program that only saves
+/// (the CLI's `save` and `run --save`) or only restores skips the other plan's compile and
+/// binding, about a third of [`Session::new`]'s work at 100,000 variables; the plan left out
+/// fails with [`SessionError::PlanLeftOut`] when asked to run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Plans {
+    /// The save and the restore plan.
+    #[default]
+    Both,
+    /// The save plan only.
+    SaveOnly,
+    /// The restore plan only.
+    RestoreOnly,
+}
+
+impl Plans {
+    /// Whether the save plan is compiled.
+    pub fn save(self) -> bool {
+        self != Plans::RestoreOnly
+    }
+
+    /// Whether the restore plan is compiled.
+    pub fn restore(self) -> bool {
+        self != Plans::SaveOnly
+    }
 }
 
 /// A compiled save and restore plan with its variables.
@@ -128,8 +158,12 @@ pub struct Session {
 
 /// What runs a session's save and restore.
 enum Runner {
-    /// Graph mode: the compiled save and restore plans.
-    Graph { save: Executor, restore: Executor },
+    /// Graph mode: the compiled save and restore plans (those [`Plans`] asked for).
+    Graph {
+        save: Option<Executor>,
+        restore: Option<Executor>,
+        backend: Backend,
+    },
     /// Eager mode: the spec's saver and the options it was traced with.
     Eager {
         saver: Mutex<EagerSaver>,
@@ -288,27 +322,44 @@ impl Session {
         // wait for it. This thread verifies and compiles the restore plan, the longest job;
         // the other binds the keys (about as long as verifying and the restore plan together)
         // and then takes the save plan, the job this thread left to be taken.
+        let wanted = options.plans;
         let (plans, keys) = rayon::join(
             || {
                 let verified = verify_module(module).map_err(SessionError::Invalid)?;
                 let (restore, save) = rayon::join(
-                    || compile(verified, &restore_targets, "restore"),
-                    || compile(verified, &[&targets.save_target], "save"),
+                    || {
+                        wanted
+                            .restore()
+                            .then(|| compile(verified, &restore_targets, "restore"))
+                            .transpose()
+                    },
+                    || {
+                        wanted
+                            .save()
+                            .then(|| compile(verified, &[&targets.save_target], "save"))
+                            .transpose()
+                    },
                 );
                 // Errors come in a fixed order, whichever job ends first: the verifier's,
                 // the save plan's, the restore plan's, then (below) the keys'.
                 let save = save?;
                 Ok::<_, SessionError>((save, restore?))
             },
-            || bind_keys(module, &targets.save_target, &restore_targets),
+            || {
+                bind_keys(
+                    module,
+                    wanted.save().then_some(targets.save_target.as_str()),
+                    wanted.restore().then_some(&restore_targets),
+                )
+            },
         );
         let (save, restore) = plans?;
-        Ok(Session::assemble(
-            targets,
-            Runner::Graph { save, restore },
-            keys?,
-            options,
-        ))
+        let runner = Runner::Graph {
+            save,
+            restore,
+            backend: options.backend,
+        };
+        Ok(Session::assemble(targets, runner, keys?, options))
     }
 
     /// A session running `runner`, with the checkpoint keys of `module`'s plans for
@@ -321,7 +372,7 @@ impl Session {
     ) -> Result<Session, SessionError> {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        let keys = bind_keys(module, &targets.save_target, &restore_targets)?;
+        let keys = bind_keys(module, Some(&targets.save_target), Some(&restore_targets))?;
         Ok(Session::assemble(targets, runner, keys, options))
     }
 
@@ -368,18 +419,20 @@ impl Session {
         &self.restored
     }
 
-    /// The compiled save plan; `None` in eager mode, which traces each call.
+    /// The compiled save plan; `None` in eager mode, which traces each call, and when
+    /// [`SessionOptions::plans`] left it out.
     pub fn save_plan(&self) -> Option<&CompiledPlan> {
         match &self.runner {
-            Runner::Graph { save, .. } => Some(save.plan()),
+            Runner::Graph { save, .. } => save.as_ref().map(Executor::plan),
             Runner::Eager { .. } => None,
         }
     }
 
-    /// The compiled restore plan; `None` in eager mode.
+    /// The compiled restore plan; `None` in eager mode and when [`SessionOptions::plans`]
+    /// left it out.
     pub fn restore_plan(&self) -> Option<&CompiledPlan> {
         match &self.runner {
-            Runner::Graph { restore, .. } => Some(restore.plan()),
+            Runner::Graph { restore, .. } => restore.as_ref().map(Executor::plan),
             Runner::Eager { .. } => None,
         }
     }
@@ -387,8 +440,7 @@ impl Session {
     /// The backend the plans (in eager mode, the traced functions) run on.
     pub fn backend(&self) -> Backend {
         match &self.runner {
-            Runner::Graph { save, .. } => save.backend(),
-            Runner::Eager { backend, .. } => *backend,
+            Runner::Graph { backend, .. } | Runner::Eager { backend, .. } => *backend,
         }
     }
 
@@ -663,12 +715,13 @@ impl Session {
             cx = cx.with_observer(observer);
         }
         let plan = match (&self.runner, call) {
-            (Runner::Graph { save, .. }, Call::Save) => save,
-            (Runner::Graph { restore, .. }, Call::Restore) => restore,
+            (Runner::Graph { save, .. }, Call::Save) => save.as_ref(),
+            (Runner::Graph { restore, .. }, Call::Restore) => restore.as_ref(),
             (Runner::Eager { saver, options, .. }, call) => {
                 return Ok(lock(saver).call(&cx, call, prefix, options)?);
             }
         };
+        let plan = plan.ok_or(SessionError::PlanLeftOut { what: call.name() })?;
         plan.run(&cx, vec![HostTensor::string_scalar(prefix)])
             .map_err(|source| SessionError::Run {
                 what: call.name(),
@@ -752,16 +805,22 @@ type BoundKeys = (
 );
 
 /// The checkpoint keys of `module`'s save plan (for `save_target`) and restore plan (for
-/// `restore_targets`), bound to variables. The two are independent walks of the same graph:
-/// done at the same time.
+/// `restore_targets`), bound to variables; none for a plan left out (`None`). The two are
+/// independent walks of the same graph: done at the same time.
 fn bind_keys(
     module: &Module,
-    save_target: &str,
-    restore_targets: &[&str],
+    save_target: Option<&str>,
+    restore_targets: Option<&[&str]>,
 ) -> Result<BoundKeys, SessionError> {
     let (saved, restored) = rayon::join(
-        || group(bind::bind_save(module, &[save_target])?),
-        || group(bind::bind_restore(module, restore_targets)?),
+        || match save_target {
+            Some(target) => group(bind::bind_save(module, &[target])?),
+            None => Ok(BTreeMap::new()),
+        },
+        || match restore_targets {
+            Some(targets) => group(bind::bind_restore(module, targets)?),
+            None => Ok(BTreeMap::new()),
+        },
     );
     Ok((saved?, restored?))
 }

@@ -21,7 +21,7 @@ use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
     Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
-use saveplan::session::Session;
+use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
 use super::common::{ModeArgs, load_spec_session, restore_to_file, restore_to_file_as};
@@ -87,7 +87,11 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     {
         return restore_names_from_objects(&args, &text, &reader);
     }
-    let session = load_spec_session(&args.spec, args.run.options()?)?;
+    let options = SessionOptions {
+        plans: Plans::RestoreOnly,
+        ..args.run.options()?
+    };
+    let session = load_spec_session(&args.spec, options)?;
     restore_to_file(&session, &args.prefix, &args.out)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -121,7 +125,11 @@ fn restore_names_from_objects(
             spec.variables.len()
         );
     }
-    let session = Session::from_spec(&spec, args.run.options()?).with_context(spec_error)?;
+    let options = SessionOptions {
+        plans: Plans::RestoreOnly,
+        ..args.run.options()?
+    };
+    let session = Session::from_spec(&spec, options).with_context(spec_error)?;
     let prefix = reader.prefix().to_string_lossy();
     restore_to_file_as(&session, &prefix, &args.out, &renamed)?;
     Ok(std::process::ExitCode::SUCCESS)

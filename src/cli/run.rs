@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use saveplan::export::{Loaded, read_graph_file};
-use saveplan::session::{Session, infer_targets, meta_graph_targets};
+use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_graph_targets};
 use saveplan_ir::SaverNames;
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save};
@@ -58,7 +58,15 @@ pub struct Args {
 
 /// Runs `saveplan run`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let options = args.backend.options()?;
+    let plans = match (&args.save, &args.restore) {
+        (Some(_), None) => Plans::SaveOnly,
+        (None, Some(_)) => Plans::RestoreOnly,
+        _ => Plans::Both,
+    };
+    let options = SessionOptions {
+        plans,
+        ..args.backend.options()?
+    };
     let values_path = match (&args.save, &args.values, &args.restore) {
         (Some(_), Some(values), None) => Some(values.as_path()),
         _ => None,

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
+use saveplan::session::{Plans, SessionOptions};
 
 use super::common::{ModeArgs, load_spec_session, save};
 use super::values::{read_values, read_values_during};
@@ -42,7 +43,10 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         save_objects(&args.spec, &text, &args.values, &args.prefix)?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    let options = args.run.options()?;
+    let options = SessionOptions {
+        plans: Plans::SaveOnly,
+        ..args.run.options()?
+    };
     let (session, values) =
         read_values_during(&args.values, || load_spec_session(&args.spec, options))?;
     session

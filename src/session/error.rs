@@ -30,6 +30,13 @@ pub enum SessionError {
     /// A graph without a save plan the session can find.
     #[error("cannot find the save plan: {0}")]
     NoSavePlan(MissingSavePlan),
+    /// A save or restore asked of a session made without that plan
+    /// ([`super::SessionOptions::plans`]).
+    #[error("the session was made without its {what} plan (SessionOptions::plans)")]
+    PlanLeftOut {
+        /// `save` or `restore`.
+        what: &'static str,
+    },
     /// A target names no op of the graph.
     #[error("target `{name}` names no op of the graph")]
     UnknownTarget {

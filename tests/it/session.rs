@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use saveplan::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
 };
-use saveplan::session::{Session, SessionError, SessionOptions, infer_targets};
+use saveplan::session::{Plans, Session, SessionError, SessionOptions, infer_targets};
 
 /// Saves generated values, reads them back with the bundle reader, then restores into a fresh
 /// session (and into the same one after overwriting its variables) and compares; on every
@@ -517,5 +517,58 @@ fn session_errors_come_in_a_fixed_order() {
             };
             assert_eq!(got, expected, "{err}");
         }
+    }
+}
+
+/// A session made with one plan ([`Plans`]) writes and reads what a full one does, has no
+/// keys or plan of the other side, and refuses to run the plan it left out with a typed
+/// error; on every backend.
+#[test]
+fn one_plan_sessions_do_their_half_and_refuse_the_other() {
+    let cases = ["c4_two_cpus_one_task", "c3_two_tasks", "c6_max_shard_size"];
+    for (case, backend) in cases_and_backends(&cases) {
+        let spec = crate::support::session::spec(&format!("run/{case}.json"));
+        let session_with = |plans| {
+            let options = SessionOptions {
+                backend,
+                plans,
+                ..SessionOptions::default()
+            };
+            Session::from_spec(&spec, options).unwrap()
+        };
+        let full = spec_session_on(&format!("run/{case}.json"), backend);
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        let prefix_text = prefix.to_str().unwrap();
+
+        let saver = session_with(Plans::SaveOnly);
+        assert_eq!(saver.saved_tensors(), full.saved_tensors(), "{case}");
+        assert!(saver.restored_tensors().is_empty(), "{case}");
+        assert!(saver.save_plan().is_some() && saver.restore_plan().is_none());
+        saver.assign(fixture_values(case)).unwrap();
+        saver.save(prefix_text).unwrap();
+        assert_same_files(case, dir.path());
+        let refused = saver.restore(prefix_text).unwrap_err();
+        assert!(
+            matches!(refused, SessionError::PlanLeftOut { what: "restore" }),
+            "{case}: {refused}"
+        );
+
+        let restorer = session_with(Plans::RestoreOnly);
+        assert_eq!(
+            restorer.restored_tensors(),
+            full.restored_tensors(),
+            "{case}"
+        );
+        assert!(restorer.saved_tensors().is_empty(), "{case}");
+        assert!(restorer.restore_plan().is_some() && restorer.save_plan().is_none());
+        restorer.restore(prefix_text).unwrap();
+        assert_eq!(restorer.values().unwrap(), fixture_values(case), "{case}");
+        let refused = restorer.save(prefix_text).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "the session was made without its save plan (SessionOptions::plans)",
+            "{case}"
+        );
     }
 }
