@@ -81,7 +81,7 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{TraceOptions, VariableOps, trace_flat_as};
+use crate::trace::{TraceOptions, VariableOps, trace_flat_as, trace_flat_save_as};
 use values::Region;
 
 /// How a session runs its save and restore.
@@ -258,11 +258,19 @@ impl Session {
     /// Traces `spec` once ([`trace_flat_as`] with [`VariableOps::Handles`]: every op the
     /// save and restore plans reach, named as `trace_flat` names it, and no initializers)
     /// and binds its checkpoint keys to variables. In graph mode the traced save and restore
-    /// plans are compiled; in eager mode each call runs the spec's [`EagerSaver`] instead.
+    /// plans are compiled (a session without its restore plan, [`Plans::SaveOnly`], traces
+    /// the save plan alone: [`trace_flat_save_as`]); in eager mode each call runs the spec's
+    /// [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
-        let trace = trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?;
+        // A graph-mode session that only saves needs no restore ops: the save plan is traced
+        // alone, half the ops, named as in the full trace.
+        let trace = if options.mode == Mode::Graph && !options.plans.restore() {
+            trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?
+        } else {
+            trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?
+        };
         // The session takes the saver's names (one per restored variable) as they are.
         let (module, names) = (trace.module, trace.saver);
         let session = match options.mode {

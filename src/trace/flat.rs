@@ -30,6 +30,28 @@ pub fn trace_flat_as(
     options: &TraceOptions,
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
+    trace_flat_plans(trackables, options, variables, true)
+}
+
+/// [`trace_flat_as`] without the restore plan: the variables, the `saver_filename`
+/// placeholder and the save plan, each op named as [`trace_flat_as`] names it (the restore
+/// plan comes last, so leaving it out renames nothing). The saver's `restore_targets` and the
+/// trace's `restore_ops` are empty. What a session that only saves traces: half the ops.
+pub fn trace_flat_save_as(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    variables: VariableOps,
+) -> Result<FlatTrace, TraceError> {
+    trace_flat_plans(trackables, options, variables, false)
+}
+
+/// [`trace_flat_as`], with the restore plan when `restore`.
+fn trace_flat_plans(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    variables: VariableOps,
+    restore: bool,
+) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
     let mut tracer = Tracer::in_background(VarSource::Local(Vec::new()), inputs.tensors.len());
     let traced = (|| {
@@ -39,9 +61,12 @@ pub fn trace_flat_as(
         tracer.vars = VarSource::Local(variables);
         let prefix = tracer.placeholder("saver_filename")?;
         let save_op = tracer.save(&inputs, out(prefix), options)?;
+        if !restore {
+            return Ok::<_, TraceError>((prefix, save_op, None));
+        }
         let restored = tracer.restore(&inputs, out(prefix))?;
         tracer.restore_registered(options, out(prefix))?;
-        Ok::<_, TraceError>((prefix, save_op, restored))
+        Ok((prefix, save_op, Some(restored)))
     })();
     // An op the graph refused came before anything the tracer met after it.
     let graph = tracer.graph.finish()?;
@@ -49,23 +74,23 @@ pub fn trace_flat_as(
     // The restore targets are every assign of a `RestoreV2` output: without registered
     // savers, exactly the assigns `restore` made (in creation order), so the graph need not
     // be searched for them.
-    let restore_targets = if options.registered_savers.is_empty() {
-        restored
+    let restore_targets = match &restored {
+        None => Vec::new(),
+        Some(restored) if options.registered_savers.is_empty() => restored
             .assigns
             .iter()
             .map(|&assign| graph.op(assign).name.clone())
-            .collect()
-    } else {
-        saver_ops::restore_targets(&graph)
+            .collect(),
+        Some(_) => saver_ops::restore_targets(&graph),
     };
     let saver = SaverNames {
         filename_tensor_name: format!("{}:0", graph.op(prefix).name),
         save_target: graph.op(save_op).name.clone(),
         restore_targets,
     };
-    let restore_ops = restored.ops;
-    let restore_ops = restore_ops
+    let restore_ops = restored
         .into_iter()
+        .flat_map(|restored| restored.ops)
         .map(|(key, op)| (key, graph.op(op).name.clone()))
         .collect();
     let module = Module {

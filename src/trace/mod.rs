@@ -109,7 +109,8 @@ use saveplan_ir::{GraphError, Module, SaverNames};
 pub use builder::{BACKGROUND_MIN_OPS, BackgroundGraph, Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
 pub use flat::{
-    FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_as, trace_flat_with,
+    FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_as, trace_flat_save_as,
+    trace_flat_with,
 };
 pub use function::{
     EagerTrace, FunctionOptions, FunctionTrace, trace_eager_functions, trace_functions,

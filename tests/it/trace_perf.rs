@@ -9,7 +9,7 @@ use crate::support::exec::in_pool;
 
 use saveplan::trace::{
     BACKGROUND_MIN_OPS, FlatParts, Init, ReadKind, SaveableTensor, TraceOptions, Trackable,
-    VariableDef, VariableOps, trace_flat, trace_flat_with,
+    VariableDef, VariableOps, trace_flat, trace_flat_as, trace_flat_save_as, trace_flat_with,
 };
 use saveplan_ir::{DType, Graph, Op};
 
@@ -154,4 +154,38 @@ fn background_graph_matches_the_tracers_own() {
     };
     let (graph, _) = trace_flat_with(Graph::new(), &trackables, &options, parts).unwrap();
     assert_eq!(flat.module.graph.to_string(), graph.to_string());
+}
+
+/// `trace_flat_save_as` traces the first ops of `trace_flat_as`, op for op and name for name,
+/// and stops where the restore plan starts; small plans and background-built ones alike.
+#[test]
+fn a_save_only_trace_is_the_full_traces_beginning() {
+    let options = TraceOptions::default();
+    for n in [3, BACKGROUND_MIN_OPS / 4 + 100] {
+        let trackables = trackables(n);
+        let full = trace_flat_as(&trackables, &options, VariableOps::Handles).unwrap();
+        let save = trace_flat_save_as(&trackables, &options, VariableOps::Handles).unwrap();
+        let (full_graph, save_graph) = (&full.module.graph, &save.module.graph);
+        let in_order = |graph: &Graph| {
+            let mut ids = graph.ops();
+            ids.sort_by_key(|&id| graph.seq(id));
+            ids
+        };
+        let (full_ops, save_ops) = (in_order(full_graph), in_order(save_graph));
+        assert!(
+            save_ops.len() < full_ops.len(),
+            "{n}: the restore plan is left out"
+        );
+        for (&a, &b) in save_ops.iter().zip(&full_ops) {
+            assert_eq!(save_graph.op(a), full_graph.op(b), "{n}");
+        }
+        let restore_start = full_graph.op(full_ops[save_ops.len()]);
+        assert_eq!(restore_start.name, "RestoreV2/tensor_names", "{n}");
+        assert_eq!(save.saver.save_target, full.saver.save_target);
+        assert_eq!(
+            save.saver.filename_tensor_name,
+            full.saver.filename_tensor_name
+        );
+        assert!(save.saver.restore_targets.is_empty() && save.restore_ops.is_empty());
+    }
 }
