@@ -109,9 +109,12 @@ pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTens
         // The view borrows `buffer`, the map's bytes: its place in them is its range.
         let start = view.data().as_ptr() as usize - buffer.as_ptr() as usize;
         let range = start..start + view.data().len();
-        let map = map.clone().expect("a valid safetensors file is not empty");
-        let mapped = MappedTensor::in_map(map, range, dtype, shape)
-            .expect("a view of the file lies inside its map");
+        let mapped = map
+            .clone()
+            .and_then(|map| MappedTensor::in_map(map, range, dtype, shape))
+            .with_context(|| {
+                format!("{}: tensor `{name}` lies outside the file", path.display())
+            })?;
         let tensor = HostTensor::from_mapped(mapped)
             .with_context(|| format!("{}: tensor `{name}`", path.display()))?;
         out.insert(name, tensor);
