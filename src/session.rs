@@ -703,6 +703,23 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
+        /// What runs the call.
+        enum Runs<'s> {
+            Plan(&'s Executor),
+            Eager(&'s Mutex<EagerSaver>, &'s TraceOptions),
+        }
+        // A plan the session left out is refused before anything touches the prefix (a
+        // save's lock cleans up what killed saves left there).
+        let left_out = || SessionError::PlanLeftOut { what: call.name() };
+        let runs = match (&self.runner, call) {
+            (Runner::Graph { save, .. }, Call::Save) => {
+                Runs::Plan(save.as_ref().ok_or_else(left_out)?)
+            }
+            (Runner::Graph { restore, .. }, Call::Restore) => {
+                Runs::Plan(restore.as_ref().ok_or_else(left_out)?)
+            }
+            (Runner::Eager { saver, options, .. }, _) => Runs::Eager(saver, options),
+        };
         // Held until the save ends: BundleIo's lock on the prefix.
         let _guard = if call == Call::Save {
             let guard = self
@@ -722,14 +739,12 @@ impl Session {
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);
         }
-        let plan = match (&self.runner, call) {
-            (Runner::Graph { save, .. }, Call::Save) => save.as_ref(),
-            (Runner::Graph { restore, .. }, Call::Restore) => restore.as_ref(),
-            (Runner::Eager { saver, options, .. }, call) => {
+        let plan = match runs {
+            Runs::Plan(plan) => plan,
+            Runs::Eager(saver, options) => {
                 return Ok(lock(saver).call(&cx, call, prefix, options)?);
             }
         };
-        let plan = plan.ok_or(SessionError::PlanLeftOut { what: call.name() })?;
         plan.run(&cx, vec![HostTensor::string_scalar(prefix)])
             .map_err(|source| SessionError::Run {
                 what: call.name(),

@@ -564,11 +564,23 @@ fn one_plan_sessions_do_their_half_and_refuse_the_other() {
         assert!(restorer.restore_plan().is_some() && restorer.save_plan().is_none());
         restorer.restore(prefix_text).unwrap();
         assert_eq!(restorer.values().unwrap(), fixture_values(case), "{case}");
+        // A refused save touches nothing at the prefix: not even what a killed save left,
+        // which a save's lock would clean up.
+        let leftover = dir
+            .path()
+            .join("ckpt_temp")
+            .join("part-00000-of-00001.index");
+        std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+        std::fs::write(&leftover, b"a killed save's part").unwrap();
         let refused = restorer.save(prefix_text).unwrap_err();
         assert_eq!(
             refused.to_string(),
             "the session was made without its save plan (SessionOptions::plans)",
             "{case}"
+        );
+        assert!(
+            leftover.exists(),
+            "{case}: the refused save cleaned the prefix"
         );
     }
 }
