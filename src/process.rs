@@ -52,5 +52,11 @@ mod tests {
     fn huge_pages_stay_off_once_turned_off() {
         assert!(disable_transparent_huge_pages());
         assert!(transparent_huge_pages_disabled());
+        // What the kernel reports of the process, read apart from `prctl` (Linux 5.0 and
+        // later list `THP_enabled` in /proc/self/status).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        if let Some(line) = status.lines().find(|line| line.starts_with("THP_enabled:")) {
+            assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+        }
     }
 }
