@@ -14,7 +14,7 @@
 //! `VarHandleOp`, or to a TF1 `VariableV2`), and each `RestoreV2` output to the variables the
 //! `AssignVariableOp`s (TF1: `Assign`s) it feeds write.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use saveplan::export::{Loaded, read_graph_file};
@@ -58,18 +58,19 @@ pub struct Args {
 
 /// Runs `saveplan run`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let plans = match (&args.save, &args.restore) {
-        (Some(_), None) => Plans::SaveOnly,
-        (None, Some(_)) => Plans::RestoreOnly,
-        _ => Plans::Both,
+    // The job is known before the graph is read: a bad combination costs no loading, and the
+    // session compiles only the plan the job runs.
+    let job = match (&args.save, &args.values, &args.restore, &args.out) {
+        (Some(prefix), Some(values), None, _) => Job::Save { prefix, values },
+        (None, _, Some(prefix), Some(out)) => Job::Restore { prefix, out },
+        _ => bail!("give either --save P --values FILE or --restore P --out FILE"),
     };
     let options = SessionOptions {
-        plans,
+        plans: match job {
+            Job::Save { .. } => Plans::SaveOnly,
+            Job::Restore { .. } => Plans::RestoreOnly,
+        },
         ..args.backend.options()?
-    };
-    let values_path = match (&args.save, &args.values, &args.restore) {
-        (Some(_), Some(values), None) => Some(values.as_path()),
-        _ => None,
     };
     let build = || -> anyhow::Result<(Loaded, Session)> {
         let loaded = read_graph_file(&args.graph)?;
@@ -97,25 +98,30 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         .with_context(|| format!("{}", args.graph.display()))?;
         Ok((loaded, session))
     };
-    let ((loaded, session), values) = match values_path {
-        Some(path) => {
-            let (built, values) = read_values_during(path, build)?;
-            (built, Some((path, values)))
-        }
-        None => (build()?, None),
-    };
-    match (&args.save, values, &args.restore, &args.out) {
-        (Some(prefix), Some((path, values)), None, _) => {
+    match job {
+        Job::Save { prefix, values } => {
+            let ((loaded, session), read) = read_values_during(values, build)?;
             session
-                .assign(values)
-                .with_context(|| format!("{}", path.display()))?;
+                .assign(read)
+                .with_context(|| format!("{}", values.display()))?;
             save(&session, prefix)?;
+            free_at_exit((session, loaded));
         }
-        (None, _, Some(prefix), Some(out)) => restore_to_file(&session, prefix, out)?,
-        _ => bail!("give either --save P --values FILE or --restore P --out FILE"),
+        Job::Restore { prefix, out } => {
+            let (loaded, session) = build()?;
+            restore_to_file(&session, prefix, out)?;
+            free_at_exit((session, loaded));
+        }
     }
-    free_at_exit((session, loaded));
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// What `saveplan run` was asked to do.
+enum Job<'a> {
+    /// Save the values of file `values` to `prefix`.
+    Save { prefix: &'a str, values: &'a Path },
+    /// Restore `prefix` and write the values to `out`.
+    Restore { prefix: &'a str, out: &'a Path },
 }
 
 /// The targets of a SaverDef file.
