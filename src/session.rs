@@ -81,7 +81,7 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{TraceOptions, VariableOps, trace_flat_as, trace_flat_save_as};
+use crate::trace::{TraceOptions, TracedKeys, VariableOps, trace_flat_as, trace_flat_save_as};
 use values::Region;
 
 /// How a session runs its save and restore.
@@ -271,10 +271,15 @@ impl Session {
         } else {
             trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?
         };
-        // The session takes the saver's names (one per restored variable) as they are.
+        // The session takes the saver's names (one per restored variable) as they are, and
+        // the keys the tracer bound, when it bound them all.
         let (module, names) = (trace.module, trace.saver);
+        let keys = match &trace.keys {
+            Some(traced) => Keys::Traced(traced),
+            None => Keys::Walk,
+        };
         let session = match options.mode {
-            Mode::Graph => Session::new(&module, names, options),
+            Mode::Graph => Session::compiled(&module, names, keys, options),
             Mode::Eager => {
                 let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
                 let runner = Runner::Eager {
@@ -282,7 +287,7 @@ impl Session {
                     options: Box::new(trace_options),
                     backend: options.backend,
                 };
-                Session::bound(&module, names, runner, options)
+                Session::bound(&module, names, keys, runner, options)
             }
         };
         // The session keeps nothing else of the trace. Freeing a graph of N variables
@@ -310,6 +315,16 @@ impl Session {
         targets: SaverNames,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
+        Session::compiled(module, targets, Keys::Walk, options)
+    }
+
+    /// [`Session::new`], with the checkpoint keys bound as `keys` says.
+    fn compiled(
+        module: &Module,
+        targets: SaverNames,
+        keys: Keys<'_>,
+        options: SessionOptions,
+    ) -> Result<Session, SessionError> {
         if options.mode == Mode::Eager {
             return Err(SessionError::EagerNeedsSpec);
         }
@@ -328,8 +343,9 @@ impl Session {
         // the verifier (the one place a graph to run enters: verified here, trusted by the
         // plan compiler), and the two key bindings, which read any graph and so need not
         // wait for it. This thread verifies and compiles the restore plan, the longest job;
-        // the other binds the keys (about as long as verifying and the restore plan together)
-        // and then takes the save plan, the job this thread left to be taken.
+        // the other binds the keys (about as long as verifying and the restore plan together,
+        // far shorter when the tracer bound them) and then takes the save plan, the job this
+        // thread left to be taken.
         let wanted = options.plans;
         let (plans, keys) = rayon::join(
             || {
@@ -354,7 +370,7 @@ impl Session {
                 Ok::<_, SessionError>((save, restore?))
             },
             || {
-                bind_keys(
+                keys.bind(
                     module,
                     wanted.save().then_some(targets.save_target.as_str()),
                     wanted.restore().then_some(&restore_targets),
@@ -375,12 +391,13 @@ impl Session {
     fn bound(
         module: &Module,
         targets: SaverNames,
+        keys: Keys<'_>,
         runner: Runner,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
-        let keys = bind_keys(module, Some(&targets.save_target), Some(&restore_targets))?;
+        let keys = keys.bind(module, Some(&targets.save_target), Some(&restore_targets))?;
         Ok(Session::assemble(targets, runner, keys, options))
     }
 
@@ -827,25 +844,43 @@ type BoundKeys = (
     BTreeMap<String, CheckpointTensor>,
 );
 
-/// The checkpoint keys of `module`'s save plan (for `save_target`) and restore plan (for
-/// `restore_targets`), bound to variables; none for a plan left out (`None`). The two are
-/// independent walks of the same graph: done at the same time.
-fn bind_keys(
-    module: &Module,
-    save_target: Option<&str>,
-    restore_targets: Option<&[&str]>,
-) -> Result<BoundKeys, SessionError> {
-    let (saved, restored) = rayon::join(
-        || match save_target {
-            Some(target) => group(bind::bind_save(module, &[target])?),
-            None => Ok(BTreeMap::new()),
-        },
-        || match restore_targets {
-            Some(targets) => group(bind::bind_restore(module, targets)?),
-            None => Ok(BTreeMap::new()),
-        },
-    );
-    Ok((saved?, restored?))
+/// How a session finds which variable each checkpoint key of its plans is.
+#[derive(Copy, Clone)]
+enum Keys<'t> {
+    /// By walking the graph from its `SaveV2` and `RestoreV2` ops ([`bind`]).
+    Walk,
+    /// From what the tracer recorded as it traced them.
+    Traced(&'t TracedKeys),
+}
+
+impl Keys<'_> {
+    /// The checkpoint keys of `module`'s save plan (for `save_target`) and restore plan (for
+    /// `restore_targets`), bound to variables; none for a plan left out (`None`). The two
+    /// are independent: done at the same time.
+    fn bind(
+        self,
+        module: &Module,
+        save_target: Option<&str>,
+        restore_targets: Option<&[&str]>,
+    ) -> Result<BoundKeys, SessionError> {
+        let (saved, restored) = rayon::join(
+            || match (save_target, self) {
+                (None, _) => Ok(BTreeMap::new()),
+                (Some(target), Keys::Walk) => group(bind::bind_save(module, &[target])?),
+                (Some(_), Keys::Traced(keys)) => {
+                    group(bind::traced_bindings(&keys.saves, &keys.variables)?)
+                }
+            },
+            || match (restore_targets, self) {
+                (None, _) => Ok(BTreeMap::new()),
+                (Some(targets), Keys::Walk) => group(bind::bind_restore(module, targets)?),
+                (Some(_), Keys::Traced(keys)) => {
+                    group(bind::traced_bindings(&keys.restores, &keys.variables)?)
+                }
+            },
+        );
+        Ok((saved?, restored?))
+    }
 }
 
 /// Groups bindings by checkpoint key, checking that the parts of a key agree.

@@ -17,6 +17,11 @@
 //!
 //! A saved tensor that does not come from a variable (a constant, a computed value) cannot be
 //! bound and is an error: the session would have nowhere to put the user's value.
+//!
+//! A plan the tracer made need not be walked: the tracer records each `SaveV2` and
+//! `RestoreV2` it makes with its entries' variables ([`crate::trace::TracedKeys`]), and
+//! [`traced_bindings`] reads the bindings the walk would find, in the walk's order, off that
+//! record (a test checks the two agree on every traced input).
 
 use saveplan_ir::saver_ops::{self, save_v2};
 use saveplan_ir::signature;
@@ -24,6 +29,7 @@ use saveplan_ir::{AttrValue, DType, Graph, Module, Op, OpId, OpNode, Port, Tenso
 
 use super::error::{BadCheckpointOp, SessionError, Unbound};
 use crate::exec::VarKey;
+use crate::trace::{TracedOp, TracedVariable};
 
 /// One checkpoint tensor (or slice) and the variable it is saved from or restored into.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +142,43 @@ pub fn bind_restore(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, S
                     sliced_by_plan: false,
                 });
             }
+        }
+    }
+    Ok(bindings)
+}
+
+/// The bindings of the traced `SaveV2`s or `RestoreV2`s `ops` of a plan whose variables are
+/// `variables` ([`crate::trace::TracedKeys`]): what [`bind_save`] and [`bind_restore`] find by walking the
+/// traced graph, in the same order, without the walk.
+pub fn traced_bindings(
+    ops: &[TracedOp],
+    variables: &[TracedVariable],
+) -> Result<Vec<Binding>, SessionError> {
+    let mut bindings = Vec::with_capacity(ops.iter().map(|op| op.entries.len()).sum());
+    for op in ops {
+        for entry in &op.entries {
+            let Some(variable) = variables.get(entry.variable as usize) else {
+                return Err(SessionError::Unbound {
+                    key: entry.checkpoint_key.clone(),
+                    op: op.name.clone(),
+                    reason: Unbound::NoTracedVariable {
+                        index: entry.variable,
+                    },
+                });
+            };
+            bindings.push(Binding {
+                checkpoint_key: entry.checkpoint_key.clone(),
+                slice_spec: entry.slice_spec.clone(),
+                variable: VarKey::new("", variable.shared_name.as_str()),
+                dtype: variable.dtype,
+                shape: variable
+                    .shape
+                    .iter()
+                    .map(|&dim| u64::try_from(dim).ok())
+                    .collect(),
+                op: op.name.clone(),
+                sliced_by_plan: entry.cut,
+            });
         }
     }
     Ok(bindings)

@@ -262,6 +262,12 @@ pub enum Unbound {
     /// A restored tensor that no `AssignVariableOp` stores.
     #[error("the restored tensor is not assigned to a variable")]
     NotAssigned,
+    /// A traced entry naming a variable the trace does not list ([`crate::trace::TracedKeys`]).
+    #[error("the trace lists no variable {index}")]
+    NoTracedVariable {
+        /// The entry's variable.
+        index: u32,
+    },
 }
 
 /// How the parts of one checkpoint key disagree.

@@ -9,7 +9,7 @@ use super::plan::{Initializers, Inputs, PRODUCER, Tracer, VarSource, Variable};
 use saveplan_ir::SaverNames;
 use saveplan_ir::saver_ops;
 
-use super::{FlatTrace, TraceError, TraceOptions, Trackable};
+use super::{FlatTrace, ReadKind, TraceError, TraceOptions, TracedKeys, TracedVariable, Trackable};
 
 /// Traces the flat save and restore plan of `trackables` into a fresh graph.
 ///
@@ -54,6 +54,15 @@ fn trace_flat_plans(
 ) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
     let mut tracer = Tracer::in_background(VarSource::Local(Vec::new()), inputs.tensors.len());
+    // The tracer records what each `SaveV2` and `RestoreV2` binds, unless the plan holds a
+    // tensor that is not a variable (a saved constant) or ops it does not make itself (a
+    // registered saver's).
+    let binds_all = options.registered_savers.is_empty()
+        && inputs
+            .tensors
+            .iter()
+            .all(|tensor| tensor.variable.read != ReadKind::Constant);
+    tracer.keys = binds_all.then(TracedKeys::default);
     let traced = (|| {
         let variables = (0..inputs.tensors.len())
             .map(|index| variable_as(&mut tracer, &inputs, index, variables, true))
@@ -71,6 +80,21 @@ fn trace_flat_plans(
     // An op the graph refused came before anything the tracer met after it.
     let graph = tracer.graph.finish()?;
     let (prefix, save_op, restored) = traced?;
+    let keys = tracer.keys.and_then(|mut keys| {
+        let VarSource::Local(variables) = tracer.vars else {
+            return None;
+        };
+        keys.variables = variables
+            .into_iter()
+            .zip(&inputs.tensors)
+            .map(|(variable, tensor)| TracedVariable {
+                shared_name: variable.handle_name,
+                dtype: tensor.dtype,
+                shape: tensor.shape.clone(),
+            })
+            .collect();
+        Some(keys)
+    });
     // The restore targets are every assign of a `RestoreV2` output: without registered
     // savers, exactly the assigns `restore` made (in creation order), so the graph need not
     // be searched for them.
@@ -105,6 +129,7 @@ fn trace_flat_plans(
         module,
         saver,
         restore_ops,
+        keys,
     })
 }
 

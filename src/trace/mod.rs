@@ -310,6 +310,59 @@ pub struct FlatTrace {
     /// TensorFlow's `restore_ops` (the fixtures' `flat.json`): per checkpoint key, the last
     /// restore op of its trackable (an `AssignVariableOp`).
     pub restore_ops: BTreeMap<String, String>,
+    /// What the plan saves and restores, and from and into which variables, as the tracer
+    /// made it: what a session would otherwise find by walking the graph back from every
+    /// `SaveV2` and forward from every `RestoreV2` (`session::bind`). `None` when the plan
+    /// holds ops the tracer does not bind itself: saved constants, registered savers.
+    pub keys: Option<TracedKeys>,
+}
+
+/// The checkpoint tensors of a traced flat plan and the variables behind them
+/// ([`FlatTrace::keys`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TracedKeys {
+    /// The variable of each input tensor, in input order (every trackable's tensors in turn).
+    pub variables: Vec<TracedVariable>,
+    /// The `SaveV2` ops, in creation order.
+    pub saves: Vec<TracedOp>,
+    /// The `RestoreV2` ops, in creation order. Each of their outputs has exactly one
+    /// `AssignVariableOp`, into its entry's variable.
+    pub restores: Vec<TracedOp>,
+}
+
+/// The variable a traced plan made for one input tensor: a `VarHandleOp` with an empty
+/// `container`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedVariable {
+    /// The `VarHandleOp`'s `shared_name` (its op name).
+    pub shared_name: String,
+    /// The element type.
+    pub dtype: DType,
+    /// The `VarHandleOp`'s `shape`.
+    pub shape: Vec<i64>,
+}
+
+/// A `SaveV2` or `RestoreV2` of a traced plan: its name and its entries, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedOp {
+    /// The op's name.
+    pub name: String,
+    /// One per `tensor_names` entry, in order.
+    pub entries: Vec<TracedEntry>,
+}
+
+/// One tensor a [`TracedOp`] saves or restores.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedEntry {
+    /// The checkpoint key (its `tensor_names` entry).
+    pub checkpoint_key: String,
+    /// The slice spec (its `shape_and_slices` entry).
+    pub slice_spec: String,
+    /// The variable saved or restored (a position in [`TracedKeys::variables`]).
+    pub variable: u32,
+    /// Whether the saved tensor is a piece the plan cuts out of the variable's value with a
+    /// `Slice` op (a sharding policy's piece of a large variable).
+    pub cut: bool,
 }
 
 /// What is wrong with a variable's slice spec.

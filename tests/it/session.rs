@@ -8,14 +8,17 @@ use crate::support::session::{
     assert_same_files, fixture_values, generated_values, read_checkpoint, spec_session,
     spec_session_on,
 };
-use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json};
+use crate::support::stack_saver::StackSaver;
+use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json, manifest_path};
 
 use std::collections::BTreeMap;
 
 use saveplan::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
 };
-use saveplan::session::{Plans, Session, SessionError, SessionOptions, infer_targets};
+use saveplan::session::{Plans, Session, SessionError, SessionOptions, bind, infer_targets};
+use saveplan::trace::spec::SpecFile;
+use saveplan::trace::{ReadKind, VariableOps, trace_flat_as};
 
 /// Saves generated values, reads them back with the bundle reader, then restores into a fresh
 /// session (and into the same one after overwriting its variables) and compares; on every
@@ -583,4 +586,135 @@ fn one_plan_sessions_do_their_half_and_refuse_the_other() {
             "{case}: the refused save cleaned the prefix"
         );
     }
+}
+
+/// The keys the tracer records as it traces a flat plan (`FlatTrace::keys`) are what walking
+/// the traced graph binds: the same bindings, in the same order. A session from a spec takes
+/// the recorded ones and skips the walk. Checked on every spec input and on a generated spec
+/// holding everything at once: three tasks, partitioned variables read at save time, handle
+/// names that collide, a parallel-device variable and a sharding policy that cuts pieces.
+#[test]
+fn traced_keys_are_what_the_walk_binds() {
+    let mut specs: Vec<(String, String)> = TRACE_CASES
+        .iter()
+        .map(|name| format!("tests/inputs/trace/{name}.json"))
+        .chain(
+            ["parallel_device", "unique_temp_id"]
+                .map(|name| format!("tests/inputs/trace/extra/{name}.json")),
+        )
+        .map(|path| {
+            (
+                path.clone(),
+                std::fs::read_to_string(manifest_path(&path)).unwrap(),
+            )
+        })
+        .collect();
+    specs.push(("generated".to_owned(), mixed_spec()));
+    let mut cut = 0;
+    for (name, text) in &specs {
+        let spec = SpecFile::parse(text).unwrap();
+        let trackables = spec.trackables().unwrap();
+        let options = spec.options().unwrap();
+        for ops in [VariableOps::Handles, VariableOps::Create] {
+            let case = format!("{name} ({ops:?})");
+            let trace = trace_flat_as(&trackables, &options, ops).unwrap();
+            let keys = trace
+                .keys
+                .as_ref()
+                .unwrap_or_else(|| panic!("{case}: no keys"));
+            let restore_targets: Vec<&str> = trace
+                .saver
+                .restore_targets
+                .iter()
+                .map(String::as_str)
+                .collect();
+            let walked_save = bind::bind_save(&trace.module, &[&trace.saver.save_target]).unwrap();
+            let walked_restore = bind::bind_restore(&trace.module, &restore_targets).unwrap();
+            let traced_save = bind::traced_bindings(&keys.saves, &keys.variables).unwrap();
+            let traced_restore = bind::traced_bindings(&keys.restores, &keys.variables).unwrap();
+            assert!(
+                !walked_save.is_empty() && !walked_restore.is_empty(),
+                "{case}"
+            );
+            assert_eq!(traced_save, walked_save, "{case}: saved keys");
+            assert_eq!(traced_restore, walked_restore, "{case}: restored keys");
+            cut += traced_save.iter().filter(|b| b.sliced_by_plan).count();
+            // A session from the spec has the walked session's keys.
+            let walked = Session::new(
+                &trace.module,
+                trace.saver.clone(),
+                SessionOptions::default(),
+            )
+            .unwrap();
+            let traced = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+            assert_eq!(traced.saved_tensors(), walked.saved_tensors(), "{case}");
+            assert_eq!(
+                traced.restored_tensors(),
+                walked.restored_tensors(),
+                "{case}"
+            );
+        }
+    }
+    assert!(cut > 2, "the inputs cut pieces out of variables: {cut}");
+}
+
+/// A plan holding a tensor that is not a variable (a saved constant) or a registered saver's
+/// ops records no keys: a session walks its graph.
+#[test]
+fn plans_with_constants_or_registered_savers_record_no_keys() {
+    let text = mixed_spec();
+    let spec = SpecFile::parse(&text).unwrap();
+    let mut trackables = spec.trackables().unwrap();
+    let options = spec.options().unwrap();
+    assert!(
+        trace_flat_as(&trackables, &options, VariableOps::Handles)
+            .unwrap()
+            .keys
+            .is_some()
+    );
+    let mut registered = spec.options().unwrap();
+    registered.registered_savers.push(Box::new(StackSaver));
+    assert!(
+        trace_flat_as(&trackables, &registered, VariableOps::Handles)
+            .unwrap()
+            .keys
+            .is_none()
+    );
+    trackables[0].tensors[0].variable.read = ReadKind::Constant;
+    assert!(
+        trace_flat_as(&trackables, &options, VariableOps::Handles)
+            .unwrap()
+            .keys
+            .is_none()
+    );
+}
+
+/// A spec with three tasks, partitioned variables read at save time (one restored as a
+/// trackable of two slices), handle names that collide (`w`, `w_1`), a parallel-device
+/// variable and a shard size that cuts the large variables into pieces.
+fn mixed_spec() -> String {
+    let task = |i: usize| format!("/job:worker/replica:0/task:{}/device:CPU:0", i % 3);
+    let mut variables = Vec::new();
+    for i in 0..24 {
+        variables.push(serde_json::json!({
+            "checkpoint_key": format!("layer_{i}/kernel"), "dtype": if i % 2 == 0 { "float32" } else { "int64" },
+            "shape": [i % 5 + 1, 8], "device": task(i), "name": if i % 4 == 0 { "w" } else { "v" },
+        }));
+    }
+    for part in 0..2 {
+        variables.push(serde_json::json!({
+            "checkpoint_key": "part", "dtype": "float32", "shape": [2, 30],
+            "slice_spec": format!("4 30 {},2:0,30", 2 * part), "device": task(part),
+            "name": format!("part_{part}"), "trackable": "part",
+        }));
+    }
+    variables.push(serde_json::json!({
+        "checkpoint_key": "par/.ATTRIBUTES/VARIABLE_VALUE", "dtype": "float32", "shape": [3],
+        "name": "par", "parallel_devices": [task(0), task(1)],
+    }));
+    serde_json::json!({
+        "variables": variables,
+        "options": {"experimental_sharding_callback": "MaxShardSizePolicy", "max_shard_size": 100},
+    })
+    .to_string()
 }

@@ -24,9 +24,9 @@ use std::collections::HashMap;
 
 use saveplan_ir::{AttrValue, Attrs, DType, Graph, Op, OpId, Port, Shape, Tensor};
 
-use super::TraceError;
 use super::builder::{BackgroundGraph, Builder, attrs, out};
 use super::names::UniqueNames;
+use super::{TraceError, TracedKeys};
 
 pub(super) use group::Inputs;
 pub(super) use variables::Initializers;
@@ -59,6 +59,9 @@ pub(super) struct Tracer<B = Graph> {
     pub(super) vars: VarSource,
     /// Stateful ops on resources traced so far (function bodies list them as control outputs).
     pub(super) resource_ops: Vec<OpId>,
+    /// The `SaveV2` and `RestoreV2` ops traced so far and what they save and restore, when
+    /// asked for (the flat form records them; its variables are filled in at the end).
+    pub(super) keys: Option<TracedKeys>,
 }
 
 /// Where the plan finds the variables.
@@ -140,6 +143,7 @@ impl<B: Builder> Tracer<B> {
             names: UniqueNames::with_capacity(10 * n_tensors + 64),
             vars,
             resource_ops: Vec::new(),
+            keys: None,
         }
     }
 

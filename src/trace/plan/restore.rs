@@ -9,7 +9,7 @@ use saveplan_ir::{AttrValue, Op, OpId, Port, Tensor};
 use super::{Inputs, Tracer, VarOp};
 use crate::trace::builder::{Builder, attrs, out};
 use crate::trace::registered::SaverCx;
-use crate::trace::{ReadKind, TraceError, TraceOptions};
+use crate::trace::{ReadKind, TraceError, TraceOptions, TracedEntry, TracedOp};
 
 /// What [`Tracer::restore`] traced.
 pub(in crate::trace) struct Restored {
@@ -125,6 +125,18 @@ impl<B: Builder> Tracer<B> {
         let specs = self.constant(specs_name, device, Tensor::string_vector(specs))?;
         let dtypes = tensors.iter().map(|&i| inputs.tensors[i].dtype);
         let restore_attrs = attrs([("dtypes", AttrValue::types(dtypes))]);
+        if let Some(keys) = &mut self.keys {
+            let entries = tensors.iter().map(|&i| TracedEntry {
+                checkpoint_key: inputs.tensors[i].checkpoint_key.clone(),
+                slice_spec: inputs.tensors[i].slice_spec.clone(),
+                variable: i as u32,
+                cut: false,
+            });
+            keys.restores.push(TracedOp {
+                name: scope.clone(),
+                entries: entries.collect(),
+            });
+        }
         self.op(
             scope,
             Op::RestoreV2,

@@ -10,7 +10,8 @@ use super::{Inputs, Tracer, VarOp};
 use crate::trace::builder::{Builder, attrs, out};
 use crate::trace::registered::SaverCx;
 use crate::trace::{
-    ConstError, ReadKind, ShardableTensor, Sharding, TraceError, TraceOptions, consts,
+    ConstError, ReadKind, ShardableTensor, Sharding, TraceError, TraceOptions, TracedEntry,
+    TracedOp, consts,
 };
 
 /// The device of the temporary-prefix ops (`with ops.device("CPU")`).
@@ -31,6 +32,10 @@ struct SavedTensor {
     slice_spec: String,
     dtype: DType,
     tensor: SaveSource,
+    /// The input tensor (its variable) it is, or is cut from.
+    index: usize,
+    /// Whether it is a piece cut by a `Slice` op.
+    cut: bool,
 }
 
 /// Checks that a unique temporary id is safe inside a path component.
@@ -106,7 +111,7 @@ impl<B: Builder> Tracer<B> {
                 let shard_prefix =
                     self.sharded_filename(&task.name, tmp_prefix, shard_idx, num_shards)?;
                 let device = io_device.as_deref().unwrap_or(&task.name);
-                saves.push(self.save_v2(inputs, device, shard_prefix, &shard)?);
+                saves.push(self.save_v2(inputs, device, shard_prefix, shard)?);
                 shard_prefixes.push(shard_prefix);
             }
         }
@@ -336,6 +341,8 @@ impl<B: Builder> Tracer<B> {
                     slice_spec: entry.slice_spec.clone(),
                     dtype: inputs.tensors[index].dtype,
                     tensor,
+                    index,
+                    cut: entry.slice.is_some(),
                 });
             }
             shards.push(entries);
@@ -367,7 +374,7 @@ impl<B: Builder> Tracer<B> {
         inputs: &Inputs<'_>,
         device: &str,
         shard_prefix: OpId,
-        shard: &[SavedTensor],
+        shard: Vec<SavedTensor>,
     ) -> Result<OpId, TraceError> {
         let scope = self.names.unique("SaveV2");
         let names = Tensor::string_vector(shard.iter().map(|e| e.key.as_str()));
@@ -378,10 +385,24 @@ impl<B: Builder> Tracer<B> {
         let specs = self.constant(specs_name, device, specs)?;
         let save_attrs = attrs([("dtypes", AttrValue::types(shard.iter().map(|e| e.dtype)))]);
         let mut data = vec![out(shard_prefix), out(names), out(specs)];
-        for entry in shard {
+        for entry in &shard {
             data.push(match entry.tensor {
                 SaveSource::Op(op) => out(op),
                 SaveSource::Read(var) => self.var_input(inputs, var, VarOp::Read, &scope)?,
+            });
+        }
+        if let Some(keys) = &mut self.keys {
+            keys.saves.push(TracedOp {
+                name: scope.clone(),
+                entries: shard
+                    .into_iter()
+                    .map(|entry| TracedEntry {
+                        checkpoint_key: entry.key,
+                        slice_spec: entry.slice_spec,
+                        variable: entry.index as u32,
+                        cut: entry.cut,
+                    })
+                    .collect(),
             });
         }
         self.op(scope, Op::SaveV2, device, save_attrs, data)
