@@ -257,10 +257,11 @@ pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
 impl Session {
     /// Traces `spec` once ([`trace_flat_as`] with [`VariableOps::Handles`]: every op the
     /// save and restore plans reach, named as `trace_flat` names it, and no initializers)
-    /// and binds its checkpoint keys to variables. In graph mode the traced save and restore
-    /// plans are compiled (a session without its restore plan, [`Plans::SaveOnly`], traces
-    /// the save plan alone: [`trace_flat_save_as`]); in eager mode each call runs the spec's
-    /// [`EagerSaver`] instead.
+    /// and binds its checkpoint keys to variables (read off the tracer's record,
+    /// `FlatTrace::keys`, when it has one; walked in the graph otherwise). In graph mode the
+    /// traced save and restore plans are compiled (a session without its restore plan,
+    /// [`Plans::SaveOnly`], traces the save plan alone: [`trace_flat_save_as`]); in eager mode
+    /// each call runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;

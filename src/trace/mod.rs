@@ -312,8 +312,9 @@ pub struct FlatTrace {
     pub restore_ops: BTreeMap<String, String>,
     /// What the plan saves and restores, and from and into which variables, as the tracer
     /// made it: what a session would otherwise find by walking the graph back from every
-    /// `SaveV2` and forward from every `RestoreV2` (`session::bind`). `None` when the plan
-    /// holds ops the tracer does not bind itself: saved constants, registered savers.
+    /// `SaveV2` and forward from every `RestoreV2` (`session::bind`). Recorded only in a
+    /// session's form ([`VariableOps::Handles`]), and `None` when the plan holds ops the
+    /// tracer does not bind itself: saved constants, registered savers.
     pub keys: Option<TracedKeys>,
 }
 

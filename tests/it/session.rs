@@ -588,11 +588,12 @@ fn one_plan_sessions_do_their_half_and_refuse_the_other() {
     }
 }
 
-/// The keys the tracer records as it traces a flat plan (`FlatTrace::keys`) are what walking
-/// the traced graph binds: the same bindings, in the same order. A session from a spec takes
-/// the recorded ones and skips the walk. Checked on every spec input and on a generated spec
-/// holding everything at once: three tasks, partitioned variables read at save time, handle
-/// names that collide, a parallel-device variable and a sharding policy that cuts pieces.
+/// The keys the tracer records as it traces a session's flat plan (`FlatTrace::keys`, with
+/// `VariableOps::Handles`) are what walking the traced graph binds: the same bindings, in the
+/// same order. A session from a spec takes the recorded ones and skips the walk. Checked on
+/// every spec input and on a generated spec holding everything at once: three tasks,
+/// partitioned variables read at save time, handle names that collide, a parallel-device
+/// variable and a sharding policy that cuts pieces. The other forms record nothing.
 #[test]
 fn traced_keys_are_what_the_walk_binds() {
     let mut specs: Vec<(String, String)> = TRACE_CASES
@@ -603,57 +604,53 @@ fn traced_keys_are_what_the_walk_binds() {
                 .map(|name| format!("tests/inputs/trace/extra/{name}.json")),
         )
         .map(|path| {
-            (
-                path.clone(),
-                std::fs::read_to_string(manifest_path(&path)).unwrap(),
-            )
+            let text = std::fs::read_to_string(manifest_path(&path)).unwrap();
+            (path, text)
         })
         .collect();
     specs.push(("generated".to_owned(), mixed_spec()));
     let mut cut = 0;
-    for (name, text) in &specs {
+    for (case, text) in &specs {
         let spec = SpecFile::parse(text).unwrap();
         let trackables = spec.trackables().unwrap();
         let options = spec.options().unwrap();
-        for ops in [VariableOps::Handles, VariableOps::Create] {
-            let case = format!("{name} ({ops:?})");
-            let trace = trace_flat_as(&trackables, &options, ops).unwrap();
-            let keys = trace
-                .keys
-                .as_ref()
-                .unwrap_or_else(|| panic!("{case}: no keys"));
-            let restore_targets: Vec<&str> = trace
-                .saver
-                .restore_targets
-                .iter()
-                .map(String::as_str)
-                .collect();
-            let walked_save = bind::bind_save(&trace.module, &[&trace.saver.save_target]).unwrap();
-            let walked_restore = bind::bind_restore(&trace.module, &restore_targets).unwrap();
-            let traced_save = bind::traced_bindings(&keys.saves, &keys.variables).unwrap();
-            let traced_restore = bind::traced_bindings(&keys.restores, &keys.variables).unwrap();
-            assert!(
-                !walked_save.is_empty() && !walked_restore.is_empty(),
-                "{case}"
-            );
-            assert_eq!(traced_save, walked_save, "{case}: saved keys");
-            assert_eq!(traced_restore, walked_restore, "{case}: restored keys");
-            cut += traced_save.iter().filter(|b| b.sliced_by_plan).count();
-            // A session from the spec has the walked session's keys.
-            let walked = Session::new(
-                &trace.module,
-                trace.saver.clone(),
-                SessionOptions::default(),
-            )
-            .unwrap();
-            let traced = Session::from_spec(&spec, SessionOptions::default()).unwrap();
-            assert_eq!(traced.saved_tensors(), walked.saved_tensors(), "{case}");
-            assert_eq!(
-                traced.restored_tensors(),
-                walked.restored_tensors(),
-                "{case}"
-            );
-        }
+        let created = trace_flat_as(&trackables, &options, VariableOps::Create).unwrap();
+        assert!(
+            created.keys.is_none(),
+            "{case}: a created plan records keys"
+        );
+        let trace = trace_flat_as(&trackables, &options, VariableOps::Handles).unwrap();
+        let keys = trace
+            .keys
+            .as_ref()
+            .unwrap_or_else(|| panic!("{case}: no keys"));
+        let restore_targets: Vec<&str> = trace
+            .saver
+            .restore_targets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let walked_save = bind::bind_save(&trace.module, &[&trace.saver.save_target]).unwrap();
+        let walked_restore = bind::bind_restore(&trace.module, &restore_targets).unwrap();
+        let traced_save = bind::traced_bindings(&keys.saves, &keys.variables).unwrap();
+        let traced_restore = bind::traced_bindings(&keys.restores, &keys.variables).unwrap();
+        assert!(
+            !walked_save.is_empty() && !walked_restore.is_empty(),
+            "{case}"
+        );
+        assert_eq!(traced_save, walked_save, "{case}: saved keys");
+        assert_eq!(traced_restore, walked_restore, "{case}: restored keys");
+        cut += traced_save.iter().filter(|b| b.sliced_by_plan).count();
+        // A session from the spec has the walked session's keys.
+        let options = SessionOptions::default();
+        let walked = Session::new(&trace.module, trace.saver.clone(), options).unwrap();
+        let traced = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+        assert_eq!(traced.saved_tensors(), walked.saved_tensors(), "{case}");
+        assert_eq!(
+            traced.restored_tensors(),
+            walked.restored_tensors(),
+            "{case}"
+        );
     }
     assert!(cut > 2, "the inputs cut pieces out of variables: {cut}");
 }
