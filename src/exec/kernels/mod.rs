@@ -25,10 +25,14 @@ use super::variables::VariableStore;
 pub use strings::{sharded_filename, sharded_filespec};
 
 /// A resolved kernel: the op's behaviour with its attributes already parsed.
+///
+/// Kept to 32 bytes (a compile-time assertion below): a plan of N variables has a step per op,
+/// and the larger variants, made once per plan or per variable, are boxed so the many small
+/// ones do not pay for them.
 #[derive(Clone, Debug)]
 pub enum Kernel {
     /// `Const`: returns its value (shared, never copied).
-    Const(HostTensor),
+    Const(Box<HostTensor>),
     /// `Identity`, `IdentityN` and an unfed `PlaceholderWithDefault`: returns its inputs.
     Identity,
     /// `NoOp`: nothing.
@@ -41,9 +45,9 @@ pub enum Kernel {
     /// `StaticRegexFullMatch`: whether each string matches `pattern` as a whole.
     StaticRegexFullMatch {
         /// The `pattern` attr as written.
-        pattern: String,
+        pattern: Box<str>,
         /// The anchored compiled form of `pattern`.
-        regex: regex::bytes::Regex,
+        regex: Box<regex::bytes::Regex>,
     },
     /// `RegexFullMatch`: as above, the pattern being a scalar string input.
     RegexFullMatch,
@@ -78,7 +82,7 @@ pub enum Kernel {
     /// `MergeV2Checkpoints`: merges bundles through the run's checkpoint backend.
     MergeV2Checkpoints(MergeFlags),
     /// `VarHandleOp`: returns a handle to a variable.
-    VarHandleOp(VariableAttrs),
+    VarHandleOp(Box<VariableAttrs>),
     /// `ReadVariableOp`: the variable's value.
     ReadVariableOp {
         /// The `dtype` attr.
@@ -95,7 +99,7 @@ pub enum Kernel {
     VarIsInitializedOp,
     /// `VariableV2`: a TF1 reference to a variable (a scalar resource handle whose dtype is the
     /// `_ref` dtype); creates nothing. A non-ref input reading it gets the variable's value.
-    VariableV2(VariableAttrs),
+    VariableV2(Box<VariableAttrs>),
     /// `Assign`: stores its value input in the variable of its `ref` input, returns the ref.
     Assign {
         /// The `T` attr.
@@ -106,6 +110,11 @@ pub enum Kernel {
     /// `DisableCopyOnRead`: nothing (host variables are never copied on read).
     DisableCopyOnRead,
 }
+
+// Every step of a plan holds a kernel: a variant that grows is a cost per step of every large
+// plan, so the size is kept here on purpose.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Kernel>() == 32);
 
 /// The attributes that name a variable and its type, as `VarHandleOp` and `VariableV2` hold
 /// them.
@@ -151,7 +160,7 @@ impl Kernel {
                 };
                 let tensor = HostTensor::from_const(value)
                     .map_err(|err| attrs.bad("value", &err.to_string()))?;
-                Kernel::Const(tensor)
+                Kernel::Const(Box::new(tensor))
             }
             Op::Identity | Op::IdentityN | Op::PlaceholderWithDefault => Kernel::Identity,
             Op::NoOp => Kernel::NoOp,
@@ -162,7 +171,10 @@ impl Kernel {
                 let pattern = attrs.string("pattern")?;
                 let regex = strings::full_match_regex(&pattern)
                     .map_err(|err| attrs.bad("pattern", &err.to_string()))?;
-                Kernel::StaticRegexFullMatch { pattern, regex }
+                Kernel::StaticRegexFullMatch {
+                    pattern: pattern.into_boxed_str(),
+                    regex: Box::new(regex),
+                }
             }
             Op::RegexFullMatch => Kernel::RegexFullMatch,
             Op::Select => Kernel::Select { v2: false },
@@ -184,7 +196,7 @@ impl Kernel {
                 delete_old_dirs: attrs.bool_or("delete_old_dirs", true)?,
                 allow_missing_files: attrs.bool_or("allow_missing_files", false)?,
             }),
-            Op::VarHandleOp => Kernel::VarHandleOp(attrs.variable()?),
+            Op::VarHandleOp => Kernel::VarHandleOp(Box::new(attrs.variable()?)),
             Op::ReadVariableOp => Kernel::ReadVariableOp {
                 dtype: attrs.dtype("dtype")?,
             },
@@ -193,7 +205,7 @@ impl Kernel {
                 validate_shape: attrs.bool_or("validate_shape", false)?,
             },
             Op::VarIsInitializedOp => Kernel::VarIsInitializedOp,
-            Op::VariableV2 => Kernel::VariableV2(attrs.variable()?),
+            Op::VariableV2 => Kernel::VariableV2(Box::new(attrs.variable()?)),
             Op::Assign => Kernel::Assign {
                 dtype: attrs.dtype("T")?,
                 validate_shape: attrs.bool_or("validate_shape", true)?,
@@ -223,7 +235,7 @@ impl Kernel {
         let values = state::deref_refs(cx, inputs, keep)?;
         let inputs = values.as_deref().unwrap_or(inputs);
         match self {
-            Kernel::Const(value) => Ok(vec![value.clone()]),
+            Kernel::Const(value) => Ok(vec![HostTensor::clone(value)]),
             Kernel::Identity => Ok(inputs.to_vec()),
             Kernel::NoOp => Ok(Vec::new()),
             Kernel::StringJoin { separator } => strings::string_join(separator, inputs),
