@@ -148,8 +148,8 @@ pub fn bind_restore(module: &Module, targets: &[&str]) -> Result<Vec<Binding>, S
 }
 
 /// The bindings of the traced `SaveV2`s or `RestoreV2`s `ops` of a plan whose variables are
-/// `variables` ([`crate::trace::TracedKeys`]): what [`bind_save`] and [`bind_restore`] find by walking the
-/// traced graph, in the same order, without the walk.
+/// `variables` ([`crate::trace::TracedKeys`]): what [`bind_save`] and [`bind_restore`] find
+/// by walking the traced graph, in the same order, without the walk.
 pub fn traced_bindings(
     ops: &[TracedOp],
     variables: &[TracedVariable],

@@ -686,6 +686,28 @@ fn plans_with_constants_or_registered_savers_record_no_keys() {
     );
 }
 
+/// A traced entry naming a variable its record does not list is refused with the key and op,
+/// not read out of bounds.
+#[test]
+fn a_traced_entry_without_its_variable_is_refused() {
+    let spec = SpecFile::parse(&mixed_spec()).unwrap();
+    let trackables = spec.trackables().unwrap();
+    let options = spec.options().unwrap();
+    let trace = trace_flat_as(&trackables, &options, VariableOps::Handles).unwrap();
+    let mut keys = trace.keys.unwrap();
+    let n_variables = keys.variables.len() as u32;
+    keys.restores[0].entries[1].variable = n_variables;
+    let err = bind::traced_bindings(&keys.restores, &keys.variables).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "checkpoint key `{}` (op `RestoreV2`): the trace lists no variable {n_variables}",
+            keys.restores[0].entries[1].checkpoint_key
+        )
+    );
+    assert!(bind::traced_bindings(&keys.saves, &keys.variables).is_ok());
+}
+
 /// A spec with three tasks, partitioned variables read at save time (one restored as a
 /// trackable of two slices), handle names that collide (`w`, `w_1`), a parallel-device
 /// variable and a shard size that cuts the large variables into pieces.
