@@ -171,11 +171,7 @@ pub fn traced_bindings(
                 slice_spec: entry.slice_spec.clone(),
                 variable: VarKey::new("", variable.shared_name.as_str()),
                 dtype: variable.dtype,
-                shape: variable
-                    .shape
-                    .iter()
-                    .map(|&dim| u64::try_from(dim).ok())
-                    .collect(),
+                shape: known_dims(variable.shape.iter().copied()),
                 op: op.name.clone(),
                 sliced_by_plan: entry.cut,
             });
@@ -452,10 +448,13 @@ fn known_shape(node: &OpNode) -> Option<Vec<u64>> {
     if shape.unknown_rank {
         return None;
     }
-    shape
-        .dims
-        .iter()
-        .map(|dim| u64::try_from(dim.size).ok())
+    known_dims(shape.dims.iter().map(|dim| dim.size))
+}
+
+/// `dims` as sizes, when every one is known (none is negative).
+fn known_dims(dims: impl IntoIterator<Item = i64>) -> Option<Vec<u64>> {
+    dims.into_iter()
+        .map(|dim| u64::try_from(dim).ok())
         .collect()
 }
 
