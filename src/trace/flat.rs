@@ -5,7 +5,7 @@
 use saveplan_ir::{Module, OpId, Versions};
 
 use super::builder::{Builder, out};
-use super::plan::{Initializers, Inputs, PRODUCER, Tracer, VarSource, Variable};
+use super::plan::{Initializers, Inputs, PRODUCER, Tracer, VarSource, Variable, zeros_fill};
 use saveplan_ir::SaverNames;
 use saveplan_ir::saver_ops;
 
@@ -53,7 +53,13 @@ fn trace_flat_plans(
     restore: bool,
 ) -> Result<FlatTrace, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
-    let mut tracer = Tracer::in_background(VarSource::Local(Vec::new()), inputs.tensors.len());
+    let (n_ops, n_edges) = flat_size(&inputs, variables, restore);
+    let mut tracer = Tracer::in_background(
+        VarSource::Local(Vec::new()),
+        inputs.tensors.len(),
+        n_ops,
+        n_edges,
+    );
     // In a session's form (`Handles`) the tracer records what each `SaveV2` and `RestoreV2`
     // binds, unless the plan holds a tensor that is not a variable (a saved constant) or ops
     // it does not make itself (a registered saver's). No other caller reads the record: at
@@ -133,6 +139,39 @@ fn trace_flat_plans(
         restore_ops,
         keys,
     })
+}
+
+/// The ops and edges a flat trace of `inputs` makes per tensor, summed (the few per task
+/// aside), so that its graph is reserved at the size it grows to: room reserved is never
+/// touched, but it is heap the allocator hands out to nothing else. Counted for graph
+/// variables and saved constants; a variable read by a saveable at save time (partitioned,
+/// parallel components) makes a few ops more, for which the tables grow.
+fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, restore: bool) -> (usize, usize) {
+    let (mut n_ops, mut n_edges) = (0, 0);
+    for tensor in &inputs.tensors {
+        // The save reads every tensor: one `SaveV2` input each.
+        n_edges += 1;
+        if tensor.variable.read == ReadKind::Constant {
+            n_ops += 1;
+            continue;
+        }
+        let (ops, edges) = match variables {
+            // Initial value, handle, `IsInitialized`, `Assign`, `Read`; zeros as a `Fill` of
+            // two constants is two ops and two edges more.
+            VariableOps::Create if zeros_fill(tensor) => (7, 6),
+            VariableOps::Create => (5, 4),
+            // Handle and read.
+            VariableOps::Handles | VariableOps::Attach => (2, 1),
+        };
+        n_ops += ops;
+        n_edges += edges;
+        if restore {
+            // An `Identity` of the `RestoreV2` output, and the `AssignVariableOp` of it.
+            n_ops += 2;
+            n_edges += 3;
+        }
+    }
+    (n_ops, n_edges)
 }
 
 /// Variable `index` reached as `ops` says; `read` asks [`VariableOps::Attach`] for a read.
@@ -227,4 +266,62 @@ pub fn trace_flat_with<B: Builder>(
 /// as `MultiDeviceSaver` counts them (`_num_unique_tasks`).
 pub fn count_tasks(trackables: &[Trackable]) -> Result<usize, TraceError> {
     Ok(Inputs::collect(trackables, &TraceOptions::default())?.n_tasks())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::spec::SpecFile;
+
+    /// A plan's graph is reserved at the size it grows to: `flat_size` counts every op and
+    /// edge a flat trace of graph variables and saved constants makes but the few per task,
+    /// in every form, with zeros built as a `Fill` too.
+    #[test]
+    fn the_graph_is_reserved_at_its_size() {
+        let variables: Vec<serde_json::Value> = (0..60)
+            .map(|index| {
+                let shape = if index % 3 == 0 {
+                    vec![40, 40]
+                } else {
+                    vec![8]
+                };
+                serde_json::json!({
+                    "checkpoint_key": format!("v{index}"),
+                    "dtype": "float32",
+                    "shape": shape,
+                    "device": format!("/job:w/task:{}/device:CPU:0", index % 2),
+                })
+            })
+            .collect();
+        let text = serde_json::json!({ "variables": variables }).to_string();
+        let spec = SpecFile::parse(&text).unwrap();
+        let mut trackables = spec.trackables().unwrap();
+        trackables[7].tensors[0].variable.read = ReadKind::Constant;
+        let options = spec.options().unwrap();
+        let inputs = Inputs::collect(&trackables, &options).unwrap();
+        for variables in [
+            VariableOps::Create,
+            VariableOps::Handles,
+            VariableOps::Attach,
+        ] {
+            for restore in [false, true] {
+                let trace = trace_flat_plans(&trackables, &options, variables, restore).unwrap();
+                let (n_ops, n_edges) = flat_size(&inputs, variables, restore);
+                let graph = &trace.module.graph;
+                let what = format!("{variables:?}, restore {restore}");
+                // Per task a `SaveV2` with its constants, its shard's name and device
+                // copies, a `RestoreV2` with its constants; once the prefix, the temporary
+                // prefix and the merge: at most 16 ops and 16 edges per task, 2 tasks here.
+                let (ops, edges) = (graph.len(), graph.edges().len());
+                assert!(
+                    ops >= n_ops && ops - n_ops <= 16 * 2,
+                    "{what}: {ops} ops, {n_ops} reserved"
+                );
+                assert!(
+                    edges >= n_edges && edges - n_edges <= 16 * 2,
+                    "{what}: {edges} edges, {n_edges} reserved"
+                );
+            }
+        }
+    }
 }

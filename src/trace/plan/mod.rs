@@ -29,7 +29,7 @@ use super::names::UniqueNames;
 use super::{TraceError, TracedKeys};
 
 pub(super) use group::Inputs;
-pub(super) use variables::Initializers;
+pub(super) use variables::{Initializers, zeros_fill};
 
 /// The `GraphDef.versions.producer` TensorFlow 2.21 writes.
 pub(super) const PRODUCER: i32 = 2474;
@@ -120,11 +120,15 @@ impl Tracer {
 }
 
 impl Tracer<BackgroundGraph> {
-    /// [`Tracer::with_capacity`], with the graph built on a thread of its own
-    /// ([`BackgroundGraph`]).
-    pub(super) fn in_background(vars: VarSource, n_tensors: usize) -> Tracer<BackgroundGraph> {
-        let (n_ops, n_edges) = graph_capacity(n_tensors);
-        let graph = BackgroundGraph::with_capacity(n_ops, n_edges);
+    /// A tracer for an empty graph of about `n_ops` ops and `n_edges` edges, for `n_tensors`
+    /// saved tensors, built on a thread of its own ([`BackgroundGraph`]).
+    pub(super) fn in_background(
+        vars: VarSource,
+        n_tensors: usize,
+        n_ops: usize,
+        n_edges: usize,
+    ) -> Tracer<BackgroundGraph> {
+        let graph = BackgroundGraph::with_capacity(n_ops + 64, n_edges + 64);
         Tracer::with_builder(graph, vars, n_tensors)
     }
 }

@@ -20,6 +20,12 @@ pub(crate) enum Initializers {
     NamesOnly,
 }
 
+/// Whether `tf.zeros` builds `tensor`'s zeros as a `Fill` of a shape and a scalar (three ops)
+/// rather than one filled constant.
+pub(in crate::trace) fn zeros_fill(tensor: &SaveableTensor) -> bool {
+    tensor.shape.iter().product::<i64>() >= ZEROS_FILL_THRESHOLD
+}
+
 /// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
 fn handle_base_name(tensor: &SaveableTensor) -> &str {
     tensor
@@ -254,8 +260,7 @@ impl<B: Builder> Tracer<B> {
             key: tensor.checkpoint_key.clone(),
             reason,
         };
-        let n_elements: i64 = tensor.shape.iter().product();
-        if n_elements < ZEROS_FILL_THRESHOLD {
+        if !zeros_fill(tensor) {
             let value = consts::make_tensor(tensor.dtype, &tensor.shape, &[zero]).map_err(bad)?;
             if !build {
                 return Ok(None);
