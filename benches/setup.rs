@@ -4,14 +4,16 @@
 //! a MetaGraphDef that `BIN compile` made of the same spec.
 //!
 //! ```text
-//! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR] [--thp]
+//! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR] [--thp] [--no-prefault]
 //! ```
 //!
 //! Times are the best of `--repeat` runs (default 1), each printed with the CPU time of all
 //! its runs split into user and system seconds, and the load average at the start and the
 //! end. The allocator is the CLI's (mimalloc) unless the `mimalloc` feature is off, and like
 //! the CLI the bench turns transparent huge pages off for itself
-//! ([`saveplan::process::disable_transparent_huge_pages`]) unless given `--thp`.
+//! ([`saveplan::process::disable_transparent_huge_pages`]) unless given `--thp`, and has the
+//! heap each setup's trace will write populated ahead on another core, as `saveplan save` and
+//! `restore` do ([`saveplan::process::prefault_heap`]), unless given `--no-prefault`.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -51,6 +53,9 @@ struct Options {
     /// Keep transparent huge pages (the system's default) instead of turning them off as the
     /// CLI does.
     thp: bool,
+    /// Let the trace fault its heap in page by page, instead of populating it ahead as the
+    /// CLI does.
+    no_prefault: bool,
 }
 
 fn main() {
@@ -69,9 +74,14 @@ fn main() {
     } else {
         "the system's transparent huge page setting"
     };
+    let heap = if options.no_prefault {
+        "heap faulted in as touched"
+    } else {
+        "heap populated ahead, as in the CLI"
+    };
     let load_before = machine::load_average();
     println!(
-        "setup of {} float32[64] variables ({ALLOCATOR} allocator, {pages}); load average {load_before}",
+        "setup of {} float32[64] variables ({ALLOCATOR} allocator, {pages}, {heap}); load average {load_before}",
         options.vars
     );
     for n_tasks in [1, 8] {
@@ -86,6 +96,11 @@ fn main() {
                     backend,
                     ..SessionOptions::default()
                 };
+                if !options.no_prefault {
+                    let bytes =
+                        Session::trace_heap_estimate(spec.variables.len(), &session_options);
+                    drop(saveplan::process::prefault_heap(bytes));
+                }
                 let session = Session::from_spec(&spec, session_options).expect("session builds");
                 sessions.push(session);
             });
@@ -223,6 +238,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         cli: None,
         dir: PathBuf::from("/dev/shm"),
         thp: false,
+        no_prefault: false,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -233,6 +249,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--cli" => options.cli = Some(PathBuf::from(value()?)),
             "--dir" => options.dir = PathBuf::from(value()?),
             "--thp" => options.thp = true,
+            "--no-prefault" => options.no_prefault = true,
             "--bench" => {}
             other => return Err(format!("unknown argument `{other}`")),
         }

@@ -44,6 +44,90 @@ pub fn transparent_huge_pages_disabled() -> bool {
     }
 }
 
+/// Bytes populated per `madvise` call, so that a concurrent first touch by the program
+/// waits for at most one such call.
+#[cfg(target_os = "linux")]
+const PREFAULT_CHUNK: usize = 4 << 20;
+
+/// Has a thread of its own ask the kernel to back the next `bytes` of the heap with pages now
+/// (`madvise(MADV_POPULATE_WRITE)`), rather than one page fault at a time as the program first
+/// writes to them. Returns the thread, which ends with the number of bytes it populated, or
+/// `None` when none was started (not Linux, or no heap mapping found).
+///
+/// Setting up a large plan writes hundreds of megabytes of fresh memory on one thread. On the
+/// 2-vCPU VM this project is measured on, a page fault costs about 2.3 µs, so a 100,000-variable
+/// trace spent 0.15–0.3 s of its 0.7–1.0 s in the kernel, while the other core was mostly
+/// idle. Populated in 4 MiB calls, the same memory costs that other core about 1.9 µs a page,
+/// and the tracing thread finds it ready.
+///
+/// "The heap" is the anonymous mapping the allocator hands a fresh 64 KiB block out of,
+/// from that block on: an allocator that reserves a large region up front (mimalloc, the
+/// `saveplan` binary's) keeps handing out memory from there. The thread stops at the end of
+/// that mapping, or at the first call the kernel refuses (Linux before 5.14 has no
+/// `MADV_POPULATE_WRITE`). It never changes what memory holds: a page already present is left
+/// as it is, and a new one is zeroed, as the program's first write would have had it. The cost
+/// of overestimating `bytes` is memory: populated pages count as the process's, used or not.
+pub fn prefault_heap(bytes: usize) -> Option<std::thread::JoinHandle<usize>> {
+    #[cfg(target_os = "linux")]
+    {
+        let probe = Vec::<u8>::with_capacity(64 << 10);
+        let at = probe.as_ptr() as usize;
+        drop(probe);
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let (_, end) = maps
+            .lines()
+            .filter_map(anonymous_writable_range)
+            .find(|&(start, end)| start <= at && at < end)?;
+        let page = 4096;
+        let start = at.next_multiple_of(page);
+        let end = end.min(start.saturating_add(bytes));
+        std::thread::Builder::new()
+            .name("saveplan-prefault".to_owned())
+            .spawn(move || populate(start, end))
+            .ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = bytes;
+        None
+    }
+}
+
+/// The address range of a `/proc/self/maps` line of a private anonymous writable mapping.
+#[cfg(target_os = "linux")]
+fn anonymous_writable_range(line: &str) -> Option<(usize, usize)> {
+    let mut fields = line.split_ascii_whitespace();
+    let (range, perms) = (fields.next()?, fields.next()?);
+    let (_offset, _device, inode) = (fields.next()?, fields.next()?, fields.next()?);
+    if !perms.starts_with("rw") || !perms.ends_with('p') || inode != "0" || fields.next().is_some()
+    {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let start = usize::from_str_radix(start, 16).ok()?;
+    let end = usize::from_str_radix(end, 16).ok()?;
+    Some((start, end))
+}
+
+/// Populates `start..end` (page-aligned start) chunk by chunk; returns the bytes populated.
+#[cfg(target_os = "linux")]
+fn populate(start: usize, end: usize) -> usize {
+    let mut at = start;
+    while at < end {
+        let len = PREFAULT_CHUNK.min(end - at);
+        // SAFETY: MADV_POPULATE_WRITE changes no byte of the process's memory: it only has the
+        // kernel allocate the pages of the range not yet present (zeroed, for anonymous memory),
+        // as a first write to each would. A range no longer mapped is refused (ENOMEM).
+        let done =
+            unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+        if done != 0 {
+            break;
+        }
+        at += len;
+    }
+    at - start
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -57,6 +141,85 @@ mod tests {
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         if let Some(line) = status.lines().find(|line| line.starts_with("THP_enabled:")) {
             assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+        }
+    }
+
+    const PAGE: usize = 4096;
+
+    /// Which pages of `start..start + len` are backed by memory (`mincore`).
+    fn resident(start: *mut u8, len: usize) -> Vec<bool> {
+        let mut pages = vec![0u8; len / PAGE];
+        // SAFETY: `pages` has one byte per page of the range, which is mapped.
+        let done = unsafe { libc::mincore(start.cast(), len, pages.as_mut_ptr()) };
+        assert_eq!(done, 0);
+        pages.iter().map(|page| page & 1 == 1).collect()
+    }
+
+    /// Populating a range leaves the pages already written as they are and backs the others
+    /// with zeroes, the memory a first write would have found.
+    #[test]
+    fn populating_keeps_what_memory_holds_and_backs_the_rest() {
+        let len = 3 * PREFAULT_CHUNK / 2;
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(start, libc::MAP_FAILED);
+        let start = start.cast::<u8>();
+        // SAFETY: the mapping is `len` bytes, readable and writable, and only this test has it.
+        let memory = unsafe { std::slice::from_raw_parts_mut(start, len) };
+        let written = 16 * PAGE;
+        for (at, byte) in memory[..written].iter_mut().enumerate() {
+            *byte = (at % 251) as u8 + 1;
+        }
+        assert_eq!(resident(start, len).iter().filter(|&&r| r).count(), 16);
+        let populated = populate(start as usize, start as usize + len);
+        // A kernel without `MADV_POPULATE_WRITE` (before 5.14) refuses the first call.
+        if populated > 0 {
+            assert_eq!(populated, len);
+            assert!(resident(start, len).iter().all(|&r| r));
+        }
+        let expected = (0..written).map(|at| (at % 251) as u8 + 1);
+        assert!(memory[..written].iter().copied().eq(expected));
+        assert!(memory[written..].iter().all(|&byte| byte == 0));
+        // SAFETY: the mapping made above, no longer borrowed.
+        assert_eq!(unsafe { libc::munmap(start.cast(), len) }, 0);
+    }
+
+    /// The heap is populated from where the allocator hands memory out, up to what was asked
+    /// and within its mapping.
+    #[test]
+    fn the_heap_is_populated_up_to_the_bytes_asked() {
+        let asked = 2 * PREFAULT_CHUNK + PAGE;
+        let thread = prefault_heap(asked).expect("the test's heap is an anonymous mapping");
+        let populated = thread.join().unwrap();
+        assert!(populated <= asked, "{populated} bytes");
+        assert_eq!(populated % PAGE, 0);
+    }
+
+    #[test]
+    fn only_private_anonymous_writable_mappings_are_heap() {
+        let heap = "7f2a4c000000-7f2a50000000 rw-p 00000000 00:00 0 ";
+        assert_eq!(
+            anonymous_writable_range(heap),
+            Some((0x7f2a_4c00_0000, 0x7f2a_5000_0000))
+        );
+        for other in [
+            "55d0a000-55d0b000 rw-p 00000000 00:00 0                          [heap]",
+            "7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]",
+            "7f2a5000-7f2a6000 rw-p 0001c000 08:01 1835029                    /usr/lib/libc.so.6",
+            "7f2a6000-7f2a7000 r--p 00000000 00:00 0 ",
+            "7f2a7000-7f2a8000 rw-s 00000000 00:01 1024                       /dev/zero (deleted)",
+            "not a mapping",
+        ] {
+            assert_eq!(anonymous_writable_range(other), None, "{other}");
         }
     }
 }

@@ -24,6 +24,19 @@ pub fn free_at_exit<T>(value: T) {
     std::mem::forget(value);
 }
 
+/// The least heap worth populating ahead ([`prefault`]): below it a thread costs more
+/// than the page faults it takes off the tracing thread.
+const PREFAULT_MIN_BYTES: usize = 64 << 20;
+
+/// Has the `bytes` of heap a job is about to write populated ahead of it on another core
+/// ([`saveplan::process::prefault_heap`]), when there are enough to gain from it. The thread
+/// is left to finish, or to end with the process.
+fn prefault(bytes: usize) {
+    if bytes >= PREFAULT_MIN_BYTES {
+        drop(saveplan::process::prefault_heap(bytes));
+    }
+}
+
 /// Reads, parses and compiles a spec file; errors name the file and fit on one line.
 pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
     let text = std::fs::read_to_string(path)
@@ -42,6 +55,7 @@ pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read", path.display()))?;
     let spec = SpecFile::parse(&text).with_context(|| format!("{}", path.display()))?;
+    prefault(Session::trace_heap_estimate(spec.variables.len(), &options));
     Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
 }
 
