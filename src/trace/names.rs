@@ -21,6 +21,13 @@ use rustc_hash::FxBuildHasher;
 ///
 /// The components' text lives back to back in fixed-size chunks that are never reallocated,
 /// so a name costs no allocation of its own.
+///
+/// Names made by suffixing (`Identity_7`, `AssignVariableOp_7`, `zeros_7`: two or three per
+/// variable of a plan) are not stored. TensorFlow's counter of a name `b` only moves past `i`
+/// once `b_i` is in use, so every `b_i` below the counter is in use. While nothing else of the
+/// form `b_<i>` has been named in `b`'s scope, the next suffix is free without a lookup, and
+/// `b_i` with `i` below the point up to which suffixes were handed out so
+/// (`implicit_below`) is in use with a counter of 1, stored when it is next named.
 #[derive(Clone, Debug)]
 pub struct UniqueNames {
     /// Every node's lower-cased component, concatenated; a component never spans two chunks.
@@ -55,7 +62,16 @@ struct Node {
     children: u32,
     /// The next child of the same parent, in a list of few.
     next: u32,
+    /// Every `<component>_<i>` with `1 <= i < implicit_below` was handed out as a name by
+    /// suffixing this one without being stored: it is in use with a counter of 1. Suffixes
+    /// are handed out so while `implicit_below` is the counter and no sibling of the form
+    /// `<component>_<i>` with `i` at or above the counter was ever named (`SUFFIXED`).
+    implicit_below: u32,
 }
+
+/// The bit of `Node::len` set when a sibling `<component>_<i>` was named with `i` at or above
+/// the node's counter: suffixing it must then look the candidates up.
+const SUFFIXED: u32 = 1 << 31;
 
 /// The most children a node lists before it gets a hash table of them.
 const FEW: u32 = 8;
@@ -77,12 +93,14 @@ impl Node {
             n_children: 0,
             children: NONE,
             next: NONE,
+            implicit_below: 1,
         }
     }
 
     fn component<'a>(&self, chunks: &'a [String]) -> &'a str {
         let start = self.start as usize;
-        &chunks[self.chunk as usize][start..start + self.len as usize]
+        let len = (self.len & !SUFFIXED) as usize;
+        &chunks[self.chunk as usize][start..start + len]
     }
 }
 
@@ -133,12 +151,18 @@ impl UniqueNames {
         // A suffix changes only the last component: every candidate is a child of one scope.
         let (scope, last) = self.scope_of_last(&key);
         let node = self.child_or_new(scope, &key[last..]);
-        let count = &mut self.nodes[node as usize].count;
-        let mut i = *count;
-        *count += 1;
+        let node = &mut self.nodes[node as usize];
+        let mut i = node.count;
+        node.count += 1;
         if i == 0 {
             self.scratch = key;
             return parts.concat();
+        }
+        if node.implicit_below == i && node.len & SUFFIXED == 0 {
+            // `_i` is free: nothing of the form was named at or above the counter.
+            node.implicit_below = i + 1;
+            self.scratch = key;
+            return suffixed(parts, i);
         }
         let key_len = key.len();
         let free = loop {
@@ -150,18 +174,12 @@ impl UniqueNames {
                 Some(taken) if self.nodes[taken as usize].count > 0 => i += 1,
                 // Only a scope of other names so far: free as a name.
                 Some(scope_only) => break scope_only,
-                None => break self.add_child(scope, hash, candidate),
+                None => break self.add_named(scope, hash, candidate),
             }
         };
         self.nodes[free as usize].count = 1;
         self.scratch = key;
-        let len: usize = parts.iter().map(|part| part.len()).sum();
-        let mut unique = String::with_capacity(len + 11);
-        for part in parts {
-            unique.push_str(part);
-        }
-        push_suffix(&mut unique, i);
-        unique
+        suffixed(parts, i)
     }
 
     /// Marks `name` as used without renaming it (for names fixed by the caller).
@@ -184,13 +202,37 @@ impl UniqueNames {
         (scope, slash + 1)
     }
 
-    /// The child `component` of `parent`, made (not in use) if new.
+    /// The child `component` of `parent`, made if new (see [`UniqueNames::add_named`]).
     fn child_or_new(&mut self, parent: u32, component: &str) -> u32 {
         let hash = hash(component);
         match self.find(parent, hash, component) {
             Some(node) => node,
-            None => self.add_child(parent, hash, component),
+            None => self.add_named(parent, hash, component),
         }
+    }
+
+    /// Adds `component` (with `hash`), which is not stored as a child of `parent` yet: in use
+    /// (a counter of 1) when it is a name suffixing handed out without storing it, not in use
+    /// otherwise. A new `<base>_<i>` at or above `base`'s counter marks `base` as `SUFFIXED`.
+    fn add_named(&mut self, parent: u32, hash: u64, component: &str) -> u32 {
+        let Some((base, i)) = split_suffix(component) else {
+            return self.add_child(parent, hash, component);
+        };
+        let base_hash = self::hash(base);
+        let base = match self.find(parent, base_hash, base) {
+            Some(base) => base,
+            None => self.add_named(parent, base_hash, base),
+        };
+        let base = &mut self.nodes[base as usize];
+        let in_use = i < base.implicit_below;
+        if i >= base.count {
+            base.len |= SUFFIXED;
+        }
+        let node = self.add_child(parent, hash, component);
+        if in_use {
+            self.nodes[node as usize].count = 1;
+        }
+        node
     }
 
     fn find(&self, parent: u32, hash: u64, component: &str) -> Option<u32> {
@@ -282,6 +324,32 @@ fn lower_into(buf: &mut String, name: &str) {
     }
 }
 
+/// `component` as `<base>_<i>`, the form of a name made by suffixing: `i` in decimal without
+/// leading zeros, at least 1.
+fn split_suffix(component: &str) -> Option<(&str, u32)> {
+    if !component.as_bytes().last().is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let underscore = component.rfind('_')?;
+    let digits = &component[underscore + 1..];
+    if digits.starts_with('0') || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    let i = digits.parse().ok()?;
+    Some((&component[..underscore], i))
+}
+
+/// The concatenation of `parts` and `_<i>`.
+fn suffixed(parts: &[&str], i: u32) -> String {
+    let len: usize = parts.iter().map(|part| part.len()).sum();
+    let mut name = String::with_capacity(len + 11);
+    for part in parts {
+        name.push_str(part);
+    }
+    push_suffix(&mut name, i);
+    name
+}
+
 /// Appends `_<i>`.
 fn push_suffix(buf: &mut String, i: u32) {
     let mut digits = [0u8; 10];
@@ -352,7 +420,8 @@ mod tests {
     }
 
     /// Names made of a few components from a small alphabet, so that sequences reuse names,
-    /// scopes, case variants, suffix-like components (`a_1`), empty components and non-ASCII.
+    /// scopes, case variants, suffix-like components (`a_1`, and `a_0`, `a_01` that suffixing
+    /// never makes), empty components and non-ASCII.
     fn name() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let component = prop_oneof![
@@ -361,7 +430,11 @@ mod tests {
             Just("b".to_owned()),
             Just("a_1".to_owned()),
             Just("A_2".to_owned()),
+            Just("a_3".to_owned()),
             Just("a_1_1".to_owned()),
+            Just("a_0".to_owned()),
+            Just("a_01".to_owned()),
+            Just("_1".to_owned()),
             Just(String::new()),
             Just("Ü".to_owned()),
             Just("ü_1".to_owned()),

@@ -110,9 +110,9 @@ impl Captures {
 
 impl Tracer {
     /// A tracer for an empty graph sized for about `n_tensors` saved tensors (a flat plan
-    /// makes seven ops, eight edges and nine names per variable, plus a few per task; an
-    /// eager save function eight ops, nine edges and ten names). Too small a guess costs a
-    /// copy of the whole op table at the end.
+    /// makes seven ops and eight edges per variable, plus a few per task; an eager save
+    /// function eight ops and nine edges). Too small a guess costs a copy of the whole op
+    /// table at the end.
     pub(super) fn with_capacity(vars: VarSource, n_tensors: usize) -> Tracer {
         let (n_ops, n_edges) = graph_capacity(n_tensors);
         Tracer::with_builder(Graph::with_capacity(n_ops, n_edges), vars, n_tensors)
@@ -144,7 +144,9 @@ impl<B: Builder> Tracer<B> {
     pub(super) fn with_builder(builder: B, vars: VarSource, n_tensors: usize) -> Tracer<B> {
         Tracer {
             graph: builder,
-            names: UniqueNames::with_capacity(10 * n_tensors + 64),
+            // Seven stored names per variable (`v`, `v/Read`, `v/Read/ReadVariableOp`, …; the
+            // suffixed `Identity_7` and `AssignVariableOp_7` are not stored), and a key's scope.
+            names: UniqueNames::with_capacity(8 * n_tensors + 64),
             vars,
             resource_ops: Vec::new(),
             keys: None,
