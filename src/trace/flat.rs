@@ -141,8 +141,9 @@ fn trace_flat_plans(
     })
 }
 
-/// The ops and edges a flat trace of `inputs` makes per tensor, summed (the few per task
-/// aside), so that its graph is reserved at the size it grows to: room reserved is never
+/// The ops and edges a flat trace of `inputs` makes, at most, so that its graph is reserved at
+/// the size it grows to (a table that grows is copied whole, and at 100,000 variables the op
+/// table alone is 90 MB): room reserved is never
 /// touched, but it is heap the allocator hands out to nothing else. Counted for graph
 /// variables and saved constants; a variable read by a saveable at save time (partitioned,
 /// parallel components) makes a few ops more, for which the tables grow.
@@ -171,8 +172,14 @@ fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, restore: bool) -> (usi
             n_edges += 3;
         }
     }
-    (n_ops, n_edges)
+    // Per task a `SaveV2` with its constants, its shard's name and device copies, and a
+    // `RestoreV2` with its constants; once the prefix, the temporary prefix and the merge.
+    let per_task = PER_TASK * inputs.n_tasks() + PER_TASK;
+    (n_ops + per_task, n_edges + per_task)
 }
+
+/// The most ops, and the most edges, a flat trace makes per task besides its tensors'.
+const PER_TASK: usize = 16;
 
 /// Variable `index` reached as `ops` says; `read` asks [`VariableOps::Attach`] for a read.
 fn variable_as<B: Builder>(
@@ -274,8 +281,8 @@ mod tests {
     use crate::trace::spec::SpecFile;
 
     /// A plan's graph is reserved at the size it grows to: `flat_size` counts every op and
-    /// edge a flat trace of graph variables and saved constants makes but the few per task,
-    /// in every form, with zeros built as a `Fill` too.
+    /// edge a flat trace of graph variables and saved constants makes, with a little to spare
+    /// for the few per task, in every form, with zeros built as a `Fill` too.
     #[test]
     fn the_graph_is_reserved_at_its_size() {
         let variables: Vec<serde_json::Value> = (0..60)
@@ -289,7 +296,7 @@ mod tests {
                     "checkpoint_key": format!("v{index}"),
                     "dtype": "float32",
                     "shape": shape,
-                    "device": format!("/job:w/task:{}/device:CPU:0", index % 2),
+                    "device": format!("/job:w/task:{}/device:CPU:0", index % 8),
                 })
             })
             .collect();
@@ -309,16 +316,13 @@ mod tests {
                 let (n_ops, n_edges) = flat_size(&inputs, variables, restore);
                 let graph = &trace.module.graph;
                 let what = format!("{variables:?}, restore {restore}");
-                // Per task a `SaveV2` with its constants, its shard's name and device
-                // copies, a `RestoreV2` with its constants; once the prefix, the temporary
-                // prefix and the merge: at most 16 ops and 16 edges per task, 2 tasks here.
                 let (ops, edges) = (graph.len(), graph.edges().len());
                 assert!(
-                    ops >= n_ops && ops - n_ops <= 16 * 2,
+                    ops <= n_ops && n_ops - ops <= PER_TASK * 9,
                     "{what}: {ops} ops, {n_ops} reserved"
                 );
                 assert!(
-                    edges >= n_edges && edges - n_edges <= 16 * 2,
+                    edges <= n_edges && n_edges - edges <= PER_TASK * 9,
                     "{what}: {edges} edges, {n_edges} reserved"
                 );
             }
