@@ -148,6 +148,13 @@ impl Table {
     }
 
     /// The position of `key`'s slot, made (empty) if the store has not seen it.
+    /// Makes room for `n` more keys.
+    fn make_room(&mut self, n: usize) {
+        let Table { index, slots, .. } = self;
+        index.reserve(n, |&index| hash_key((&slots[index as usize].key).into()));
+        slots.reserve(n);
+    }
+
     fn reserve(&mut self, key: VarKeyRef<'_>) -> u32 {
         let Table { index, slots, .. } = self;
         // One hash and one probe, whether the key is new or not.
@@ -355,8 +362,11 @@ impl VariableStore {
                 .collect()
         };
         known.unwrap_or_else(|| {
+            let keys = keys.into_iter();
             let mut writer = self.writer();
-            keys.into_iter().map(|key| writer.slot(key)).collect()
+            // Room for every key at once, rather than a table grown (rehashed) many times.
+            writer.table.make_room(keys.size_hint().0);
+            keys.map(|key| writer.slot(key)).collect()
         })
     }
 
