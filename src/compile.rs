@@ -27,7 +27,6 @@
 //!   `allow_soft_placement` ([`CONFIG_PROTO`]), so the calls run in any session.
 
 use rayon::prelude::*;
-use saveplan_ir::saver_ops;
 use saveplan_ir::slice::ShapeAndSlice;
 use saveplan_ir::verify::{VerifyErrors, verify_module};
 use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, Port, SaverDef};
@@ -135,7 +134,10 @@ fn flat_plan(
 
     let restore_name = unused_name(graph, "save/restore_all");
     let restore = graph.add_op(restore_name.clone(), Op::NoOp, "", Attrs::new())?;
-    for assign in saver_ops::restore_assigns(graph) {
+    // The trace's restore targets are the assigns of its restored values, in creation order
+    // (`saver_ops::restore_assigns`): looked up by name, not found again by a walk.
+    for target in &trace.saver.restore_targets {
+        let assign = graph.find(target).ok_or_else(|| missing(target))?;
         graph.add_control(assign, restore);
     }
     let saver_def = SaverDef::v2(filename.clone(), format!("{save_name}:0"), restore_name);
