@@ -73,6 +73,28 @@ struct Node {
 /// the node's counter: suffixing it must then look the candidates up.
 const SUFFIXED: u32 = 1 << 31;
 
+/// A name [`UniqueNames`] handed out, and the node of the tree where it ends: names inside it
+/// are looked up from there.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// The name, as handed out.
+    pub name: String,
+    /// Its node.
+    node: u32,
+}
+
+/// Where [`UniqueNames::unique_at`] put the name it handed out.
+enum Named {
+    /// At this node.
+    Stored(u32),
+    /// Nowhere: it was made by suffixing the name ending at a child of `scope`, whose last
+    /// component starts at byte `last` of the name.
+    Suffixed { scope: u32, last: usize },
+}
+
+/// The root node: the empty scope.
+const ROOT: u32 = 0;
+
 /// The most children a node lists before it gets a hash table of them.
 const FEW: u32 = 8;
 
@@ -141,28 +163,73 @@ impl UniqueNames {
         self.unique_parts(&[scope, "/", name])
     }
 
+    /// [`UniqueNames::unique`], keeping where the name ends in the tree, so that names inside
+    /// it ([`UniqueNames::unique_under`], [`UniqueNames::scope_under`]) start from there
+    /// instead of from the root: a variable's ops are all named inside its handle's scope.
+    pub fn scope(&mut self, name: &str) -> Scope {
+        self.scoped(ROOT, &[name], 0)
+    }
+
+    /// [`UniqueNames::unique_in`] of `scope`'s name and `name`, as a [`Scope`].
+    pub fn scope_under(&mut self, scope: &Scope, name: &str) -> Scope {
+        self.scoped(scope.node, &[&scope.name, "/", name], 2)
+    }
+
+    /// [`UniqueNames::unique_in`] of `scope`'s name and `name`.
+    pub fn unique_under(&mut self, scope: &Scope, name: &str) -> String {
+        self.unique_at(scope.node, &[&scope.name, "/", name], 2).0
+    }
+
     /// `unique` of the concatenation of `parts`.
     fn unique_parts(&mut self, parts: &[&str]) -> String {
+        self.unique_at(ROOT, parts, 0).0
+    }
+
+    /// [`UniqueNames::unique_at`], with the node of the name handed out (stored now if
+    /// suffixing did not store it).
+    fn scoped(&mut self, start: u32, parts: &[&str], from: usize) -> Scope {
+        let (name, node) = match self.unique_at(start, parts, from) {
+            (name, Named::Stored(node)) => (name, node),
+            (name, Named::Suffixed { scope, last }) => {
+                // The name's last component, lower-cased, with its suffix.
+                let mut key = std::mem::take(&mut self.scratch);
+                key.clear();
+                lower_into(&mut key, &name[last..]);
+                let node = self.child_or_new(scope, &key);
+                self.scratch = key;
+                (name, node)
+            }
+        };
+        Scope { name, node }
+    }
+
+    /// `unique` of the concatenation of `parts`, given that the concatenation of
+    /// `parts[..from]` is the name of node `start` (the root when `from` is 0): only the rest
+    /// is looked up, from there.
+    fn unique_at(&mut self, start: u32, parts: &[&str], from: usize) -> (String, Named) {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
-        for part in parts {
+        for part in &parts[from..] {
             lower_into(&mut key, part);
         }
         // A suffix changes only the last component: every candidate is a child of one scope.
-        let (scope, last) = self.scope_of_last(&key);
+        let (scope, last) = self.scope_of_last(start, &key);
         let node = self.child_or_new(scope, &key[last..]);
-        let node = &mut self.nodes[node as usize];
-        let mut i = node.count;
-        node.count += 1;
+        let named = &mut self.nodes[node as usize];
+        let mut i = named.count;
+        named.count += 1;
         if i == 0 {
             self.scratch = key;
-            return parts.concat();
+            return (parts.concat(), Named::Stored(node));
         }
-        if node.implicit_below == i && node.len & SUFFIXED == 0 {
+        if named.implicit_below == i && named.len & SUFFIXED == 0 {
             // `_i` is free: nothing of the form was named at or above the counter.
-            node.implicit_below = i + 1;
+            named.implicit_below = i + 1;
             self.scratch = key;
-            return suffixed(parts, i);
+            let name = suffixed(parts, i);
+            // Where the last component starts in the name: after the last `/` of the parts.
+            let last = name.rfind('/').map_or(0, |slash| slash + 1);
+            return (name, Named::Suffixed { scope, last });
         }
         let key_len = key.len();
         let free = loop {
@@ -179,26 +246,27 @@ impl UniqueNames {
         };
         self.nodes[free as usize].count = 1;
         self.scratch = key;
-        suffixed(parts, i)
+        (suffixed(parts, i), Named::Stored(free))
     }
 
     /// Marks `name` as used without renaming it (for names fixed by the caller).
     pub fn mark(&mut self, name: &str) {
         let key = name.to_lowercase();
-        let (scope, last) = self.scope_of_last(&key);
+        let (scope, last) = self.scope_of_last(ROOT, &key);
         let node = self.child_or_new(scope, &key[last..]);
         self.nodes[node as usize].count += 1;
     }
 
-    /// The node of everything before the last `/` of lower-cased `key` (made with its scopes
-    /// if new; the root for a key without `/`), and where the last component starts.
-    fn scope_of_last(&mut self, key: &str) -> (u32, usize) {
+    /// The node of everything before the last `/` of lower-cased `key`, below node `start`
+    /// (made with its scopes if new; `start` itself for a key without `/`), and where the last
+    /// component starts.
+    fn scope_of_last(&mut self, start: u32, key: &str) -> (u32, usize) {
         let Some(slash) = key.rfind('/') else {
-            return (0, 0);
+            return (start, 0);
         };
         let scope = key[..slash]
             .split('/')
-            .fold(0, |node, component| self.child_or_new(node, component));
+            .fold(start, |node, component| self.child_or_new(node, component));
         (scope, slash + 1)
     }
 
@@ -411,12 +479,16 @@ mod tests {
         }
     }
 
-    /// One call of a random sequence: `unique`, `unique_in` or `mark`.
+    /// One call of a random sequence: `unique`, `unique_in`, `mark`, or a [`Scope`] call (on
+    /// one of the scopes handed out so far, by position modulo their number).
     #[derive(Clone, Debug)]
     enum Call {
         Unique(String),
         UniqueIn(String, String),
         Mark(String),
+        Scope(String),
+        ScopeUnder(usize, String),
+        UniqueUnder(usize, String),
     }
 
     /// Names made of a few components from a small alphabet, so that sequences reuse names,
@@ -448,6 +520,9 @@ mod tests {
             4 => name().prop_map(Call::Unique),
             4 => (name(), name()).prop_map(|(scope, name)| Call::UniqueIn(scope, name)),
             1 => name().prop_map(Call::Mark),
+            2 => name().prop_map(Call::Scope),
+            2 => (0..8usize, name()).prop_map(|(scope, name)| Call::ScopeUnder(scope, name)),
+            3 => (0..8usize, name()).prop_map(|(scope, name)| Call::UniqueUnder(scope, name)),
         ]
     }
 
@@ -458,12 +533,14 @@ mod tests {
             ..proptest::prelude::ProptestConfig::with_cases(512)
         })]
 
-        /// Every call gives the name TensorFlow's flat table gives, whatever came before.
+        /// Every call gives the name TensorFlow's flat table gives, whatever came before,
+        /// looked up from the root or from a scope handed out earlier.
         #[test]
         fn the_tree_agrees_with_tensorflows_flat_table(
             calls in proptest::collection::vec(call(), 1..200),
         ) {
             let (mut tree, mut flat) = (UniqueNames::new(), Flat::default());
+            let mut scopes: Vec<Scope> = Vec::new();
             for call in &calls {
                 match call {
                     Call::Unique(name) => {
@@ -477,6 +554,24 @@ mod tests {
                         tree.mark(name);
                         flat.mark(name);
                     }
+                    Call::Scope(name) => {
+                        let scope = tree.scope(name);
+                        proptest::prop_assert_eq!(&scope.name, &flat.unique(name));
+                        scopes.push(scope);
+                    }
+                    Call::ScopeUnder(at, name) if !scopes.is_empty() => {
+                        let outer = scopes[at % scopes.len()].clone();
+                        let joined = format!("{}/{name}", outer.name);
+                        let scope = tree.scope_under(&outer, name);
+                        proptest::prop_assert_eq!(&scope.name, &flat.unique(&joined));
+                        scopes.push(scope);
+                    }
+                    Call::UniqueUnder(at, name) if !scopes.is_empty() => {
+                        let outer = &scopes[at % scopes.len()];
+                        let joined = format!("{}/{name}", outer.name);
+                        proptest::prop_assert_eq!(tree.unique_under(outer, name), flat.unique(&joined));
+                    }
+                    Call::ScopeUnder(..) | Call::UniqueUnder(..) => {}
                 }
             }
         }

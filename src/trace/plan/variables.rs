@@ -5,6 +5,7 @@ use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape};
 
 use super::{Inputs, Tracer, Variable};
 use crate::trace::builder::{Builder, attrs, out};
+use crate::trace::names::Scope;
 use crate::trace::{ConstError, Init, ReadKind, SaveableTensor, TraceError, consts};
 
 /// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
@@ -78,15 +79,16 @@ impl<B: Builder> Tracer<B> {
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
         let base = handle_base_name(tensor);
-        let (handle_name, initial) = match &tensor.variable.init {
+        // The variable's ops are all named inside its handle's scope: looked up from there.
+        let (handle, initial) = match &tensor.variable.init {
             Init::Zeros => {
                 let zeros = self.zeros(tensor, device, build)?;
-                (self.names.unique(base), zeros)
+                (self.names.scope(base), zeros)
             }
             Init::Values(values) => {
-                let handle_name = self.names.unique(base);
-                let scope = self.names.unique_in(&handle_name, "Initializer");
-                let name = self.names.unique_in(&scope, "initial_value");
+                let handle = self.names.scope(base);
+                let scope = self.names.scope_under(&handle, "Initializer");
+                let name = self.names.unique_under(&scope, "initial_value");
                 let value =
                     consts::make_tensor(tensor.dtype, &tensor.shape, values).map_err(|reason| {
                         TraceError::BadInit {
@@ -96,7 +98,7 @@ impl<B: Builder> Tracer<B> {
                     })?;
                 let initial = if build {
                     let attrs = attrs([
-                        ("_class", colocation(&handle_name)),
+                        ("_class", colocation(&handle.name)),
                         ("dtype", AttrValue::Type(tensor.dtype)),
                         ("value", AttrValue::Tensor(Box::new(value))),
                     ]);
@@ -104,29 +106,29 @@ impl<B: Builder> Tracer<B> {
                 } else {
                     None
                 };
-                (handle_name, initial)
+                (handle, initial)
             }
         };
-        let handle = self.var_handle(&handle_name, tensor, device)?;
-        let scope = self.names.unique_in(&handle_name, "IsInitialized");
-        let name = self.names.unique_in(&scope, "VarIsInitializedOp");
+        let handle_op = self.var_handle(&handle.name, tensor, device)?;
+        let scope = self.names.scope_under(&handle, "IsInitialized");
+        let name = self.names.unique_under(&scope, "VarIsInitializedOp");
         if build {
             self.op(
                 name,
                 Op::VarIsInitializedOp,
                 device,
                 Attrs::new(),
-                [out(handle)],
+                [out(handle_op)],
             )?;
         }
-        let name = self.names.unique_in(&handle_name, "Assign");
+        let name = self.names.unique_under(&handle, "Assign");
         let assign = match initial {
             Some(initial) => {
-                Some(self.assign(name, device, tensor.dtype, out(handle), out(initial))?)
+                Some(self.assign(name, device, tensor.dtype, out(handle_op), out(initial))?)
             }
             None => None,
         };
-        let mut variable = self.variable_read(handle, handle_name, tensor, device)?;
+        let mut variable = self.variable_read(handle_op, handle, tensor, device)?;
         variable.assign = assign;
         Ok(variable)
     }
@@ -145,18 +147,18 @@ impl<B: Builder> Tracer<B> {
         }
         let tensor = inputs.tensors[index];
         let device = inputs.device(index);
-        let handle_name = self.names.unique(handle_base_name(tensor));
-        let handle = self.var_handle(&handle_name, tensor, device)?;
+        let handle = self.names.scope(handle_base_name(tensor));
+        let handle_op = self.var_handle(&handle.name, tensor, device)?;
         if !read {
             return Ok(Variable {
-                handle,
-                read: handle,
-                read_name: handle_name.clone(),
-                handle_name,
+                handle: handle_op,
+                read: handle_op,
+                read_name: handle.name.clone(),
+                handle_name: handle.name,
                 assign: None,
             });
         }
-        self.variable_read(handle, handle_name, tensor, device)
+        self.variable_read(handle_op, handle, tensor, device)
     }
 
     /// A [`ReadKind::Constant`] tensor: one `Const` (named `Const`, uniqued) on its device
@@ -218,16 +220,17 @@ impl<B: Builder> Tracer<B> {
         )
     }
 
-    /// The variable's `<name>/Read/ReadVariableOp`, completing its [`Variable`].
+    /// The variable's `<name>/Read/ReadVariableOp`, completing its [`Variable`] (`handle_name`
+    /// is the scope of the `VarHandleOp` `handle`).
     fn variable_read(
         &mut self,
         handle: OpId,
-        handle_name: String,
+        handle_name: Scope,
         tensor: &SaveableTensor,
         device: &str,
     ) -> Result<Variable, TraceError> {
-        let scope = self.names.unique_in(&handle_name, "Read");
-        let read_name = self.names.unique_in(&scope, "ReadVariableOp");
+        let scope = self.names.scope_under(&handle_name, "Read");
+        let read_name = self.names.unique_under(&scope, "ReadVariableOp");
         let read_attrs = attrs([("dtype", AttrValue::Type(tensor.dtype))]);
         let read = self.op(
             read_name.clone(),
@@ -240,7 +243,7 @@ impl<B: Builder> Tracer<B> {
             handle,
             read,
             read_name,
-            handle_name,
+            handle_name: handle_name.name,
             assign: None,
         })
     }
