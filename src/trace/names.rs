@@ -76,9 +76,9 @@ const SUFFIXED: u32 = 1 << 31;
 /// A name [`UniqueNames`] handed out, and the node of the tree where it ends: names inside it
 /// are looked up from there.
 #[derive(Clone, Debug)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// The name, as handed out.
-    pub name: String,
+    pub(crate) name: String,
     /// Its node.
     node: u32,
 }
@@ -166,17 +166,17 @@ impl UniqueNames {
     /// [`UniqueNames::unique`], keeping where the name ends in the tree, so that names inside
     /// it ([`UniqueNames::unique_under`], [`UniqueNames::scope_under`]) start from there
     /// instead of from the root: a variable's ops are all named inside its handle's scope.
-    pub fn scope(&mut self, name: &str) -> Scope {
+    pub(crate) fn scope(&mut self, name: &str) -> Scope {
         self.scoped(ROOT, &[name], 0)
     }
 
     /// [`UniqueNames::unique_in`] of `scope`'s name and `name`, as a [`Scope`].
-    pub fn scope_under(&mut self, scope: &Scope, name: &str) -> Scope {
+    pub(crate) fn scope_under(&mut self, scope: &Scope, name: &str) -> Scope {
         self.scoped(scope.node, &[&scope.name, "/", name], 2)
     }
 
     /// [`UniqueNames::unique_in`] of `scope`'s name and `name`.
-    pub fn unique_under(&mut self, scope: &Scope, name: &str) -> String {
+    pub(crate) fn unique_under(&mut self, scope: &Scope, name: &str) -> String {
         self.unique_at(scope.node, &[&scope.name, "/", name], 2).0
     }
 
