@@ -254,6 +254,12 @@ pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
     })
 }
 
+/// Whether [`Session::from_spec`] traces the save plan alone: a graph-mode session that only
+/// saves needs no restore ops, so it traces half the ops, named as in the full trace.
+fn traces_save_only(options: &SessionOptions) -> bool {
+    options.mode == Mode::Graph && !options.plans.restore()
+}
+
 /// Heap a session's trace writes per op it traces, measured at 100,000 float32[64] variables
 /// on 1 and 8 tasks (the trace's extent in mimalloc's heap, holes included).
 const TRACE_HEAP_PER_OP: usize = 1100;
@@ -265,8 +271,7 @@ impl Session {
     /// has that much heap populated ahead on another core
     /// ([`crate::process::prefault_heap`]), as the `saveplan` binary does.
     pub fn trace_heap_estimate(n_variables: usize, options: &SessionOptions) -> usize {
-        let save_only = options.mode == Mode::Graph && !options.plans.restore();
-        let ops_per_variable = if save_only { 2 } else { 4 };
+        let ops_per_variable = if traces_save_only(options) { 2 } else { 4 };
         n_variables
             .saturating_mul(ops_per_variable)
             .saturating_mul(TRACE_HEAP_PER_OP)
@@ -282,9 +287,7 @@ impl Session {
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
-        // A graph-mode session that only saves needs no restore ops: the save plan is traced
-        // alone, half the ops, named as in the full trace (`trace_heap_estimate` knows).
-        let trace = if options.mode == Mode::Graph && !options.plans.restore() {
+        let trace = if traces_save_only(&options) {
             trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?
         } else {
             trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?

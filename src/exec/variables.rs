@@ -147,7 +147,6 @@ impl Table {
             .copied()
     }
 
-    /// The position of `key`'s slot, made (empty) if the store has not seen it.
     /// Makes room for `n` more keys.
     fn make_room(&mut self, n: usize) {
         let Table { index, slots, .. } = self;
@@ -155,6 +154,7 @@ impl Table {
         slots.reserve(n);
     }
 
+    /// The position of `key`'s slot, made (empty) if the store has not seen it.
     fn reserve(&mut self, key: VarKeyRef<'_>) -> u32 {
         let Table { index, slots, .. } = self;
         // One hash and one probe, whether the key is new or not.
