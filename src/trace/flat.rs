@@ -142,11 +142,11 @@ fn trace_flat_plans(
 }
 
 /// The ops and edges a flat trace of `inputs` makes, at most, so that its graph is reserved at
-/// the size it grows to (a table that grows is copied whole, and at 100,000 variables the op
-/// table alone is 90 MB): room reserved is never
-/// touched, but it is heap the allocator hands out to nothing else. Counted for graph
-/// variables and saved constants; a variable read by a saveable at save time (partitioned,
-/// parallel components) makes a few ops more, for which the tables grow.
+/// the size it grows to: a table that grows is copied whole (at 100,000 variables the op table
+/// alone is 90 MB), and room reserved but never touched is heap the allocator hands out to
+/// nothing else. Counted for graph variables and saved constants; a variable read by a
+/// saveable at save time (partitioned, parallel components) makes a few ops more, for which
+/// the tables grow.
 fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, restore: bool) -> (usize, usize) {
     let (mut n_ops, mut n_edges) = (0, 0);
     for tensor in &inputs.tensors {
