@@ -83,15 +83,6 @@ pub(crate) struct Scope {
     node: u32,
 }
 
-/// Where [`UniqueNames::unique_at`] put the name it handed out.
-enum Named {
-    /// At this node.
-    Stored(u32),
-    /// Nowhere: it was made by suffixing the name ending at a child of `scope`, whose last
-    /// component starts at byte `last` of the name.
-    Suffixed { scope: u32, last: usize },
-}
-
 /// The root node: the empty scope.
 const ROOT: u32 = 0;
 
@@ -177,36 +168,28 @@ impl UniqueNames {
 
     /// [`UniqueNames::unique_in`] of `scope`'s name and `name`.
     pub(crate) fn unique_under(&mut self, scope: &Scope, name: &str) -> String {
-        self.unique_at(scope.node, &[&scope.name, "/", name], 2).0
+        self.unique_at(scope.node, &[&scope.name, "/", name], 2, false)
+            .0
     }
 
     /// `unique` of the concatenation of `parts`.
     fn unique_parts(&mut self, parts: &[&str]) -> String {
-        self.unique_at(ROOT, parts, 0).0
+        self.unique_at(ROOT, parts, 0, false).0
     }
 
-    /// [`UniqueNames::unique_at`], with the node of the name handed out (stored now if
-    /// suffixing did not store it).
+    /// [`UniqueNames::unique_at`] as a [`Scope`]: the name is stored even if made by
+    /// suffixing, so that it has a node.
     fn scoped(&mut self, start: u32, parts: &[&str], from: usize) -> Scope {
-        let (name, node) = match self.unique_at(start, parts, from) {
-            (name, Named::Stored(node)) => (name, node),
-            (name, Named::Suffixed { scope, last }) => {
-                // The name's last component, lower-cased, with its suffix.
-                let mut key = std::mem::take(&mut self.scratch);
-                key.clear();
-                lower_into(&mut key, &name[last..]);
-                let node = self.child_or_new(scope, &key);
-                self.scratch = key;
-                (name, node)
-            }
-        };
+        let (name, node) = self.unique_at(start, parts, from, true);
         Scope { name, node }
     }
 
     /// `unique` of the concatenation of `parts`, given that the concatenation of
     /// `parts[..from]` is the name of node `start` (the root when `from` is 0): only the rest
-    /// is looked up, from there.
-    fn unique_at(&mut self, start: u32, parts: &[&str], from: usize) -> (String, Named) {
+    /// is looked up, from there. Returns the name and its node; a name made by suffixing is
+    /// stored (with a counter of 1) only when `store` asks, and otherwise has no node
+    /// ([`NONE`]).
+    fn unique_at(&mut self, start: u32, parts: &[&str], from: usize, store: bool) -> (String, u32) {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
         for part in &parts[from..] {
@@ -220,16 +203,20 @@ impl UniqueNames {
         named.count += 1;
         if i == 0 {
             self.scratch = key;
-            return (parts.concat(), Named::Stored(node));
+            return (parts.concat(), node);
         }
         if named.implicit_below == i && named.len & SUFFIXED == 0 {
             // `_i` is free: nothing of the form was named at or above the counter.
             named.implicit_below = i + 1;
+            let node = if store {
+                // Stored as a name suffixing handed out: in use, with a counter of 1.
+                push_suffix(&mut key, i);
+                self.child_or_new(scope, &key[last..])
+            } else {
+                NONE
+            };
             self.scratch = key;
-            let name = suffixed(parts, i);
-            // Where the last component starts in the name: after the last `/` of the parts.
-            let last = name.rfind('/').map_or(0, |slash| slash + 1);
-            return (name, Named::Suffixed { scope, last });
+            return (suffixed(parts, i), node);
         }
         let key_len = key.len();
         let free = loop {
@@ -246,7 +233,7 @@ impl UniqueNames {
         };
         self.nodes[free as usize].count = 1;
         self.scratch = key;
-        (suffixed(parts, i), Named::Stored(free))
+        (suffixed(parts, i), free)
     }
 
     /// Marks `name` as used without renaming it (for names fixed by the caller).
