@@ -160,19 +160,8 @@ mod tests {
     #[test]
     fn populating_keeps_what_memory_holds_and_backs_the_rest() {
         let len = 3 * PREFAULT_CHUNK / 2;
-        // SAFETY: a fresh private anonymous mapping, unmapped at the end of the test.
-        let start = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(start, libc::MAP_FAILED);
-        let start = start.cast::<u8>();
+        // Unmapped at the end of the test.
+        let start = fresh_mapping(len);
         // SAFETY: the mapping is `len` bytes, readable and writable, and only this test has it.
         let memory = unsafe { std::slice::from_raw_parts_mut(start, len) };
         let written = 16 * PAGE;
@@ -195,22 +184,29 @@ mod tests {
 
     /// Whether this kernel populates memory on request (Linux 5.14 and later).
     fn kernel_populates() -> bool {
-        // SAFETY: a fresh private anonymous page, unmapped below.
-        let page = unsafe {
+        let page = fresh_mapping(PAGE);
+        let populated = populate(page as usize, page as usize + PAGE) == PAGE;
+        // SAFETY: the page mapped above, never borrowed.
+        assert_eq!(unsafe { libc::munmap(page.cast(), PAGE) }, 0);
+        populated
+    }
+
+    /// A fresh private anonymous mapping of `len` bytes, readable and writable; the caller
+    /// unmaps it.
+    fn fresh_mapping(len: usize) -> *mut u8 {
+        // SAFETY: mapping new memory touches none the program has.
+        let start = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                PAGE,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        assert_ne!(page, libc::MAP_FAILED);
-        let populated = populate(page as usize, page as usize + PAGE) == PAGE;
-        // SAFETY: the page mapped above, never borrowed.
-        assert_eq!(unsafe { libc::munmap(page, PAGE) }, 0);
-        populated
+        assert_ne!(start, libc::MAP_FAILED);
+        start.cast()
     }
 
     /// The heap is populated from where the allocator hands memory out, up to what was asked
