@@ -33,7 +33,9 @@ use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, 
 
 use crate::export::{self, MetaGraph, SaveSlice, VariableEntry};
 use crate::trace::spec::SpecFile;
-use crate::trace::{FunctionOptions, SaveableTensor, TraceError, trace_flat, trace_functions};
+use crate::trace::{
+    FunctionOptions, SaveableTensor, TraceError, VariableOpIds, trace_flat, trace_functions,
+};
 
 /// The name of the save function of the function form.
 pub const SAVE_FUNCTION: &str = "__inference__traced_save_1";
@@ -95,22 +97,26 @@ pub enum CompileError {
 /// `MetaGraphDef` contents.
 pub fn compile(spec: &SpecFile, form: Form) -> Result<Compilation, CompileError> {
     let trackables = spec.trackables()?;
-    let (module, saver_def) = match form {
+    let (module, saver_def, variables) = match form {
         Form::Flat => flat_plan(spec, &trackables)?,
         Form::Function => function_plan(&trackables)?,
     };
     verify_module(&module).map_err(CompileError::Verify)?;
     let tensors: Vec<&SaveableTensor> = trackables.iter().flat_map(|t| &t.tensors).collect();
-    let variables = variable_entries(&module.graph, &tensors)?;
+    let variables = variable_entries(&module.graph, &variables, &tensors)?;
     let meta_graph = export::assemble_meta_graph(module, saver_def, &variables);
     Ok(Compilation { form, meta_graph })
 }
+
+/// A traced plan with its saver entry points, its `SaverDef`, and the ops of each input
+/// tensor's variable.
+type Plan = (Module, SaverDef, Vec<VariableOpIds>);
 
 /// The flat plan with `save/Identity` and `save/restore_all`, and its `SaverDef`.
 fn flat_plan(
     spec: &SpecFile,
     trackables: &[crate::trace::Trackable],
-) -> Result<(Module, SaverDef), CompileError> {
+) -> Result<Plan, CompileError> {
     let mut trace = trace_flat(trackables, &spec.options()?)?;
     let graph = &mut trace.module.graph;
     let missing = |name: &str| CompileError::MissingOp {
@@ -135,26 +141,23 @@ fn flat_plan(
     let restore_name = unused_name(graph, "save/restore_all");
     let restore = graph.add_op(restore_name.clone(), Op::NoOp, "", Attrs::new())?;
     // The trace's restore targets are the assigns of its restored values, in creation order
-    // (`saver_ops::restore_assigns`): looked up by name, not found again by a walk.
-    for target in &trace.saver.restore_targets {
-        let assign = graph.find(target).ok_or_else(|| missing(target))?;
+    // (`saver_ops::restore_assigns`).
+    for &assign in &trace.restore_targets {
         graph.add_control(assign, restore);
     }
     let saver_def = SaverDef::v2(filename.clone(), format!("{save_name}:0"), restore_name);
-    Ok((trace.module, saver_def))
+    Ok((trace.module, saver_def, trace.variables))
 }
 
 /// The function-form plan and the `SaverDef` `to_proto()` returns for it.
-fn function_plan(
-    trackables: &[crate::trace::Trackable],
-) -> Result<(Module, SaverDef), CompileError> {
+fn function_plan(trackables: &[crate::trace::Trackable]) -> Result<Plan, CompileError> {
     let options = FunctionOptions {
         save_function: SAVE_FUNCTION.to_owned(),
         restore_function: RESTORE_FUNCTION.to_owned(),
         config_proto: CONFIG_PROTO.to_vec(),
     };
     let trace = trace_functions(trackables, &options)?;
-    Ok((trace.module, trace.saver_def))
+    Ok((trace.module, trace.saver_def, trace.variables))
 }
 
 /// `base`, or `base_1`, `base_2`, … whichever is free first.
@@ -168,59 +171,50 @@ fn unused_name(graph: &Graph, base: &str) -> String {
     name
 }
 
-/// One [`VariableEntry`] per `VarHandleOp` of the top-level graph, in creation order;
-/// `tensors` are the traced tensors in the same order (the tracer creates one variable per
-/// tensor).
+/// One [`VariableEntry`] per `VarHandleOp` the trace made, in creation order: `variables`
+/// are the ops of `tensors`' variables, in the same order (a saved constant has none).
 fn variable_entries(
     graph: &Graph,
+    variables: &[VariableOpIds],
     tensors: &[&SaveableTensor],
 ) -> Result<Vec<VariableEntry>, CompileError> {
-    let mut handles: Vec<OpId> = graph
-        .ops()
-        .into_iter()
-        .filter(|&id| graph.op(id).op == Op::VarHandleOp)
-        .collect();
-    handles.sort_by_key(|&id| graph.seq(id));
-    // Each entry is looked up on its own: in parallel, in order, the first error reported.
-    let entries: Vec<Result<VariableEntry, CompileError>> = handles
+    // Each entry is made on its own: in parallel, in order, the first error reported.
+    let entries: Vec<Option<Result<VariableEntry, CompileError>>> = variables
         .par_iter()
-        .enumerate()
-        .map(|(pos, &handle)| variable_entry(graph, handle, tensors.get(pos).copied()))
+        .zip(tensors)
+        .map(|(ops, tensor)| {
+            (graph.op(ops.handle).op == Op::VarHandleOp).then(|| variable_entry(graph, ops, tensor))
+        })
         .collect();
-    entries.into_iter().collect()
+    entries.into_iter().flatten().collect()
 }
 
-/// The [`VariableEntry`] of the `VarHandleOp` `handle`, traced from `tensor`.
+/// The [`VariableEntry`] of the variable with the ops `ops`, traced from `tensor`.
 fn variable_entry(
     graph: &Graph,
-    handle: OpId,
-    tensor: Option<&SaveableTensor>,
+    ops: &VariableOpIds,
+    tensor: &SaveableTensor,
 ) -> Result<VariableEntry, CompileError> {
-    let name = &graph.op(handle).name;
+    let name = &graph.op(ops.handle).name;
     let missing = |what| CompileError::Variable {
         name: name.clone(),
         what,
     };
-    let assign_name = format!("{name}/Assign");
-    let assign = graph.find(&assign_name).ok_or_else(|| missing("Assign"))?;
+    let assign = ops.assign.ok_or_else(|| missing("Assign"))?;
     let initial_value = graph
-        .inputs(assign)
-        .into_iter()
-        .find(|(slot, _)| *slot == 1)
-        .map(|(_, input)| input)
+        .input_at(assign, 1)
         .ok_or_else(|| missing("initial value"))?;
-    let read_name = format!("{name}/Read/ReadVariableOp");
-    graph
-        .find(&read_name)
-        .ok_or_else(|| missing("Read/ReadVariableOp"))?;
-    let save_slice = tensor
-        .filter(|tensor| !tensor.slice_spec.is_empty())
-        .and_then(save_slice);
+    if ops.read == ops.handle {
+        return Err(missing("Read/ReadVariableOp"));
+    }
+    let save_slice = (!tensor.slice_spec.is_empty())
+        .then(|| save_slice(tensor))
+        .flatten();
     Ok(VariableEntry {
         variable_name: format!("{name}:0"),
         initial_value_name: tensor_name(graph, initial_value.src, &initial_value.output),
-        initializer_name: assign_name,
-        snapshot_name: format!("{read_name}:0"),
+        initializer_name: graph.op(assign).name.clone(),
+        snapshot_name: format!("{}:0", graph.op(ops.read).name),
         save_slice,
     })
 }

@@ -151,6 +151,10 @@ pub struct Graph {
     /// O(1), so an op with N inputs (a `SaveV2` of N tensors) costs O(N) to build and read.
     /// Most ops have a few inputs: those are kept inline, with no allocation of their own.
     data_inputs: Vec<InputSlots>,
+    /// Whether an op was ever removed. Until one is, every index below the bound holds an op
+    /// and index order is creation order (petgraph hands a removed op's index to the next op
+    /// added), so [`Graph::ops`] lists the indices without reading or sorting any op.
+    removed_any: bool,
     /// Debug builds only: how many edges walks over an op's edges have visited
     /// ([`Graph::edges_visited`]).
     #[cfg(debug_assertions)]
@@ -180,6 +184,7 @@ impl Graph {
             next_control: Vec::with_capacity(n_ops),
             devices: HashSet::default(),
             data_inputs: Vec::with_capacity(n_ops),
+            removed_any: false,
             #[cfg(debug_assertions)]
             visited: Arc::default(),
         }
@@ -280,6 +285,11 @@ impl Graph {
 
     /// All ops in creation order.
     pub fn ops(&self) -> Vec<OpId> {
+        if !self.removed_any {
+            return (0..self.inner.node_bound())
+                .map(|index| OpId(NodeIndex::new(index)))
+                .collect();
+        }
         let mut ids: Vec<OpId> = self.inner.node_indices().map(OpId).collect();
         ids.sort_by_key(|id| self.inner[id.0].seq);
         ids
@@ -519,6 +529,7 @@ impl Graph {
             })
             .collect();
         let node = self.inner.remove_node(id.0)?;
+        self.removed_any = true;
         for (dst, input) in lost {
             self.set_input_edge(OpId(dst), input, vacant());
         }
@@ -867,6 +878,7 @@ mod tests {
     fn removal_keeps_other_ids_and_order() {
         let mut graph = Graph::new();
         let (a, b, c) = abc(&mut graph);
+        assert_eq!(graph.ops(), [a, b, c]);
         graph.push_input(c, a, Port::Index(0));
         graph.remove_op(a).unwrap();
         let d = op(&mut graph, "d");

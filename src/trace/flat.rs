@@ -88,10 +88,12 @@ fn trace_flat_plans(
     // An op the graph refused came before anything the tracer met after it.
     let graph = tracer.graph.finish()?;
     let (prefix, save_op, restored) = traced?;
-    let keys = tracer.keys.and_then(|mut keys| {
-        let VarSource::Local(variables) = tracer.vars else {
-            return None;
-        };
+    let variables = match tracer.vars {
+        VarSource::Local(variables) => variables,
+        VarSource::Captured(_) => Vec::new(),
+    };
+    let variable_ops = variables.iter().map(Variable::ids).collect();
+    let keys = tracer.keys.map(|mut keys| {
         keys.variables = variables
             .into_iter()
             .zip(&inputs.tensors)
@@ -101,20 +103,20 @@ fn trace_flat_plans(
                 shape: tensor.shape.clone(),
             })
             .collect();
-        Some(keys)
+        keys
     });
     // The restore targets are every assign of a `RestoreV2` output: without registered
     // savers, exactly the assigns `restore` made (in creation order), so the graph need not
     // be searched for them.
-    let restore_targets = match &restored {
+    let restore_target_ops = match &restored {
         None => Vec::new(),
-        Some(restored) if options.registered_savers.is_empty() => restored
-            .assigns
-            .iter()
-            .map(|&assign| graph.op(assign).name.clone())
-            .collect(),
-        Some(_) => saver_ops::restore_targets(&graph),
+        Some(restored) if options.registered_savers.is_empty() => restored.assigns.clone(),
+        Some(_) => saver_ops::restore_assigns(&graph),
     };
+    let restore_targets = restore_target_ops
+        .iter()
+        .map(|&assign| graph.op(assign).name.clone())
+        .collect();
     let saver = SaverNames {
         filename_tensor_name: format!("{}:0", graph.op(prefix).name),
         save_target: graph.op(save_op).name.clone(),
@@ -137,6 +139,8 @@ fn trace_flat_plans(
         module,
         saver,
         restore_ops,
+        variables: variable_ops,
+        restore_targets: restore_target_ops,
         keys,
     })
 }

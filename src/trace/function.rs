@@ -18,7 +18,7 @@ use saveplan_ir::{
 
 use super::builder::{Builder as _, attrs, out};
 use super::plan::{Captures, Inputs, PRODUCER, Tracer, VarSource};
-use super::{RegisteredSaver, TraceError, TraceOptions, Trackable};
+use super::{RegisteredSaver, TraceError, TraceOptions, Trackable, VariableOpIds};
 
 /// `GraphDef.versions.min_consumer` of a graph holding functions, as TensorFlow 2.21 writes.
 const MIN_CONSUMER: i32 = 12;
@@ -43,6 +43,8 @@ pub struct FunctionTrace {
     pub module: Module,
     /// The `SaverDef` `to_proto()` returns: the names, `version: V2`, nothing else set.
     pub saver_def: SaverDef,
+    /// The ops of each input tensor's variable in the outer graph, in input order.
+    pub variables: Vec<VariableOpIds>,
 }
 
 /// Traces `MultiDeviceSaver.to_proto()` for `trackables` into a fresh graph.
@@ -75,6 +77,7 @@ pub fn trace_functions_with_savers(
     let inputs = Inputs::collect(trackables, &trace_options)?;
     let mut outer = Tracer::with_capacity(VarSource::Local(Vec::new()), inputs.tensors.len());
     let variables = outer.create_variables(&inputs)?;
+    let variable_ops = variables.iter().map(|variable| variable.ids()).collect();
     let prefix = outer.placeholder("saver_filename")?;
 
     let save_fn = save_body(&inputs, &variables, &trace_options, "file_prefix", false)?
@@ -106,7 +109,11 @@ pub fn trace_functions_with_savers(
         },
         ..Module::default()
     };
-    Ok(FunctionTrace { module, saver_def })
+    Ok(FunctionTrace {
+        module,
+        saver_def,
+        variables: variable_ops,
+    })
 }
 
 /// Traces the `tf.function` `lambda prefix: saver.save(prefix, options)` (TensorFlow's

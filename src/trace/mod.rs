@@ -104,7 +104,7 @@ use std::collections::BTreeMap;
 use saveplan_ir::DType;
 use saveplan_ir::device::DeviceError;
 use saveplan_ir::slice::SliceError;
-use saveplan_ir::{GraphError, Module, SaverNames};
+use saveplan_ir::{GraphError, Module, OpId, SaverNames};
 
 pub use builder::{BACKGROUND_MIN_OPS, BackgroundGraph, Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
@@ -310,12 +310,31 @@ pub struct FlatTrace {
     /// TensorFlow's `restore_ops` (the fixtures' `flat.json`): per checkpoint key, the last
     /// restore op of its trackable (an `AssignVariableOp`).
     pub restore_ops: BTreeMap<String, String>,
+    /// The ops of each input tensor's variable, in input order: what a caller would otherwise
+    /// find again by name (`compile` lists every variable's ops in the `MetaGraphDef`).
+    pub variables: Vec<VariableOpIds>,
+    /// The ops [`SaverNames::restore_targets`] names, in the same order.
+    pub restore_targets: Vec<OpId>,
     /// What the plan saves and restores, and from and into which variables, as the tracer
     /// made it: what a session would otherwise find by walking the graph back from every
     /// `SaveV2` and forward from every `RestoreV2` (`session::bind`). Recorded only in a
     /// session's form ([`VariableOps::Handles`]), and `None` when the plan holds ops the
     /// tracer does not bind itself: saved constants, registered savers.
     pub keys: Option<TracedKeys>,
+}
+
+/// The ops a trace made for one input tensor's variable ([`FlatTrace::variables`],
+/// [`FunctionTrace::variables`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct VariableOpIds {
+    /// The `VarHandleOp`; for a saved constant, its `Const`.
+    pub handle: OpId,
+    /// What a save reads: the `Read/ReadVariableOp`, or the handle itself where the trace made
+    /// no read (a saved constant, a variable only attached to for a restore).
+    pub read: OpId,
+    /// The `Assign` of the initial value, where the trace built it ([`VariableOps::Create`]
+    /// and the function form's outer graph).
+    pub assign: Option<OpId>,
 }
 
 /// The checkpoint tensors of a traced flat plan and the variables behind them

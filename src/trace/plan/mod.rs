@@ -26,7 +26,7 @@ use saveplan_ir::{AttrValue, Attrs, DType, Graph, Op, OpId, Port, Shape, Tensor}
 
 use super::builder::{BackgroundGraph, Builder, attrs, out};
 use super::names::UniqueNames;
-use super::{TraceError, TracedKeys};
+use super::{TraceError, TracedKeys, VariableOpIds};
 
 pub(super) use group::Inputs;
 pub(super) use variables::{Initializers, zeros_fill};
@@ -50,6 +50,17 @@ pub(super) struct Variable {
     pub(super) read_name: String,
     /// The `Assign` of its initial value, when the plan created it.
     pub(super) assign: Option<OpId>,
+}
+
+impl Variable {
+    /// Its ops, as a trace hands them out.
+    pub(super) fn ids(&self) -> VariableOpIds {
+        VariableOpIds {
+            handle: self.handle,
+            read: self.read,
+            assign: self.assign,
+        }
+    }
 }
 
 /// Emits ops through one builder (a graph, or an eager executor) with one name table.
