@@ -34,7 +34,8 @@ use saveplan_ir::{AttrValue, Attrs, DType, Graph, GraphError, Module, Op, OpId, 
 use crate::export::{self, MetaGraph, SaveSlice, VariableEntry};
 use crate::trace::spec::SpecFile;
 use crate::trace::{
-    FunctionOptions, SaveableTensor, TraceError, VariableOpIds, trace_flat, trace_functions,
+    FunctionOptions, SaveableTensor, TraceError, VariableOpIds, trace_flat_with_entry_points,
+    trace_functions,
 };
 
 /// The name of the save function of the function form.
@@ -101,9 +102,15 @@ pub fn compile(spec: &SpecFile, form: Form) -> Result<Compilation, CompileError>
         Form::Flat => flat_plan(spec, &trackables)?,
         Form::Function => function_plan(&trackables)?,
     };
-    verify_module(&module).map_err(CompileError::Verify)?;
     let tensors: Vec<&SaveableTensor> = trackables.iter().flat_map(|t| &t.tensors).collect();
-    let variables = variable_entries(&module.graph, &variables, &tensors)?;
+    // Verified while the variables' entries are made (both only read the module), a failed
+    // verification reported first.
+    let (verified, variables) = rayon::join(
+        || verify_module(&module),
+        || variable_entries(&module.graph, &variables, &tensors),
+    );
+    verified.map_err(CompileError::Verify)?;
+    let variables = variables?;
     let meta_graph = export::assemble_meta_graph(module, saver_def, &variables);
     Ok(Compilation { form, meta_graph })
 }
@@ -117,7 +124,7 @@ fn flat_plan(
     spec: &SpecFile,
     trackables: &[crate::trace::Trackable],
 ) -> Result<Plan, CompileError> {
-    let mut trace = trace_flat(trackables, &spec.options()?)?;
+    let mut trace = trace_flat_with_entry_points(trackables, &spec.options()?)?;
     let graph = &mut trace.module.graph;
     let missing = |name: &str| CompileError::MissingOp {
         name: name.to_owned(),

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use prost::Message as _;
+use rayon::prelude::*;
 use saveplan_ir::{Module, Op, SaverDef};
 use saveplan_proto::tensorflow as pb;
 
@@ -62,14 +63,22 @@ pub fn assemble_meta_graph(
     saver_def: SaverDef,
     variables: &[VariableEntry],
 ) -> MetaGraph {
-    // Every variable is trainable: both collections list them all, encoded once.
-    let variables = bytes_collection(variables);
+    // Every variable is trainable: both collections list them all, encoded once. The op
+    // types are collected meanwhile.
+    let (meta_info_def, (variables, trainable)) = rayon::join(
+        || meta_info_def(&module),
+        || {
+            let variables = bytes_collection(variables);
+            let trainable = variables.clone();
+            (variables, trainable)
+        },
+    );
     let collection_def = BTreeMap::from([
-        ("trainable_variables".to_owned(), variables.clone()),
+        ("trainable_variables".to_owned(), trainable),
         ("variables".to_owned(), variables),
     ]);
     MetaGraph {
-        meta_info_def: Some(meta_info_def(&module)),
+        meta_info_def: Some(meta_info_def),
         saver_def: Some(saver_def),
         collection_def,
         module,
@@ -122,7 +131,7 @@ fn bytes_collection(variables: &[VariableEntry]) -> pb::CollectionDef {
         kind: Some(pb::collection_def::Kind::BytesList(
             pb::collection_def::BytesList {
                 value: variables
-                    .iter()
+                    .par_iter()
                     .map(|v| variable_def(v).encode_to_vec())
                     .collect(),
             },

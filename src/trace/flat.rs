@@ -30,7 +30,7 @@ pub fn trace_flat_as(
     options: &TraceOptions,
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
-    trace_flat_plans(trackables, options, variables, true)
+    trace_flat_plans(trackables, options, variables, Plans::SaveRestore)
 }
 
 /// [`trace_flat_as`] without the restore plan: the variables, the `saver_filename`
@@ -42,18 +42,44 @@ pub fn trace_flat_save_as(
     options: &TraceOptions,
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
-    trace_flat_plans(trackables, options, variables, false)
+    trace_flat_plans(trackables, options, variables, Plans::Save)
 }
 
-/// [`trace_flat_as`], with the restore plan when `restore`.
+/// [`trace_flat`] with room in its graph for the saver entry points `compile` adds: a
+/// `save/Identity`, and a `save/restore_all` with a control input on every restore target.
+pub(crate) fn trace_flat_with_entry_points(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+) -> Result<FlatTrace, TraceError> {
+    trace_flat_plans(
+        trackables,
+        options,
+        VariableOps::Create,
+        Plans::WithEntryPoints,
+    )
+}
+
+/// Which plans a flat trace holds after the variables.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Plans {
+    /// The save plan.
+    Save,
+    /// The save and restore plans.
+    SaveRestore,
+    /// Both, with room for the saver entry points ([`trace_flat_with_entry_points`]).
+    WithEntryPoints,
+}
+
+/// [`trace_flat_as`] of `plans`.
 fn trace_flat_plans(
     trackables: &[Trackable],
     options: &TraceOptions,
     variables: VariableOps,
-    restore: bool,
+    plans: Plans,
 ) -> Result<FlatTrace, TraceError> {
+    let restore = plans != Plans::Save;
     let inputs = Inputs::collect(trackables, options)?;
-    let (n_ops, n_edges) = flat_size(&inputs, variables, restore);
+    let (n_ops, n_edges) = flat_size(&inputs, variables, plans);
     let mut tracer = Tracer::in_background(
         VarSource::Local(Vec::new()),
         inputs.tensors.len(),
@@ -151,7 +177,7 @@ fn trace_flat_plans(
 /// nothing else. Counted for graph variables and saved constants; a variable read by a
 /// saveable at save time (partitioned, parallel components) makes a few ops more, for which
 /// the tables grow.
-fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, restore: bool) -> (usize, usize) {
+fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, plans: Plans) -> (usize, usize) {
     let (mut n_ops, mut n_edges) = (0, 0);
     for tensor in &inputs.tensors {
         // The save reads every tensor: one `SaveV2` input each.
@@ -170,14 +196,17 @@ fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, restore: bool) -> (usi
         };
         n_ops += ops;
         n_edges += edges;
-        if restore {
+        match plans {
+            Plans::Save => {}
             // An `Identity` of the `RestoreV2` output, and the `AssignVariableOp` of it.
-            n_ops += 2;
-            n_edges += 3;
+            Plans::SaveRestore => (n_ops, n_edges) = (n_ops + 2, n_edges + 3),
+            // And the control edge from that assign to `save/restore_all`.
+            Plans::WithEntryPoints => (n_ops, n_edges) = (n_ops + 2, n_edges + 4),
         }
     }
     // Per task a `SaveV2` with its constants, its shard's name and device copies, and a
-    // `RestoreV2` with its constants; once the prefix, the temporary prefix and the merge.
+    // `RestoreV2` with its constants; once the prefix, the temporary prefix and the merge (and
+    // the saver entry points with their three other edges).
     let per_task = PER_TASK * inputs.n_tasks() + PER_TASK;
     (n_ops + per_task, n_edges + per_task)
 }
@@ -286,7 +315,8 @@ mod tests {
 
     /// A plan's graph is reserved at the size it grows to: `flat_size` counts every op and
     /// edge a flat trace of graph variables and saved constants makes, with a little to spare
-    /// for the few per task, in every form, with zeros built as a `Fill` too.
+    /// for the few per task, in every form, with zeros built as a `Fill` too, and the saver
+    /// entry points `compile` adds when asked to.
     #[test]
     fn the_graph_is_reserved_at_its_size() {
         let variables: Vec<serde_json::Value> = (0..60)
@@ -315,12 +345,17 @@ mod tests {
             VariableOps::Handles,
             VariableOps::Attach,
         ] {
-            for restore in [false, true] {
-                let trace = trace_flat_plans(&trackables, &options, variables, restore).unwrap();
-                let (n_ops, n_edges) = flat_size(&inputs, variables, restore);
+            for plans in [Plans::Save, Plans::SaveRestore, Plans::WithEntryPoints] {
+                let trace = trace_flat_plans(&trackables, &options, variables, plans).unwrap();
+                let (n_ops, n_edges) = flat_size(&inputs, variables, plans);
                 let graph = &trace.module.graph;
-                let what = format!("{variables:?}, restore {restore}");
-                let (ops, edges) = (graph.len(), graph.edges().len());
+                let what = format!("{variables:?}, {plans:?}");
+                let (mut ops, mut edges) = (graph.len(), graph.edges().len());
+                if plans == Plans::WithEntryPoints {
+                    // `save/Identity` (the prefix, after the merge) and `save/restore_all`.
+                    ops += 2;
+                    edges += 2 + trace.restore_targets.len();
+                }
                 assert!(
                     ops <= n_ops && n_ops - ops <= PER_TASK * 9,
                     "{what}: {ops} ops, {n_ops} reserved"

@@ -108,6 +108,7 @@ use saveplan_ir::{GraphError, Module, OpId, SaverNames};
 
 pub use builder::{BACKGROUND_MIN_OPS, BackgroundGraph, Builder, GraphBuilder};
 pub use consts::{ConstError, Scalar};
+pub(crate) use flat::trace_flat_with_entry_points;
 pub use flat::{
     FlatOps, FlatParts, VariableOps, count_tasks, trace_flat, trace_flat_as, trace_flat_save_as,
     trace_flat_with,
