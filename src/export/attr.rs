@@ -81,6 +81,187 @@ pub(crate) fn export_attr(value: &AttrValue) -> pb::AttrValue {
     pb::AttrValue { value }
 }
 
+/// Writes the fields of `value`'s `AttrValue` message into `buf` (no key, no length), byte
+/// for byte what prost writes for [`export_attr`]`(value)`, without building it: scalars,
+/// shapes and lists of them are written here (a plan's attributes are nearly all of these),
+/// tensors and functions through prost. `false`, writing nothing, for an unset value.
+pub(crate) fn encode_attr_value(value: &AttrValue, buf: &mut Vec<u8>) -> bool {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    match value {
+        AttrValue::Unset => return false,
+        AttrValue::S(s) => put_bytes(2, s, buf),
+        AttrValue::I(i) => {
+            encode_key(3, WireType::Varint, buf);
+            encode_varint(*i as u64, buf);
+        }
+        AttrValue::F(f) => {
+            encode_key(4, WireType::ThirtyTwoBit, buf);
+            buf.extend_from_slice(&f.to_le_bytes());
+        }
+        AttrValue::B(b) => {
+            encode_key(5, WireType::Varint, buf);
+            encode_varint(u64::from(*b), buf);
+        }
+        AttrValue::Type(dtype) => {
+            encode_key(6, WireType::Varint, buf);
+            encode_varint(enum_varint(*dtype), buf);
+        }
+        AttrValue::Shape(shape) => {
+            encode_key(7, WireType::LengthDelimited, buf);
+            encode_varint(shape_len(shape) as u64, buf);
+            encode_shape(shape, buf);
+        }
+        AttrValue::List(list) if list.tensors.is_empty() && list.funcs.is_empty() => {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(list_len(list) as u64, buf);
+            encode_list(list, buf);
+        }
+        AttrValue::List(_)
+        | AttrValue::Tensor(_)
+        | AttrValue::Func(_)
+        | AttrValue::Placeholder(_) => {
+            prost::Message::encode_raw(&export_attr(value), buf);
+        }
+    }
+    true
+}
+
+/// The varint of an `int32` or enum field: negative values take ten bytes, as in protobuf.
+fn enum_varint(dtype: DType) -> u64 {
+    i64::from(dtype.number()) as u64
+}
+
+/// Field `tag` holding `bytes`.
+fn put_bytes(tag: u32, bytes: &[u8], buf: &mut Vec<u8>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(bytes.len() as u64, buf);
+    buf.extend_from_slice(bytes);
+}
+
+/// The encoded length of field `tag` holding `len` bytes.
+fn field_len(tag: u32, len: usize) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+/// The encoded length of a `TensorShapeProto.Dim`.
+fn dim_len(dim: &Dim) -> usize {
+    use prost::encoding::encoded_len_varint;
+    let size = if dim.size == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(dim.size as u64)
+    };
+    let name = if dim.name.is_empty() {
+        0
+    } else {
+        field_len(2, dim.name.len())
+    };
+    size + name
+}
+
+/// The encoded length of a `TensorShapeProto`.
+fn shape_len(shape: &Shape) -> usize {
+    let dims: usize = shape
+        .dims
+        .iter()
+        .map(|dim| field_len(2, dim_len(dim)))
+        .sum();
+    dims + if shape.unknown_rank { 2 } else { 0 }
+}
+
+/// A `TensorShapeProto`'s fields: `dim` (2; `size` 1, `name` 2, each left out when default),
+/// then `unknown_rank` (3) when set.
+fn encode_shape(shape: &Shape, buf: &mut Vec<u8>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    for dim in &shape.dims {
+        encode_key(2, WireType::LengthDelimited, buf);
+        encode_varint(dim_len(dim) as u64, buf);
+        if dim.size != 0 {
+            encode_key(1, WireType::Varint, buf);
+            encode_varint(dim.size as u64, buf);
+        }
+        if !dim.name.is_empty() {
+            put_bytes(2, dim.name.as_bytes(), buf);
+        }
+    }
+    if shape.unknown_rank {
+        encode_key(3, WireType::Varint, buf);
+        encode_varint(1, buf);
+    }
+}
+
+/// The encoded length of `values` as varints.
+fn varints_len(values: impl Iterator<Item = u64>) -> usize {
+    values.map(prost::encoding::encoded_len_varint).sum()
+}
+
+/// The encoded length of a packed field `tag` of `len` bytes: nothing when empty.
+fn packed_len(tag: u32, len: usize) -> usize {
+    if len == 0 { 0 } else { field_len(tag, len) }
+}
+
+/// The encoded length of a `ListValue` without tensors or functions.
+fn list_len(list: &AttrList) -> usize {
+    let s: usize = list.s.iter().map(|s| field_len(2, s.len())).sum();
+    let i = packed_len(3, varints_len(list.i.iter().map(|&i| i as u64)));
+    let f = packed_len(4, 4 * list.f.len());
+    let b = packed_len(5, list.b.len());
+    let types = packed_len(6, varints_len(list.types.iter().map(|&t| enum_varint(t))));
+    let shapes: usize = list
+        .shapes
+        .iter()
+        .map(|shape| field_len(7, shape_len(shape)))
+        .sum();
+    s + i + f + b + types + shapes
+}
+
+/// A `ListValue`'s fields in tag order: `s` (2), then `i` (3), `f` (4), `b` (5) and `type`
+/// (6), each packed and left out when empty, then `shape` (7). Tensors (8) and functions
+/// (9) are not written here.
+fn encode_list(list: &AttrList, buf: &mut Vec<u8>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let start_packed = |tag: u32, len: usize, buf: &mut Vec<u8>| {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(len as u64, buf);
+    };
+    for s in &list.s {
+        put_bytes(2, s, buf);
+    }
+    if !list.i.is_empty() {
+        start_packed(3, varints_len(list.i.iter().map(|&i| i as u64)), buf);
+        for &i in &list.i {
+            encode_varint(i as u64, buf);
+        }
+    }
+    if !list.f.is_empty() {
+        start_packed(4, 4 * list.f.len(), buf);
+        for f in &list.f {
+            buf.extend_from_slice(&f.to_le_bytes());
+        }
+    }
+    if !list.b.is_empty() {
+        start_packed(5, list.b.len(), buf);
+        buf.extend(list.b.iter().map(|&b| u8::from(b)));
+    }
+    if !list.types.is_empty() {
+        start_packed(
+            6,
+            varints_len(list.types.iter().map(|&t| enum_varint(t))),
+            buf,
+        );
+        for &dtype in &list.types {
+            encode_varint(enum_varint(dtype), buf);
+        }
+    }
+    for shape in &list.shapes {
+        encode_key(7, WireType::LengthDelimited, buf);
+        encode_varint(shape_len(shape) as u64, buf);
+        encode_shape(shape, buf);
+    }
+}
+
 fn import_list(list: &ListValue) -> Result<AttrList, TensorError> {
     Ok(AttrList {
         s: list.s.clone(),
@@ -311,4 +492,80 @@ mod tests {
         assert_eq!(import_attr(&unset).unwrap(), AttrValue::Unset);
         assert_eq!(export_attr(&import_attr(&empty).unwrap()), empty);
     }
+
+    mod direct {
+        use super::*;
+        use prost::Message as _;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        fn dtype() -> impl Strategy<Value = DType> {
+            // Known types, unknown numbers, and negative ones (ten-byte varints).
+            prop_oneof![(0i32..30), (-3i32..0), (100i32..200)].prop_map(DType::from_number)
+        }
+
+        fn shape() -> impl Strategy<Value = Shape> {
+            let size = prop_oneof![Just(0i64), Just(-1i64), 1i64..300, any::<i64>()];
+            (vec((size, "[a-z]{0,2}"), 0..4), any::<bool>()).prop_map(|(dims, unknown_rank)| {
+                Shape {
+                    dims: dims.into_iter().map(|(size, name)| Dim { size, name }).collect(),
+                    unknown_rank,
+                }
+            })
+        }
+
+        fn list() -> impl Strategy<Value = AttrList> {
+            (
+                vec(vec(any::<u8>(), 0..4), 0..3),
+                vec(any::<i64>(), 0..3),
+                vec(any::<f32>(), 0..3),
+                vec(any::<bool>(), 0..3),
+                vec(dtype(), 0..3),
+                vec(shape(), 0..2),
+                any::<bool>(),
+            )
+                .prop_map(|(s, i, f, b, types, shapes, tensor)| AttrList {
+                    s,
+                    i,
+                    f,
+                    b,
+                    types,
+                    shapes,
+                    tensors: if tensor {
+                        vec![Tensor::string_vector(["a"])]
+                    } else {
+                        Vec::new()
+                    },
+                    funcs: Vec::new(),
+                })
+        }
+
+        fn value() -> impl Strategy<Value = AttrValue> {
+            prop_oneof![
+                Just(AttrValue::Unset),
+                vec(any::<u8>(), 0..200).prop_map(AttrValue::S),
+                any::<i64>().prop_map(AttrValue::I),
+                any::<f32>().prop_map(AttrValue::F),
+                any::<bool>().prop_map(AttrValue::B),
+                dtype().prop_map(AttrValue::Type),
+                shape().prop_map(AttrValue::Shape),
+                list().prop_map(|list| AttrValue::List(Box::new(list))),
+                Just(AttrValue::Tensor(Box::new(Tensor::string_vector(["x", ""])))),
+                "[a-z]{0,3}".prop_map(AttrValue::Placeholder),
+            ]
+        }
+
+        proptest! {
+            /// Every value is written byte for byte as prost writes the `AttrValue` message.
+            #[test]
+            fn values_are_written_as_prost_writes_them(value in value()) {
+                let mut buf = vec![7u8];
+                let set = encode_attr_value(&value, &mut buf);
+                let expected = export_attr(&value);
+                prop_assert_eq!(set, expected.value.is_some());
+                prop_assert_eq!(&buf[1..], &expected.encode_to_vec()[..]);
+            }
+        }
+    }
+
 }

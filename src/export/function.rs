@@ -162,12 +162,13 @@ fn encode_function_inner(function: &Function, buf: &mut Vec<u8>) -> Result<(), E
     buf.extend(head.encode_to_vec());
     let body = &function.body;
     let mut node = Vec::with_capacity(1024);
+    let mut scratch = Vec::new();
     for id in body.ops() {
         if body.op(id).op == Op::Arg {
             continue;
         }
         node.clear();
-        encode_node(body, id, Syntax::FunctionBody, &mut node)?;
+        encode_node(body, id, Syntax::FunctionBody, &mut node, &mut scratch)?;
         encode_key(3, WireType::LengthDelimited, buf);
         encode_varint(node.len() as u64, buf);
         buf.extend_from_slice(&node);

@@ -85,12 +85,13 @@ pub(crate) fn encode_graph_def_pieces(module: &Module) -> Result<Vec<Vec<u8>>, E
                 .sum();
             let mut buf = Vec::with_capacity(estimate);
             let mut node = Vec::with_capacity(1024);
+            let mut scratch = Vec::new();
             // prost writes fields in tag order: every `node` (1), then `library` (2),
             // `version` (3), `versions` (4) and `debug_info` (5), so the rest of the message
             // follows the nodes.
             for &id in batch {
                 node.clear();
-                encode_node(graph, id, Syntax::GraphDef, &mut node)?;
+                encode_node(graph, id, Syntax::GraphDef, &mut node, &mut scratch)?;
                 encode_key(1, WireType::LengthDelimited, &mut buf);
                 encode_varint(node.len() as u64, &mut buf);
                 buf.extend_from_slice(&node);

@@ -8,20 +8,20 @@ use saveplan_ir::signature::{self, SignatureError};
 use saveplan_ir::{AttrValue, Attrs, Graph, NodeDebugInfo, Op, OpId, OutputRef, Port, TensorName};
 use saveplan_proto::tensorflow as pb;
 
-use super::attr::{export_attr, export_attrs, import_attrs};
+use super::attr::{encode_attr_value, export_attrs, import_attrs};
 use super::{ExportError, ImportError};
 
 /// Writes the fields of op `id`'s `NodeDef` as prost would encode them:
 /// in tag order, empty strings and unset messages left out, attributes in name order.
+/// `scratch` holds one attribute value at a time (a buffer kept across calls).
 pub(crate) fn encode_node(
     graph: &Graph,
     id: OpId,
     syntax: Syntax,
     buf: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
 ) -> Result<(), ExportError> {
-    use prost::encoding::{
-        WireType, encode_key, encode_varint, encoded_len_varint, key_len, message,
-    };
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
     let op = graph.op(id);
     let put_raw = |tag: u32, parts: &[&[u8]], buf: &mut Vec<u8>| {
         encode_key(tag, WireType::LengthDelimited, buf);
@@ -63,24 +63,22 @@ pub(crate) fn encode_node(
     }
     for (name, value) in op.attrs.iter() {
         // A map entry: the key (1) unless empty, the value (2) unless it is the default.
-        let value = export_attr(value);
-        let key_len = if name.is_empty() {
+        scratch.clear();
+        let set = encode_attr_value(value, scratch);
+        let field_len = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
+        let name_len = if name.is_empty() {
             0
         } else {
-            key_len(1) + encoded_len_varint(name.len() as u64) + name.len()
+            field_len(1, name.len())
         };
-        let value_len = if value.value.is_none() {
-            0
-        } else {
-            message::encoded_len(2, &value)
-        };
+        let value_len = if set { field_len(2, scratch.len()) } else { 0 };
         encode_key(5, WireType::LengthDelimited, buf);
-        encode_varint((key_len + value_len) as u64, buf);
+        encode_varint((name_len + value_len) as u64, buf);
         if !name.is_empty() {
             put_raw(1, &[name.as_bytes()], buf);
         }
-        if value.value.is_some() {
-            message::encode(2, &value, buf);
+        if set {
+            put_raw(2, &[scratch], buf);
         }
     }
     if op.debug_info.is_some() || op.experimental_type.is_some() {
