@@ -45,6 +45,7 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
     let spec = SpecFile::parse(&text)
         .map_err(|err| one_line(&err))
         .with_context(|| path.display().to_string())?;
+    prefault(saveplan::compile::heap_estimate(spec.variables.len()));
     compile(&spec, form)
         .map_err(|err| one_line(&err))
         .with_context(|| path.display().to_string())
