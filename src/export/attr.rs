@@ -495,9 +495,9 @@ mod tests {
 
     mod direct {
         use super::*;
-        use prost::Message as _;
         use proptest::collection::vec;
         use proptest::prelude::*;
+        use prost::Message as _;
 
         fn dtype() -> impl Strategy<Value = DType> {
             // Known types, unknown numbers, and negative ones (ten-byte varints).
@@ -508,7 +508,10 @@ mod tests {
             let size = prop_oneof![Just(0i64), Just(-1i64), 1i64..300, any::<i64>()];
             (vec((size, "[a-z]{0,2}"), 0..4), any::<bool>()).prop_map(|(dims, unknown_rank)| {
                 Shape {
-                    dims: dims.into_iter().map(|(size, name)| Dim { size, name }).collect(),
+                    dims: dims
+                        .into_iter()
+                        .map(|(size, name)| Dim { size, name })
+                        .collect(),
                     unknown_rank,
                 }
             })
@@ -550,7 +553,9 @@ mod tests {
                 dtype().prop_map(AttrValue::Type),
                 shape().prop_map(AttrValue::Shape),
                 list().prop_map(|list| AttrValue::List(Box::new(list))),
-                Just(AttrValue::Tensor(Box::new(Tensor::string_vector(["x", ""])))),
+                Just(AttrValue::Tensor(Box::new(Tensor::string_vector([
+                    "x", ""
+                ])))),
                 "[a-z]{0,3}".prop_map(AttrValue::Placeholder),
             ]
         }
@@ -567,5 +572,4 @@ mod tests {
             }
         }
     }
-
 }
