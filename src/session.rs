@@ -142,6 +142,13 @@ impl Plans {
 pub struct Session {
     targets: SaverNames,
     runner: Runner,
+    bound: Bound,
+    io: Box<dyn CheckpointIo + Send>,
+}
+
+/// A session's variables and the checkpoint tensors bound to them: the part of a session made
+/// while its plans compile (and given its values then, [`Session::new_with_values`]).
+struct Bound {
     saved: BTreeMap<String, CheckpointTensor>,
     restored: BTreeMap<String, CheckpointTensor>,
     variables: VariableStore,
@@ -153,7 +160,108 @@ pub struct Session {
     restored_slots: OnceLock<Box<[VarSlot]>>,
     /// Whether the last [`Session::assign`] gave every saved variable a value.
     all_assigned: AtomicBool,
-    io: Box<dyn CheckpointIo + Send>,
+}
+
+impl Bound {
+    /// The session part of `keys`, with no variable set yet.
+    fn new((saved, restored): BoundKeys) -> Bound {
+        Bound {
+            saved,
+            restored,
+            variables: VariableStore::new(),
+            saved_slots: OnceLock::new(),
+            restored_slots: OnceLock::new(),
+            all_assigned: AtomicBool::new(false),
+        }
+    }
+
+    /// [`Session::assign`].
+    fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
+        // Both maps are sorted by key, so one walk pairs them without lookups.
+        let mut pairs = Vec::with_capacity(self.saved.len());
+        let mut given = values.into_iter().peekable();
+        let mut missing = None;
+        for tensor in self.saved.values() {
+            // One comparison per pair (they are long, similar strings): the given key is taken
+            // when it is not past this tensor's.
+            let mut order = std::cmp::Ordering::Greater;
+            let taken = given.next_if(|(key, _)| {
+                order = key.as_str().cmp(&tensor.key);
+                order.is_le()
+            });
+            match (taken, order) {
+                (Some((key, _)), std::cmp::Ordering::Less) => {
+                    return Err(SessionError::UnknownKey { key });
+                }
+                (Some((_, value)), _) => {
+                    check_value(tensor, &value)?;
+                    pairs.push((tensor, value));
+                }
+                (None, _) => {
+                    missing.get_or_insert_with(|| tensor.key.clone());
+                }
+            }
+        }
+        if let Some((key, _)) = given.next() {
+            return Err(SessionError::UnknownKey { key });
+        }
+        if let Some(key) = missing {
+            return Err(SessionError::MissingValue { key });
+        }
+        self.all_assigned.store(false, Ordering::Release);
+        // Every saved tensor is in `pairs`, in key order: the order of the slots.
+        let mut slots = self.saved_slots().iter();
+        // One lock for every put (nothing below touches the store otherwise).
+        let mut writer = self.variables.writer();
+        for (tensor, value) in pairs {
+            for part in &tensor.parts {
+                let slot = *slots.next().expect("one slot per part");
+                let part_value = match &part.region {
+                    None => value.clone(),
+                    Some(region) => {
+                        values::extract(&value, region).map_err(|source| SessionError::Tensor {
+                            key: tensor.key.clone(),
+                            source,
+                        })?
+                    }
+                };
+                writer
+                    .put_at(slot, part_value)
+                    .map_err(|source| SessionError::Variable {
+                        key: tensor.key.clone(),
+                        source,
+                    })?;
+            }
+        }
+        drop(writer);
+        self.all_assigned.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
+    /// lock the first time: not to be called while holding it.
+    fn saved_slots(&self) -> &[VarSlot] {
+        self.part_slots(&self.saved, &self.saved_slots)
+    }
+
+    /// The slots of the restored tensors' parts, likewise.
+    fn restored_slots(&self) -> &[VarSlot] {
+        self.part_slots(&self.restored, &self.restored_slots)
+    }
+
+    /// The slots of every part of `tensors` in `variables`, in order, resolved once into
+    /// `cell`.
+    fn part_slots<'s>(
+        &'s self,
+        tensors: &BTreeMap<String, CheckpointTensor>,
+        cell: &'s OnceLock<Box<[VarSlot]>>,
+    ) -> &'s [VarSlot] {
+        cell.get_or_init(|| {
+            let parts = tensors.values().flat_map(|tensor| &tensor.parts);
+            self.variables
+                .slots(parts.map(|part| VarKeyRef::from(&part.variable)))
+        })
+    }
 }
 
 /// What runs a session's save and restore.
@@ -285,6 +393,26 @@ impl Session {
     /// [`Plans::SaveOnly`], traces the save plan alone: [`trace_flat_save_as`]); in eager mode
     /// each call runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
+        Session::from_spec_given(spec, options, None)
+    }
+
+    /// [`Session::from_spec`], then [`Session::assign`] of `values`, with the values put in
+    /// on one core while the plans compile on the other (in eager mode, after). Errors come
+    /// in the order of the two calls.
+    pub fn from_spec_with_values(
+        spec: &SpecFile,
+        options: SessionOptions,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Session, SessionError> {
+        Session::from_spec_given(spec, options, Some(values))
+    }
+
+    /// [`Session::from_spec`], with `values` assigned when given.
+    fn from_spec_given(
+        spec: &SpecFile,
+        options: SessionOptions,
+        values: Option<BTreeMap<String, HostTensor>>,
+    ) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
         let trace = if traces_save_only(&options) {
@@ -300,7 +428,7 @@ impl Session {
             None => Keys::Walk,
         };
         let session = match options.mode {
-            Mode::Graph => Session::compiled(&module, names, keys, options),
+            Mode::Graph => Session::compiled(&module, names, keys, options, values),
             Mode::Eager => {
                 let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
                 let runner = Runner::Eager {
@@ -308,7 +436,12 @@ impl Session {
                     options: Box::new(trace_options),
                     backend: options.backend,
                 };
-                Session::bound(&module, names, keys, runner, options)
+                Session::bound(&module, names, keys, runner, options).and_then(|session| {
+                    match values {
+                        Some(values) => session.assign(values).map(|()| session),
+                        None => Ok(session),
+                    }
+                })
             }
         };
         // The session keeps nothing else of the trace. Freeing a graph of N variables
@@ -336,15 +469,28 @@ impl Session {
         targets: SaverNames,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
-        Session::compiled(module, targets, Keys::Walk, options)
+        Session::compiled(module, targets, Keys::Walk, options, None)
     }
 
-    /// [`Session::new`], with the checkpoint keys bound as `keys` says.
+    /// [`Session::new`], then [`Session::assign`] of `values`, with the values put in on one
+    /// core while the plans compile on the other. Errors come in the order of the two calls.
+    pub fn new_with_values(
+        module: &Module,
+        targets: SaverNames,
+        options: SessionOptions,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Session, SessionError> {
+        Session::compiled(module, targets, Keys::Walk, options, Some(values))
+    }
+
+    /// [`Session::new`], with the checkpoint keys bound as `keys` says and `values` assigned
+    /// when given.
     fn compiled(
         module: &Module,
         targets: SaverNames,
         keys: Keys<'_>,
         options: SessionOptions,
+        values: Option<BTreeMap<String, HostTensor>>,
     ) -> Result<Session, SessionError> {
         if options.mode == Mode::Eager {
             return Err(SessionError::EagerNeedsSpec);
@@ -365,10 +511,10 @@ impl Session {
         // plan compiler), and the two key bindings, which read any graph and so need not
         // wait for it. This thread verifies and compiles the restore plan, the longest job;
         // the other binds the keys (about as long as verifying and the restore plan together,
-        // far shorter when the tracer bound them) and then takes the save plan, the job this
-        // thread left to be taken.
+        // far shorter when the tracer bound them), makes the session of them and puts in the
+        // values given, and then takes the save plan if it is still left to be taken.
         let wanted = options.plans;
-        let (plans, keys) = rayon::join(
+        let (plans, bound) = rayon::join(
             || {
                 let verified = verify_module(module).map_err(SessionError::Invalid)?;
                 let (restore, save) = rayon::join(
@@ -391,11 +537,16 @@ impl Session {
                 Ok::<_, SessionError>((save, restore?))
             },
             || {
-                keys.bind(
+                let keys = keys.bind(
                     module,
                     wanted.save().then_some(targets.save_target.as_str()),
                     wanted.restore().then_some(&restore_targets),
-                )
+                )?;
+                let bound = Bound::new(keys);
+                if let Some(values) = values {
+                    bound.assign(values)?;
+                }
+                Ok::<_, SessionError>(bound)
             },
         );
         let (save, restore) = plans?;
@@ -404,7 +555,7 @@ impl Session {
             restore,
             backend: options.backend,
         };
-        Ok(Session::assemble(targets, runner, keys?, options))
+        Ok(Session::assemble(targets, runner, bound?, options))
     }
 
     /// A session running `runner`, with the checkpoint keys of `module`'s plans for
@@ -419,25 +570,25 @@ impl Session {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
         let keys = keys.bind(module, Some(&targets.save_target), Some(&restore_targets))?;
-        Ok(Session::assemble(targets, runner, keys, options))
+        Ok(Session::assemble(
+            targets,
+            runner,
+            Bound::new(keys),
+            options,
+        ))
     }
 
-    /// A session of its parts, with no variable set yet.
+    /// A session of its parts.
     fn assemble(
         targets: SaverNames,
         runner: Runner,
-        (saved, restored): BoundKeys,
+        bound: Bound,
         options: SessionOptions,
     ) -> Session {
         Session {
             targets,
             runner,
-            saved,
-            restored,
-            variables: VariableStore::new(),
-            saved_slots: OnceLock::new(),
-            restored_slots: OnceLock::new(),
-            all_assigned: AtomicBool::new(false),
+            bound,
             io: Box::new(BundleIo {
                 write: options.write,
             }),
@@ -457,12 +608,12 @@ impl Session {
 
     /// The tensors the save plan writes, by checkpoint key.
     pub fn saved_tensors(&self) -> &BTreeMap<String, CheckpointTensor> {
-        &self.saved
+        &self.bound.saved
     }
 
     /// The tensors the restore plan reads, by checkpoint key.
     pub fn restored_tensors(&self) -> &BTreeMap<String, CheckpointTensor> {
-        &self.restored
+        &self.bound.restored
     }
 
     /// The compiled save plan; `None` in eager mode, which traces each call, and when
@@ -509,7 +660,7 @@ impl Session {
 
     /// The variables.
     pub fn variables(&self) -> &VariableStore {
-        &self.variables
+        &self.bound.variables
     }
 
     /// Puts `values` (checkpoint key → full tensor) into the variables the save plan reads.
@@ -517,65 +668,7 @@ impl Session {
     /// and shape; nothing is stored unless all are. A whole tensor is moved into its variable
     /// without copying; a sliced one is cut into its parts.
     pub fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        // Both maps are sorted by key, so one walk pairs them without lookups.
-        let mut pairs = Vec::with_capacity(self.saved.len());
-        let mut given = values.into_iter().peekable();
-        let mut missing = None;
-        for tensor in self.saved.values() {
-            // One comparison per pair (they are long, similar strings): the given key is taken
-            // when it is not past this tensor's.
-            let mut order = std::cmp::Ordering::Greater;
-            let taken = given.next_if(|(key, _)| {
-                order = key.as_str().cmp(&tensor.key);
-                order.is_le()
-            });
-            match (taken, order) {
-                (Some((key, _)), std::cmp::Ordering::Less) => {
-                    return Err(SessionError::UnknownKey { key });
-                }
-                (Some((_, value)), _) => {
-                    check_value(tensor, &value)?;
-                    pairs.push((tensor, value));
-                }
-                (None, _) => {
-                    missing.get_or_insert_with(|| tensor.key.clone());
-                }
-            }
-        }
-        if let Some((key, _)) = given.next() {
-            return Err(SessionError::UnknownKey { key });
-        }
-        if let Some(key) = missing {
-            return Err(SessionError::MissingValue { key });
-        }
-        self.all_assigned.store(false, Ordering::Release);
-        // Every saved tensor is in `pairs`, in key order: the order of the slots.
-        let mut slots = self.saved_slots().iter();
-        // One lock for every put (nothing below touches the store otherwise).
-        let mut writer = self.variables.writer();
-        for (tensor, value) in pairs {
-            for part in &tensor.parts {
-                let slot = *slots.next().expect("one slot per part");
-                let part_value = match &part.region {
-                    None => value.clone(),
-                    Some(region) => {
-                        values::extract(&value, region).map_err(|source| SessionError::Tensor {
-                            key: tensor.key.clone(),
-                            source,
-                        })?
-                    }
-                };
-                writer
-                    .put_at(slot, part_value)
-                    .map_err(|source| SessionError::Variable {
-                        key: tensor.key.clone(),
-                        source,
-                    })?;
-            }
-        }
-        drop(writer);
-        self.all_assigned.store(true, Ordering::Release);
-        Ok(())
+        self.bound.assign(values)
     }
 
     /// Runs the save plan with `prefix` fed. Fails before running anything if a variable the
@@ -591,14 +684,15 @@ impl Session {
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
         // After a complete `assign` every variable has a value; otherwise check each one.
-        if !self.all_assigned.load(Ordering::Acquire) {
+        if !self.bound.all_assigned.load(Ordering::Acquire) {
             // One entry per part, in the slots' order.
             let owners = self
+                .bound
                 .saved
                 .values()
                 .flat_map(|tensor| tensor.parts.iter().map(move |_| tensor));
-            let slots = self.saved_slots();
-            let reader = self.variables.reader();
+            let slots = self.bound.saved_slots();
+            let reader = self.bound.variables.reader();
             for (tensor, &slot) in owners.zip(slots) {
                 if !reader.is_initialized_at(slot).unwrap_or(false) {
                     return Err(SessionError::MissingValue {
@@ -630,12 +724,12 @@ impl Session {
     /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
         // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
-        let mut out = Vec::with_capacity(self.restored.len());
-        let slots = self.restored_slots();
+        let mut out = Vec::with_capacity(self.bound.restored.len());
+        let slots = self.bound.restored_slots();
         let mut next_slot = 0;
         // One lock for every read.
-        let reader = self.variables.reader();
-        for tensor in self.restored.values() {
+        let reader = self.bound.variables.reader();
+        for tensor in self.bound.restored.values() {
             let part_slots = &slots[next_slot..next_slot + tensor.parts.len()];
             next_slot += tensor.parts.len();
             let read = |part: &Part, slot: VarSlot| {
@@ -709,31 +803,6 @@ impl Session {
         Ok(BTreeMap::from_iter(out))
     }
 
-    /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
-    /// lock the first time: not to be called while holding it.
-    fn saved_slots(&self) -> &[VarSlot] {
-        self.part_slots(&self.saved, &self.saved_slots)
-    }
-
-    /// The slots of the restored tensors' parts, likewise.
-    fn restored_slots(&self) -> &[VarSlot] {
-        self.part_slots(&self.restored, &self.restored_slots)
-    }
-
-    /// The slots of every part of `tensors` in `variables`, in order, resolved once into
-    /// `cell`.
-    fn part_slots<'s>(
-        &'s self,
-        tensors: &BTreeMap<String, CheckpointTensor>,
-        cell: &'s OnceLock<Box<[VarSlot]>>,
-    ) -> &'s [VarSlot] {
-        cell.get_or_init(|| {
-            let parts = tensors.values().flat_map(|tensor| &tensor.parts);
-            self.variables
-                .slots(parts.map(|part| VarKeyRef::from(&part.variable)))
-        })
-    }
-
     /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.
     fn run(
         &self,
@@ -773,7 +842,7 @@ impl Session {
         };
         // One run's view of the backend: its restore ops share the bundles they open.
         let io = RunIo::new(self.io.as_ref());
-        let mut cx = RunContext::new(&self.variables).with_io(&io);
+        let mut cx = RunContext::new(&self.bound.variables).with_io(&io);
         if let Some(observer) = observer {
             cx = cx.with_observer(observer);
         }

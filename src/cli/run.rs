@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use saveplan::export::{Loaded, read_graph_file};
 use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_graph_targets};
-use saveplan_ir::SaverNames;
+use saveplan_ir::{Module, SaverNames};
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save};
 use super::values::read_values_during;
@@ -72,48 +72,60 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         },
         ..args.backend.options()?
     };
-    let build = || -> anyhow::Result<(Loaded, Session)> {
+    // The graph and its targets; the session is made of them once the values (if any) are in.
+    let load = || -> anyhow::Result<(Loaded, SaverNames)> {
         let loaded = read_graph_file(&args.graph)?;
-        let session = match &loaded {
-            Loaded::MetaGraph(meta) => {
-                let targets = match &args.saver_def {
-                    Some(path) => saver_def_targets(path)?,
-                    None => meta_graph_targets(meta)
-                        .with_context(|| format!("{}", args.graph.display()))?,
-                };
-                Session::new(&meta.module, targets, options)
+        let module = graph_of(&loaded, &args.graph)?;
+        let targets = match (&loaded, &args.saver_def) {
+            (_, Some(path)) => saver_def_targets(path)?,
+            (Loaded::MetaGraph(meta), None) => {
+                meta_graph_targets(meta).with_context(|| format!("{}", args.graph.display()))?
             }
-            Loaded::Graph(module) => {
-                let targets = match &args.saver_def {
-                    Some(path) => saver_def_targets(path)?,
-                    None => infer_targets(module)
-                        .with_context(|| format!("{}", args.graph.display()))?,
-                };
-                Session::new(module, targets, options)
+            (_, None) => {
+                infer_targets(module).with_context(|| format!("{}", args.graph.display()))?
             }
-            Loaded::Function(_) | Loaded::Saver(_) => {
-                bail!("{}: not a GraphDef or MetaGraphDef", args.graph.display())
-            }
-        }
-        .with_context(|| format!("{}", args.graph.display()))?;
-        Ok((loaded, session))
+        };
+        Ok((loaded, targets))
     };
     match job {
         Job::Save { prefix, values } => {
-            let ((loaded, session), read) = read_values_during(values, build)?;
-            session
-                .assign(read)
-                .with_context(|| format!("{}", values.display()))?;
+            // The values file is read while the graph loads, and put into the variables while
+            // the save plan compiles.
+            let ((loaded, targets), read) = read_values_during(values, load)?;
+            let session =
+                Session::new_with_values(graph_of(&loaded, &args.graph)?, targets, options, read)
+                    .map_err(|err| {
+                    let file = if err.is_about_values() {
+                        values
+                    } else {
+                        args.graph.as_path()
+                    };
+                    anyhow::Error::from(err).context(file.display().to_string())
+                })?;
             save(&session, prefix)?;
             free_at_exit((session, loaded));
         }
         Job::Restore { prefix, out } => {
-            let (loaded, session) = build()?;
+            let (loaded, targets) = load()?;
+            let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
+                .with_context(|| format!("{}", args.graph.display()))?;
             restore_to_file(&session, prefix, out)?;
             free_at_exit((session, loaded));
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The graph of a loaded GraphDef or MetaGraphDef read from `path`; other messages are
+/// refused.
+fn graph_of<'a>(loaded: &'a Loaded, path: &Path) -> anyhow::Result<&'a Module> {
+    match loaded {
+        Loaded::MetaGraph(meta) => Ok(&meta.module),
+        Loaded::Graph(module) => Ok(module),
+        Loaded::Function(_) | Loaded::Saver(_) => {
+            bail!("{}: not a GraphDef or MetaGraphDef", path.display())
+        }
+    }
 }
 
 /// What `saveplan run` was asked to do.

@@ -175,6 +175,23 @@ pub enum SessionError {
     },
 }
 
+impl SessionError {
+    /// Whether the error is about the values given to [`super::Session::assign`] (or to
+    /// [`super::Session::new_with_values`]): a missing or unknown key, a wrong dtype or
+    /// shape, a value that cannot be cut or stored. The others are about the plan.
+    pub fn is_about_values(&self) -> bool {
+        matches!(
+            self,
+            SessionError::MissingValue { .. }
+                | SessionError::UnknownKey { .. }
+                | SessionError::DTypeMismatch { .. }
+                | SessionError::ShapeMismatch { .. }
+                | SessionError::Tensor { .. }
+                | SessionError::Variable { .. }
+        )
+    }
+}
+
 /// Why a graph has no save plan a session can find without a `SaverDef`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MissingSavePlan {

@@ -737,3 +737,81 @@ fn mixed_spec() -> String {
     })
     .to_string()
 }
+
+/// A session made with its values ([`Session::new_with_values`],
+/// [`Session::from_spec_with_values`]) holds what one made and then assigned holds, and saves
+/// the same bytes; in graph and eager mode, on every case. Its errors come in the order of the
+/// two calls: a plan's first, then the values'.
+#[test]
+fn sessions_made_with_their_values_equal_made_then_assigned() {
+    use saveplan::session::Mode;
+    for case in TRACE_CASES {
+        let spec = crate::support::session::spec(&format!("trace/{case}.json"));
+        for mode in [Mode::Graph, Mode::Eager] {
+            let options = SessionOptions {
+                mode,
+                ..SessionOptions::default()
+            };
+            let assigned = Session::from_spec(&spec, options).unwrap();
+            let values = generated_values(&assigned, 3);
+            assigned.assign(values.clone()).unwrap();
+            let given = Session::from_spec_with_values(&spec, options, values.clone()).unwrap();
+            assert_eq!(given.values().ok(), assigned.values().ok(), "{case}, {mode:?}");
+            let dir = tempfile::tempdir().unwrap();
+            let (ours, theirs) = (dir.path().join("given"), dir.path().join("assigned"));
+            given.save(ours.to_str().unwrap()).unwrap();
+            assigned.save(theirs.to_str().unwrap()).unwrap();
+            assert_eq!(read_checkpoint(&ours), values, "{case}, {mode:?}");
+            // The same files (by what follows the prefix), with the same bytes.
+            let files = |stem: &str| {
+                let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|entry| entry.unwrap().path())
+                    .filter_map(|path| {
+                        let name = path.file_name()?.to_str()?;
+                        let suffix = name.strip_prefix(stem)?.to_owned();
+                        Some((suffix, std::fs::read(&path).unwrap()))
+                    })
+                    .collect();
+                files.sort();
+                files
+            };
+            let (ours, theirs) = (files("given."), files("assigned."));
+            assert!(!ours.is_empty(), "{case}, {mode:?}: no files");
+            assert!(ours == theirs, "{case}, {mode:?}: the checkpoints differ");
+        }
+    }
+    // A graph's session, with values missing one key, then with a plan that does not compile.
+    let spec = crate::support::session::spec("trace/g1_single_cpu.json");
+    let trace = trace_flat_as(
+        &spec.trackables().unwrap(),
+        &spec.options().unwrap(),
+        VariableOps::Create,
+    )
+    .unwrap();
+    let full = Session::new(&trace.module, trace.saver.clone(), SessionOptions::default())
+        .unwrap();
+    let mut values = generated_values(&full, 1);
+    let missing = values.keys().next().unwrap().clone();
+    values.remove(&missing);
+    let err = Session::new_with_values(
+        &trace.module,
+        trace.saver.clone(),
+        SessionOptions::default(),
+        values.clone(),
+    )
+    .err()
+    .expect("a value is missing");
+    assert!(err.is_about_values());
+    assert_eq!(
+        error_chain(&err, ErrorForm::OneLine),
+        format!("no value for checkpoint key `{missing}`")
+    );
+    let mut unknown = trace.saver.clone();
+    unknown.save_target = "no_such_save".to_owned();
+    let err = Session::new_with_values(&trace.module, unknown, SessionOptions::default(), values)
+        .err()
+        .expect("the save plan does not compile");
+    assert!(!err.is_about_values());
+    assert!(matches!(err, SessionError::Compile { what: "save", .. }), "{err}");
+}
