@@ -22,7 +22,7 @@ use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_grap
 use saveplan_ir::{Module, SaverNames};
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save};
-use super::values::read_values_during;
+use super::values::{read_values_beside, values_or_earlier_error};
 
 /// Arguments of `saveplan run`.
 #[derive(Debug, clap::Args)]
@@ -91,7 +91,12 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         Job::Save { prefix, values } => {
             // The values file is read while the graph loads, and put into the variables while
             // the save plan compiles.
-            let ((loaded, targets), read) = read_values_during(values, load)?;
+            let (loaded, read) = read_values_beside(values, load);
+            let (loaded, targets) = loaded?;
+            let read = values_or_earlier_error(read, || {
+                Session::new(graph_of(&loaded, &args.graph)?, targets.clone(), options)
+                    .with_context(|| format!("{}", args.graph.display()))
+            })?;
             let session =
                 Session::new_with_values(graph_of(&loaded, &args.graph)?, targets, options, read)
                     .map_err(|err| {

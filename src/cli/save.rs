@@ -15,8 +15,8 @@ use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 use saveplan::session::{Plans, SessionOptions};
 
-use super::common::{ModeArgs, load_spec_session, save};
-use super::values::{read_values, read_values_during};
+use super::common::{ModeArgs, load_spec_session_with_values, save};
+use super::values::read_values;
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -47,11 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         plans: Plans::SaveOnly,
         ..args.run.options()?
     };
-    let (session, values) =
-        read_values_during(&args.values, || load_spec_session(&args.spec, options))?;
-    session
-        .assign(values)
-        .with_context(|| format!("{}", args.values.display()))?;
+    let session = load_spec_session_with_values(&args.spec, options, &args.values)?;
     save(&session, &args.prefix)?;
     Ok(std::process::ExitCode::SUCCESS)
 }

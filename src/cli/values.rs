@@ -38,21 +38,34 @@ pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> 
     }
 }
 
-/// Runs `work` while another thread reads the values file `path` with [`read_values`]:
-/// parsing the header of a file of 100,000 tensors takes about 0.2 s of one core, which
-/// loading a graph or a spec leaves free in places. An error of `work` comes first, as if the
-/// file were read after it.
-pub fn read_values_during<T>(
+/// Runs `work` while another thread reads the values file `path` with [`read_values`], and
+/// gives both results: parsing the header of a file of 100,000 tensors takes about 0.2 s of
+/// one core, which loading a graph or a spec leaves free in places. The caller reports
+/// `work`'s errors, and those of what it does next, before the file's, as if the file were
+/// read after them.
+pub fn read_values_beside<T>(
     path: &Path,
-    work: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, BTreeMap<String, HostTensor>)> {
+    work: impl FnOnce() -> T,
+) -> (T, anyhow::Result<BTreeMap<String, HostTensor>>) {
     std::thread::scope(|scope| {
         let reading = scope.spawn(move || read_values(path));
         let done = work();
         let values = reading
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok((done?, values?))
+        (done, values)
+    })
+}
+
+/// The values `read` gave; when reading them failed, the error of `first` (what would have
+/// failed before the values were read: making the session) if it fails, else the read's.
+pub fn values_or_earlier_error<T>(
+    read: anyhow::Result<BTreeMap<String, HostTensor>>,
+    first: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+    read.or_else(|err| {
+        first()?;
+        Err(err)
     })
 }
 

@@ -756,7 +756,11 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
             let values = generated_values(&assigned, 3);
             assigned.assign(values.clone()).unwrap();
             let given = Session::from_spec_with_values(&spec, options, values.clone()).unwrap();
-            assert_eq!(given.values().ok(), assigned.values().ok(), "{case}, {mode:?}");
+            assert_eq!(
+                given.values().ok(),
+                assigned.values().ok(),
+                "{case}, {mode:?}"
+            );
             let dir = tempfile::tempdir().unwrap();
             let (ours, theirs) = (dir.path().join("given"), dir.path().join("assigned"));
             given.save(ours.to_str().unwrap()).unwrap();
@@ -789,8 +793,12 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
         VariableOps::Create,
     )
     .unwrap();
-    let full = Session::new(&trace.module, trace.saver.clone(), SessionOptions::default())
-        .unwrap();
+    let full = Session::new(
+        &trace.module,
+        trace.saver.clone(),
+        SessionOptions::default(),
+    )
+    .unwrap();
     let mut values = generated_values(&full, 1);
     let missing = values.keys().next().unwrap().clone();
     values.remove(&missing);
@@ -813,5 +821,8 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
         .err()
         .expect("the save plan does not compile");
     assert!(!err.is_about_values());
-    assert!(matches!(err, SessionError::Compile { what: "save", .. }), "{err}");
+    assert!(
+        matches!(err, SessionError::Compile { what: "save", .. }),
+        "{err}"
+    );
 }
