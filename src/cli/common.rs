@@ -14,9 +14,7 @@ use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOpti
 use saveplan::trace::spec::SpecFile;
 
 use super::output::one_line;
-use super::values::{
-    checkpoint_prefix, read_values_beside, values_or_earlier_error, write_safetensors,
-};
+use super::values::{checkpoint_prefix, write_safetensors};
 
 /// Ends the life of `value` without running its destructor, for what a subcommand holds
 /// until the process exits: a plan of 100,000 variables is millions of small allocations, and
@@ -57,26 +55,6 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
 pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result<Session> {
     let spec = read_spec(path, &options)?;
     Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
-}
-
-/// Traces the spec file at `path` into a session holding the values of the values file
-/// `values` ([`Session::from_spec_with_values`]: they are put in while the plans compile).
-/// The values file is read while the spec is. The spec's errors come first, as if the values
-/// were read after the session was made.
-pub fn load_spec_session_with_values(
-    path: &Path,
-    options: SessionOptions,
-    values: &Path,
-) -> anyhow::Result<Session> {
-    let (spec, read) = read_values_beside(values, || read_spec(path, &options));
-    let spec = spec?;
-    let read = values_or_earlier_error(read, || {
-        Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
-    })?;
-    Session::from_spec_with_values(&spec, options, read).map_err(|err| {
-        let file = if err.is_about_values() { values } else { path };
-        anyhow::Error::from(err).context(file.display().to_string())
-    })
 }
 
 /// Reads and parses the spec file at `path`, and has the heap a session of `options` traces

@@ -15,8 +15,8 @@ use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 use saveplan::session::{Plans, SessionOptions};
 
-use super::common::{ModeArgs, load_spec_session_with_values, save};
-use super::values::read_values;
+use super::common::{ModeArgs, load_spec_session, save};
+use super::values::{read_values, read_values_beside};
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,13 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         plans: Plans::SaveOnly,
         ..args.run.options()?
     };
-    let session = load_spec_session_with_values(&args.spec, options, &args.values)?;
+    // The values file is read while the spec traces; a session's errors come first.
+    let (session, values) =
+        read_values_beside(&args.values, || load_spec_session(&args.spec, options));
+    let (session, values) = (session?, values?);
+    session
+        .assign(values)
+        .with_context(|| format!("{}", args.values.display()))?;
     save(&session, &args.prefix)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
