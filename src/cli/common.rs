@@ -53,18 +53,11 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
 
 /// Traces the spec file at `path` into a session.
 pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result<Session> {
-    let spec = read_spec(path, &options)?;
-    Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
-}
-
-/// Reads and parses the spec file at `path`, and has the heap a session of `options` traces
-/// it into populated ahead.
-fn read_spec(path: &Path, options: &SessionOptions) -> anyhow::Result<SpecFile> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read", path.display()))?;
     let spec = SpecFile::parse(&text).with_context(|| format!("{}", path.display()))?;
-    prefault(Session::trace_heap_estimate(spec.variables.len(), options));
-    Ok(spec)
+    prefault(Session::trace_heap_estimate(spec.variables.len(), &options));
+    Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
 }
 
 /// Runs the session's save plan, with a progress bar on a terminal; in eager mode each

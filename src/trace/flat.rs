@@ -30,7 +30,7 @@ pub fn trace_flat_as(
     options: &TraceOptions,
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
-    trace_flat_plans(trackables, options, variables, Plans::SaveRestore)
+    trace_flat_plans(trackables, options, variables, Traced::SaveRestore)
 }
 
 /// [`trace_flat_as`] without the restore plan: the variables, the `saver_filename`
@@ -42,7 +42,7 @@ pub fn trace_flat_save_as(
     options: &TraceOptions,
     variables: VariableOps,
 ) -> Result<FlatTrace, TraceError> {
-    trace_flat_plans(trackables, options, variables, Plans::Save)
+    trace_flat_plans(trackables, options, variables, Traced::Save)
 }
 
 /// [`trace_flat`] with room in its graph for the saver entry points `compile` adds: a
@@ -55,13 +55,13 @@ pub(crate) fn trace_flat_with_entry_points(
         trackables,
         options,
         VariableOps::Create,
-        Plans::WithEntryPoints,
+        Traced::WithEntryPoints,
     )
 }
 
 /// Which plans a flat trace holds after the variables.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Plans {
+enum Traced {
     /// The save plan.
     Save,
     /// The save and restore plans.
@@ -70,16 +70,16 @@ enum Plans {
     WithEntryPoints,
 }
 
-/// [`trace_flat_as`] of `plans`.
+/// [`trace_flat_as`] of what `traced` says.
 fn trace_flat_plans(
     trackables: &[Trackable],
     options: &TraceOptions,
     variables: VariableOps,
-    plans: Plans,
+    traced: Traced,
 ) -> Result<FlatTrace, TraceError> {
-    let restore = plans != Plans::Save;
+    let restore = traced != Traced::Save;
     let inputs = Inputs::collect(trackables, options)?;
-    let (n_ops, n_edges) = flat_size(&inputs, variables, plans);
+    let (n_ops, n_edges) = flat_size(&inputs, variables, traced);
     let mut tracer = Tracer::in_background(
         VarSource::Local(Vec::new()),
         inputs.tensors.len(),
@@ -177,7 +177,7 @@ fn trace_flat_plans(
 /// nothing else. Counted for graph variables and saved constants; a variable read by a
 /// saveable at save time (partitioned, parallel components) makes a few ops more, for which
 /// the tables grow.
-fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, plans: Plans) -> (usize, usize) {
+fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, traced: Traced) -> (usize, usize) {
     let (mut n_ops, mut n_edges) = (0, 0);
     for tensor in &inputs.tensors {
         // The save reads every tensor: one `SaveV2` input each.
@@ -196,12 +196,12 @@ fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, plans: Plans) -> (usiz
         };
         n_ops += ops;
         n_edges += edges;
-        match plans {
-            Plans::Save => {}
+        match traced {
+            Traced::Save => {}
             // An `Identity` of the `RestoreV2` output, and the `AssignVariableOp` of it.
-            Plans::SaveRestore => (n_ops, n_edges) = (n_ops + 2, n_edges + 3),
+            Traced::SaveRestore => (n_ops, n_edges) = (n_ops + 2, n_edges + 3),
             // And the control edge from that assign to `save/restore_all`.
-            Plans::WithEntryPoints => (n_ops, n_edges) = (n_ops + 2, n_edges + 4),
+            Traced::WithEntryPoints => (n_ops, n_edges) = (n_ops + 2, n_edges + 4),
         }
     }
     // Per task a `SaveV2` with its constants, its shard's name and device copies, and a
@@ -345,13 +345,13 @@ mod tests {
             VariableOps::Handles,
             VariableOps::Attach,
         ] {
-            for plans in [Plans::Save, Plans::SaveRestore, Plans::WithEntryPoints] {
-                let trace = trace_flat_plans(&trackables, &options, variables, plans).unwrap();
-                let (n_ops, n_edges) = flat_size(&inputs, variables, plans);
+            for traced in [Traced::Save, Traced::SaveRestore, Traced::WithEntryPoints] {
+                let trace = trace_flat_plans(&trackables, &options, variables, traced).unwrap();
+                let (n_ops, n_edges) = flat_size(&inputs, variables, traced);
                 let graph = &trace.module.graph;
-                let what = format!("{variables:?}, {plans:?}");
+                let what = format!("{variables:?}, {traced:?}");
                 let (mut ops, mut edges) = (graph.len(), graph.edges().len());
-                if plans == Plans::WithEntryPoints {
+                if traced == Traced::WithEntryPoints {
                     // `save/Identity` (the prefix, after the merge) and `save/restore_all`.
                     ops += 2;
                     edges += 2 + trace.restore_targets.len();
