@@ -263,6 +263,13 @@ impl Graph {
             .copied()
     }
 
+    /// The op at `index` ([`OpId::index`]), if one is there.
+    pub fn op_at(&self, index: usize) -> Option<OpId> {
+        (index < self.inner.node_bound())
+            .then(|| OpId::from_index(index))
+            .filter(|id| self.inner.contains_node(id.0))
+    }
+
     /// Whether `id` names an op of this graph.
     pub fn contains(&self, id: OpId) -> bool {
         self.inner.contains_node(id.0)
@@ -881,6 +888,13 @@ mod tests {
         assert_eq!(graph.ops(), [a, b, c]);
         graph.push_input(c, a, Port::Index(0));
         graph.remove_op(a).unwrap();
+        assert_eq!(
+            graph.op_at(a.index()),
+            None,
+            "a removed op's index holds nothing"
+        );
+        assert_eq!(graph.op_at(b.index()), Some(b));
+        assert_eq!(graph.op_at(graph.id_bound()), None);
         let d = op(&mut graph, "d");
         assert_eq!(graph.ops(), [b, c, d]);
         assert!(graph.inputs(c).is_empty());

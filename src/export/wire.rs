@@ -22,7 +22,7 @@ use saveplan_proto::tensorflow as pb;
 use super::attr::import_attr;
 use super::graph_def::module_of;
 use super::meta_graph::{MetaGraph, meta_graph_of};
-use super::node::{Syntax, connect_inputs, has_control};
+use super::node::{InputResolver, Syntax, connect_inputs, has_control};
 
 /// Nodes parsed in parallel before they join the graph in order: bounds what is held at once.
 const NODES_PER_CHUNK: usize = 1 << 14;
@@ -112,8 +112,18 @@ fn import_nodes_bytes(nodes: &[&[u8]]) -> Option<Graph> {
         std::mem::swap(&mut parsed, &mut next_parsed);
     }
     graph.reserve(0, n_inputs);
+    let mut resolver = InputResolver::default();
     for (id, name, bytes) in placed {
-        connect_inputs(&mut graph, name, inputs(bytes), id, Syntax::GraphDef).ok()?;
+        let inputs = inputs(bytes);
+        connect_inputs(
+            &mut graph,
+            &mut resolver,
+            name,
+            inputs,
+            id,
+            Syntax::GraphDef,
+        )
+        .ok()?;
     }
     Some(graph)
 }

@@ -194,3 +194,84 @@ fn bytes_of_another_kind_are_not_taken_directly() {
     assert!(export::import_binary_direct(&bytes, MessageKind::SaverDef).is_none());
     assert!(export::import_binary_direct(&bytes, MessageKind::MetaGraphDef).is_none());
 }
+
+/// Inputs are found by name wherever their ops are, on both paths: before or after the
+/// reading op, near it or far, at a steady stride that then breaks, the same op again, and
+/// names that sit where an earlier stride would guess. The import looks where a plan's inputs
+/// usually are before it asks the name index; exporting again must give every node's inputs
+/// back exactly.
+#[test]
+fn inputs_resolve_to_their_named_ops_wherever_they_are() {
+    // A fixed pseudo-random sequence (an LCG), so the case is the same on every run.
+    let mut state: u64 = 0x5eed;
+    let mut next = |bound: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize % bound
+    };
+    let n = 400;
+    // Names out of index order, so a name says nothing about where its op is.
+    let names: Vec<String> = (0..n).map(|i| format!("op_{}", (i * 7919) % n)).collect();
+    let mut nodes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let mut inputs: Vec<String> = Vec::new();
+        let form = |j: usize, output: usize| match output {
+            0 => names[j].clone(),
+            output => format!("{}:{output}", names[j]),
+        };
+        match i % 5 {
+            // A long run at a steady stride, broken halfway, then the same op again.
+            0 if i >= 200 => {
+                let start = next(40);
+                for k in 0..12 {
+                    let j = if k < 6 {
+                        start + 5 * k
+                    } else {
+                        start + 7 * k + 1
+                    };
+                    inputs.push(form(j % n, k % 3));
+                }
+                inputs.push(form(start, 0));
+            }
+            // The ops just before, as a variable's ops read their handle.
+            1 | 2 if i >= 3 => {
+                inputs.push(form(i - 1, 0));
+                inputs.push(form(i - 3, 1));
+            }
+            // Anywhere, later ops included.
+            _ => {
+                for _ in 0..next(4) {
+                    inputs.push(form(next(n), next(2)));
+                }
+            }
+        }
+        // Control inputs after the data inputs, near and far.
+        for _ in 0..next(3) {
+            let j = if next(2) == 0 {
+                i.saturating_sub(1 + next(6))
+            } else {
+                next(n)
+            };
+            inputs.push(format!("^{}", names[j]));
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        nodes.push(node(name, "SomeOp", &inputs));
+    }
+    let bytes = graph_bytes(nodes.clone());
+    let direct = export::import_binary_direct(&bytes, MessageKind::GraphDef)
+        .expect("the direct path takes plain nodes");
+    let message = ProtoMessage::GraphDef(pb::GraphDef::decode(bytes.as_slice()).unwrap())
+        .import()
+        .unwrap();
+    for (what, loaded) in [("direct", direct), ("message", message)] {
+        let ProtoMessage::GraphDef(exported) = loaded.export().unwrap() else {
+            panic!("{what}: not a GraphDef");
+        };
+        assert_eq!(exported.node.len(), n, "{what}");
+        for (ours, given) in exported.node.iter().zip(&nodes) {
+            assert_eq!(ours.name, given.name, "{what}");
+            assert_eq!(ours.input, given.input, "{what}: inputs of {}", given.name);
+        }
+    }
+}
