@@ -263,6 +263,15 @@ impl Graph {
             .copied()
     }
 
+    /// [`Graph::find`], looking first at index `guess` ([`OpId::index`]), where the caller
+    /// expects the op: for lists of names made in order, a read of one op instead of the name
+    /// index's cache misses when the guess is right, and the index's answer either way.
+    pub fn find_near(&self, name: &str, guess: usize) -> Option<OpId> {
+        self.op_at(guess)
+            .filter(|id| self.inner[id.0].name == name)
+            .or_else(|| self.find(name))
+    }
+
     /// The op at `index` ([`OpId::index`]), if one is there.
     pub fn op_at(&self, index: usize) -> Option<OpId> {
         (index < self.inner.node_bound())
@@ -895,6 +904,10 @@ mod tests {
         );
         assert_eq!(graph.op_at(b.index()), Some(b));
         assert_eq!(graph.op_at(graph.id_bound()), None);
+        assert_eq!(graph.find_near("c", c.index()), Some(c), "a right guess");
+        assert_eq!(graph.find_near("c", b.index()), Some(c), "a wrong guess");
+        assert_eq!(graph.find_near("a", a.index()), None, "a removed op");
+        assert_eq!(graph.find_near("c", usize::MAX), Some(c), "past the bound");
         let d = op(&mut graph, "d");
         assert_eq!(graph.ops(), [b, c, d]);
         assert!(graph.inputs(c).is_empty());

@@ -207,6 +207,15 @@ enum Target {
     Op(OpId),
 }
 
+impl Target {
+    /// The op of the target.
+    fn op(&self) -> OpId {
+        match *self {
+            Target::Tensor(op, _) | Target::Op(op) => op,
+        }
+    }
+}
+
 /// What compiling a graph needs besides the graph.
 struct Compiler<'m> {
     module: &'m Module,
@@ -231,13 +240,23 @@ impl CompiledPlan {
             stack: Vec::new(),
         };
         let graph = &module.graph;
+        // A long target list (a restore's assigns) is usually in creation order at a steady
+        // stride: each target is looked for where the two before it put it first.
+        let mut last: Option<(usize, isize)> = None;
         let targets = targets
             .iter()
-            .map(|text| parse_target(graph, text, true))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|text| {
+                let guess = last.and_then(|(index, step)| index.checked_add_signed(step));
+                let target = parse_target(graph, text, true, guess)?;
+                let index = target.op().index();
+                let step = last.map_or(0, |(last, _)| index as isize - last as isize);
+                last = Some((index, step));
+                Ok(target)
+            })
+            .collect::<Result<Vec<_>, ExecError>>()?;
         let feeds = feeds
             .iter()
-            .map(|text| Ok((text.to_string(), parse_target(graph, text, false)?)))
+            .map(|text| Ok((text.to_string(), parse_target(graph, text, false, None)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
         compiler.compile_graph(graph, &targets, &feeds)
     }
@@ -721,8 +740,14 @@ impl PlanBuilder<'_> {
     }
 }
 
-/// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`).
-fn parse_target(graph: &Graph, text: &str, op_allowed: bool) -> Result<Target, ExecError> {
+/// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`), its op
+/// looked for at index `guess` first (see [`Graph::find_near`]).
+fn parse_target(
+    graph: &Graph,
+    text: &str,
+    op_allowed: bool,
+    guess: Option<usize>,
+) -> Result<Target, ExecError> {
     let bad = || ExecError::BadTensorName {
         name: text.to_owned(),
     };
@@ -733,7 +758,11 @@ fn parse_target(graph: &Graph, text: &str, op_allowed: bool) -> Result<Target, E
         Some(OutputRef::Index(index)) => Some(index),
         Some(OutputRef::Named { .. }) => return Err(bad()),
     };
-    let id = graph.find(name).ok_or_else(|| ExecError::UnknownOp {
+    let found = match guess {
+        Some(guess) => graph.find_near(name, guess),
+        None => graph.find(name),
+    };
+    let id = found.ok_or_else(|| ExecError::UnknownOp {
         name: name.to_owned(),
     })?;
     let output = match output {
