@@ -161,6 +161,33 @@ pub struct Graph {
     visited: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// Where the next of a run of names met in order probably is, for [`Graph::find_near`]: the
+/// last one's index plus the step between the last two, then the last one again. A plan makes
+/// the ops of such runs at a steady stride (a `SaveV2`'s tensors, a restore's assigns).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stride {
+    /// The index of the last op found, and its distance from the one before.
+    last: Option<(usize, isize)>,
+}
+
+impl Stride {
+    /// The indices to look at first for the next name.
+    pub fn guesses(&self) -> impl Iterator<Item = usize> + use<> {
+        self.last
+            .into_iter()
+            .flat_map(|(last, step)| last.checked_add_signed(step).into_iter().chain([last]))
+    }
+
+    /// Takes `found` as the last op of the run.
+    pub fn record(&mut self, found: OpId) {
+        let index = found.index();
+        let step = self
+            .last
+            .map_or(0, |(last, _)| index as isize - last as isize);
+        self.last = Some((index, step));
+    }
+}
+
 /// The data input edges of one op (see `Graph::data_inputs`).
 type InputSlots = SmallVec<[EdgeIndex<u32>; 4]>;
 
@@ -263,12 +290,14 @@ impl Graph {
             .copied()
     }
 
-    /// [`Graph::find`], looking first at index `guess` ([`OpId::index`]), where the caller
-    /// expects the op: for lists of names made in order, a read of one op instead of the name
-    /// index's cache misses when the guess is right, and the index's answer either way.
-    pub fn find_near(&self, name: &str, guess: usize) -> Option<OpId> {
-        self.op_at(guess)
-            .filter(|id| self.inner[id.0].name == name)
+    /// [`Graph::find`], looking first at the indices `guesses` ([`OpId::index`]), in turn,
+    /// where the caller expects the op (names met in order, [`Stride`]): a read of one op
+    /// instead of the name index's cache misses when a guess is right. A guess counts only
+    /// when the op there has the very name, so the answer is always the index's.
+    pub fn find_near(&self, name: &str, guesses: impl IntoIterator<Item = usize>) -> Option<OpId> {
+        guesses
+            .into_iter()
+            .find_map(|index| self.op_at(index).filter(|id| self.inner[id.0].name == name))
             .or_else(|| self.find(name))
     }
 
@@ -891,6 +920,24 @@ mod tests {
     }
 
     #[test]
+    fn a_stride_guesses_the_next_of_a_run_then_the_last_again() {
+        let mut stride = Stride::default();
+        assert_eq!(stride.guesses().count(), 0, "nothing to guess from yet");
+        stride.record(OpId::from_index(4));
+        assert_eq!(stride.guesses().collect::<Vec<_>>(), [4, 4]);
+        stride.record(OpId::from_index(9));
+        assert_eq!(stride.guesses().collect::<Vec<_>>(), [14, 9]);
+        stride.record(OpId::from_index(7));
+        assert_eq!(stride.guesses().collect::<Vec<_>>(), [5, 7]);
+        stride.record(OpId::from_index(0));
+        assert_eq!(
+            stride.guesses().collect::<Vec<_>>(),
+            [0],
+            "no index below 0"
+        );
+    }
+
+    #[test]
     fn removal_keeps_other_ids_and_order() {
         let mut graph = Graph::new();
         let (a, b, c) = abc(&mut graph);
@@ -904,10 +951,19 @@ mod tests {
         );
         assert_eq!(graph.op_at(b.index()), Some(b));
         assert_eq!(graph.op_at(graph.id_bound()), None);
-        assert_eq!(graph.find_near("c", c.index()), Some(c), "a right guess");
-        assert_eq!(graph.find_near("c", b.index()), Some(c), "a wrong guess");
-        assert_eq!(graph.find_near("a", a.index()), None, "a removed op");
-        assert_eq!(graph.find_near("c", usize::MAX), Some(c), "past the bound");
+        assert_eq!(graph.find_near("c", [c.index()]), Some(c), "a right guess");
+        assert_eq!(graph.find_near("c", [b.index()]), Some(c), "a wrong guess");
+        assert_eq!(
+            graph.find_near("c", [b.index(), c.index()]),
+            Some(c),
+            "a later guess"
+        );
+        assert_eq!(graph.find_near("a", [a.index()]), None, "a removed op");
+        assert_eq!(
+            graph.find_near("c", [usize::MAX]),
+            Some(c),
+            "past the bound"
+        );
         let d = op(&mut graph, "d");
         assert_eq!(graph.ops(), [b, c, d]);
         assert!(graph.inputs(c).is_empty());

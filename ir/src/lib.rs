@@ -67,7 +67,7 @@ pub use attr::{
 pub use dot::to_dot;
 pub use dtype::DType;
 pub use edits::{Edit, Edits};
-pub use graph::{Edge, Graph, GraphError, Input, NodeDebugInfo, OpId, OpMut, OpNode, Port};
+pub use graph::{Edge, Graph, GraphError, Input, NodeDebugInfo, OpId, OpMut, OpNode, Port, Stride};
 pub use module::{ArgDef, AttrDef, Function, Library, Module, Signature, Versions};
 pub use names::{OutputRef, SaverDef, SaverNames, TensorName, TensorNameError};
 pub use op::Op;

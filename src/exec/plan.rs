@@ -29,8 +29,8 @@ use rustc_hash::FxHashMap;
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::signature::{self, PortError};
 use saveplan_ir::{
-    AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, TensorName,
-    Verified,
+    AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, OutputRef, Port, Stride,
+    TensorName, Verified,
 };
 use smallvec::SmallVec;
 
@@ -241,22 +241,22 @@ impl CompiledPlan {
         };
         let graph = &module.graph;
         // A long target list (a restore's assigns) is usually in creation order at a steady
-        // stride: each target is looked for where the two before it put it first.
-        let mut last: Option<(usize, isize)> = None;
+        // stride: each target is looked for where the ones before it put it first.
+        let mut stride = Stride::default();
         let targets = targets
             .iter()
             .map(|text| {
-                let guess = last.and_then(|(index, step)| index.checked_add_signed(step));
-                let target = parse_target(graph, text, true, guess)?;
-                let index = target.op().index();
-                let step = last.map_or(0, |(last, _)| index as isize - last as isize);
-                last = Some((index, step));
+                let target = parse_target(graph, text, true, stride)?;
+                stride.record(target.op());
                 Ok(target)
             })
             .collect::<Result<Vec<_>, ExecError>>()?;
         let feeds = feeds
             .iter()
-            .map(|text| Ok((text.to_string(), parse_target(graph, text, false, None)?)))
+            .map(|text| {
+                let target = parse_target(graph, text, false, Stride::default())?;
+                Ok((text.to_string(), target))
+            })
             .collect::<Result<Vec<_>, ExecError>>()?;
         compiler.compile_graph(graph, &targets, &feeds)
     }
@@ -741,12 +741,12 @@ impl PlanBuilder<'_> {
 }
 
 /// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`), its op
-/// looked for at index `guess` first (see [`Graph::find_near`]).
+/// looked for where `stride` guesses first (see [`Graph::find_near`]).
 fn parse_target(
     graph: &Graph,
     text: &str,
     op_allowed: bool,
-    guess: Option<usize>,
+    stride: Stride,
 ) -> Result<Target, ExecError> {
     let bad = || ExecError::BadTensorName {
         name: text.to_owned(),
@@ -758,13 +758,11 @@ fn parse_target(
         Some(OutputRef::Index(index)) => Some(index),
         Some(OutputRef::Named { .. }) => return Err(bad()),
     };
-    let found = match guess {
-        Some(guess) => graph.find_near(name, guess),
-        None => graph.find(name),
-    };
-    let id = found.ok_or_else(|| ExecError::UnknownOp {
-        name: name.to_owned(),
-    })?;
+    let id = graph
+        .find_near(name, stride.guesses())
+        .ok_or_else(|| ExecError::UnknownOp {
+            name: name.to_owned(),
+        })?;
     let output = match output {
         Some(output) => output,
         None if op_allowed => return Ok(Target::Op(id)),

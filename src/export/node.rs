@@ -8,7 +8,9 @@ use prost::Message;
 use rustc_hash::FxHashMap;
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::signature::{self, SignatureError};
-use saveplan_ir::{AttrValue, Attrs, Graph, NodeDebugInfo, Op, OpId, OutputRef, Port, TensorName};
+use saveplan_ir::{
+    AttrValue, Attrs, Graph, NodeDebugInfo, Op, OpId, OutputRef, Port, Stride, TensorName,
+};
 use saveplan_proto::tensorflow as pb;
 
 use super::attr::{encode_attr_value, export_attrs, import_attrs};
@@ -319,9 +321,8 @@ enum ParsedInput {
 #[derive(Default)]
 pub(crate) struct InputResolver {
     /// Per kind of input (the reading op's kind and its input slot, slots from [`MANY`] on
-    /// together; control inputs apart): the index of the op the last such input named, and
-    /// its distance from the one named before it.
-    last: FxHashMap<(Discriminant<Op>, u32), (usize, isize)>,
+    /// together; control inputs apart): the run of ops such inputs named.
+    last: FxHashMap<(Discriminant<Op>, u32), Stride>,
 }
 
 /// The input slot from which on all the inputs of an op count as one kind (a `SaveV2`'s
@@ -343,21 +344,10 @@ impl InputResolver {
             slot.min(MANY)
         };
         let key = (std::mem::discriminant(&graph.op(reader).op), kind);
-        let named = |index: usize| graph.op_at(index).filter(|&id| graph.op(id).name == name);
-        let last = self.last.get(&key).copied();
-        let found = last
-            .and_then(|(last, step)| {
-                last.checked_add_signed(step)
-                    .and_then(named)
-                    .or_else(|| named(last))
-            })
-            .or_else(|| {
-                (1..=WINDOW).find_map(|back| reader.index().checked_sub(back).and_then(named))
-            })
-            .or_else(|| graph.find(name))?;
-        let index = found.index();
-        let step = last.map_or(0, |(last, _)| index as isize - last as isize);
-        self.last.insert(key, (index, step));
+        let stride = self.last.entry(key).or_default();
+        let before = (1..=WINDOW).filter_map(|back| reader.index().checked_sub(back));
+        let found = graph.find_near(name, stride.guesses().chain(before))?;
+        stride.record(found);
         Some(found)
     }
 }
