@@ -46,13 +46,13 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use super::error::ExecError;
-use super::kernels::{Kernel, KernelCx, state};
+use super::kernels::{Kernel, state};
 use saveplan_ir::Verified;
 
 use super::plan::{Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Work};
-use super::step::{RunContext, notify, op_error, run_kernel_for};
+use super::step::{RunContext, kernel_cx, notify, op_error, run_kernel_for, run_save_lent_for};
 use super::tensor::HostTensor;
-use super::variables::{SlotCache, VarKeyRef, VarSlot};
+use super::variables::{SlotCache, VarKeyRef, VarSlot, VariableReader};
 
 /// The first saved tensor among a `SaveV2`'s inputs (after prefix, names and slices).
 const FIRST_TENSOR: usize = saveplan_ir::saver_ops::save_v2::FIRST_TENSOR as usize;
@@ -194,10 +194,12 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                     current = candidate.outputs[0];
                     previous = user;
                 }
-                Work::Kernel(Kernel::AssignVariableOp { .. })
-                    if candidate.inputs.len() == 2
-                        && candidate.inputs[1] == current
-                        && earlier(facts, candidate.inputs[0], head) =>
+                &Work::Kernel(Kernel::AssignVariableOp {
+                    dtype,
+                    validate_shape,
+                }) if candidate.inputs.len() == 2
+                    && candidate.inputs[1] == current
+                    && earlier(facts, candidate.inputs[0], head) =>
                 {
                     members.push(StepId(user as u32));
                     let handle = match var_handle(steps, facts, candidate.inputs[0], user) {
@@ -211,6 +213,8 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         position: position as u32,
                         handle,
                         members: start as u32..members.len() as u32,
+                        dtype,
+                        validate_shape,
                     });
                     continue 'outputs;
                 }
@@ -273,7 +277,7 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                     current = candidate.inputs[0];
                     next = producer as usize;
                 }
-                Work::Kernel(Kernel::ReadVariableOp { .. }) => {
+                &Work::Kernel(Kernel::ReadVariableOp { dtype }) => {
                     members.push(StepId(producer));
                     let handle =
                         match var_handle(steps, facts, candidate.inputs[0], producer as usize) {
@@ -288,6 +292,8 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         position: (offset - 3) as u32,
                         handle,
                         members: start as u32..members.len() as u32,
+                        dtype,
+                        validate_shape: false,
                     });
                     continue 'inputs;
                 }
@@ -445,9 +451,12 @@ fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
 /// Runs fused step `step` (on `device`) of `plan` on `inputs`, returning the outputs the step
 /// still writes. Errors and observer events are those of the folded ops.
 ///
-/// Without an observer the variables are read (save) or assigned (restore) under one lock;
-/// with one, each folded op runs on its own and is reported, so that the observer may use the
-/// variables.
+/// Without an observer the variables are assigned (restore) under one lock, or borrowed
+/// (save) under the store's read lock, which is held until the `SaveV2` has written them: a
+/// save clones no value (two reference counts per variable, touched twice, cost as much as the
+/// bundle code spends on a small tensor), and an assignment from another thread waits for the
+/// file instead. The bytes are those of a read followed by the write. With an observer, each
+/// folded op runs on its own and is reported, so that the observer may use the variables.
 pub(crate) fn run_fused(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
@@ -472,59 +481,83 @@ pub(crate) fn run_fused(
                 fused.n_head_outputs,
             )?;
             match slots {
-                Some(slots) => assign_all(run, plan, device, fused, &slots, &tensors)?,
-                None => restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?,
+                Some(slots) => {
+                    // Each tensor moves to its variable or out of the step.
+                    let mut tensors: Vec<Option<HostTensor>> =
+                        tensors.into_iter().map(Some).collect();
+                    assign_all(run, plan, device, fused, &slots, &mut tensors)?;
+                    Ok(fused
+                        .kept
+                        .iter()
+                        .map(|&position| tensors[position as usize].take())
+                        .map(|tensor| tensor.expect("a kept output is not folded"))
+                        .collect())
+                }
+                None => {
+                    restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?;
+                    Ok(fused
+                        .kept
+                        .iter()
+                        .map(|&position| tensors[position as usize].clone())
+                        .collect())
+                }
             }
-            Ok(fused
-                .kept
-                .iter()
-                .map(|&position| tensors[position as usize].clone())
-                .collect())
         }
-        Kind::Save => {
-            let values = match slots {
-                Some(slots) => read_all(run, plan, device, fused, &slots)?,
-                None => read_op_by_op(run, plan, device, fused, &inputs)?,
-            };
-            for (chain, value) in fused.chains.iter().zip(values) {
-                inputs[FIRST_TENSOR + chain.position as usize] = value;
+        Kind::Save => match slots {
+            Some(slots) => {
+                // Held until the file is written: the values are saved where they are.
+                let reader = run.variables.reader();
+                let lent = lend_all(&reader, plan, device, fused, &slots)?;
+                run_save_lent_for(
+                    run,
+                    step,
+                    device,
+                    &fused.kernel,
+                    &inputs,
+                    &lent,
+                    fused.n_head_outputs,
+                )
             }
-            run_kernel_for(
-                run,
-                step,
-                device,
-                &fused.kernel,
-                &inputs,
-                fused.n_head_outputs,
-            )
-        }
+            None => {
+                let values = read_op_by_op(run, plan, device, fused, &inputs)?;
+                for (chain, value) in fused.chains.iter().zip(values) {
+                    inputs[FIRST_TENSOR + chain.position as usize] = value;
+                }
+                run_kernel_for(
+                    run,
+                    step,
+                    device,
+                    &fused.kernel,
+                    &inputs,
+                    fused.n_head_outputs,
+                )
+            }
+        },
     }
 }
 
-/// Assigns the restored `tensors` to the variables `slots` of the chains under one lock.
+/// Assigns the restored `tensors` to the variables `slots` of the chains under one lock,
+/// taking each chain's tensor.
 fn assign_all(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
     slots: &[VarSlot],
-    tensors: &[HostTensor],
+    tensors: &mut [Option<HostTensor>],
 ) -> Result<(), ExecError> {
     let mut writer = run.variables.writer();
     for (chain, &slot) in fused.chains.iter().zip(slots) {
-        let members = fused.chain_members(chain);
-        let assign = plan.step(members[members.len() - 1]);
-        let Work::Kernel(Kernel::AssignVariableOp {
-            dtype,
-            validate_shape,
-        }) = assign.work
-        else {
-            unreachable!("a restore chain ends with an assignment");
-        };
-        let value = tensors[chain.position as usize].clone();
+        let value = tensors[chain.position as usize]
+            .take()
+            .expect("one chain per output");
         writer
-            .assign_at(slot, dtype, value, validate_shape)
-            .map_err(|err| op_error(assign, device, err.into()))?;
+            .assign_at(slot, chain.dtype, value, chain.validate_shape)
+            .map_err(|err| {
+                let members = fused.chain_members(chain);
+                let assign = plan.step(members[members.len() - 1]);
+                op_error(assign, device, err.into())
+            })?;
     }
     Ok(())
 }
@@ -565,32 +598,28 @@ fn restore_op_by_op(
     Ok(())
 }
 
-/// Reads the variables `slots` of the save chains under one lock, in chain order.
-fn read_all(
-    run: &RunContext<'_>,
+/// The variables `slots` of the save chains, borrowed from `reader` in chain order, each with
+/// its position among the `SaveV2`'s tensors.
+fn lend_all<'r>(
+    reader: &'r VariableReader<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
     slots: &[VarSlot],
-) -> Result<Vec<HostTensor>, ExecError> {
-    let reader = run.variables.reader();
-    let mut values = Vec::with_capacity(slots.len());
+) -> Result<Vec<(u32, &'r HostTensor)>, ExecError> {
+    let mut lent = Vec::with_capacity(slots.len());
     for (chain, &slot) in fused.chains.iter().zip(slots) {
-        let members = fused.chain_members(chain);
-        let read = match chain.handle {
-            Handle::Input(_) => members[0],
-            Handle::Member => members[1],
-        };
-        let read = plan.step(read);
-        let Work::Kernel(Kernel::ReadVariableOp { dtype }) = read.work else {
-            unreachable!("a save chain starts with a read");
-        };
-        let value = reader
-            .read_as_at(slot, dtype)
-            .map_err(|err| op_error(read, device, err.into()))?;
-        values.push(value);
+        let value = reader.value_as_at(slot, chain.dtype).map_err(|err| {
+            let members = fused.chain_members(chain);
+            let read = match chain.handle {
+                Handle::Input(_) => members[0],
+                Handle::Member => members[1],
+            };
+            op_error(plan.step(read), device, err.into())
+        })?;
+        lent.push((chain.position, value));
     }
-    Ok(values)
+    Ok(lent)
 }
 
 /// Runs the folded ops of every save chain one by one, reporting each; returns the tensors
@@ -693,14 +722,8 @@ fn run_member(
     let Work::Kernel(kernel) = &member.work else {
         unreachable!("only kernel steps are folded");
     };
-    let cx = KernelCx {
-        variables: run.variables,
-        io: run.io,
-        name: &member.name,
-        device,
-    };
     let output = kernel
-        .run_folded(&cx, inputs)
+        .run_folded(&kernel_cx(run, member, device), inputs)
         .map_err(|err| op_error(member, device, err))?;
     notify(run, member, device, output.as_slice());
     Ok(output)

@@ -150,6 +150,12 @@ pub(super) struct Chain {
     pub(super) handle: Handle,
     /// Its steps in [`Fused::members`].
     pub(super) members: Range<u32>,
+    /// The dtype of its variable op: the `ReadVariableOp` of a save chain, the
+    /// `AssignVariableOp` of a restore chain. Kept here with `validate_shape` (the
+    /// assignment's; false for a save) so that a run under one lock reads no step.
+    pub(super) dtype: DType,
+    /// Whether the assignment of a restore chain validates the shape.
+    pub(super) validate_shape: bool,
 }
 
 impl Fused {

@@ -123,13 +123,33 @@ pub(crate) fn run_kernel_for(
     inputs: &[HostTensor],
     n_outputs: usize,
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let cx = KernelCx {
+    let result = kernel.run(&kernel_cx(run, step, device), inputs);
+    finish_step(run, step, device, result, n_outputs)
+}
+
+/// [`run_kernel_for`] of the `SaveV2` kernel of fused step `step`, with the variables it
+/// borrowed `lent` in place of those tensor inputs ([`Kernel::run_save_lent`]).
+pub(crate) fn run_save_lent_for(
+    run: &RunContext<'_>,
+    step: &Step,
+    device: &str,
+    kernel: &Kernel,
+    inputs: &[HostTensor],
+    lent: &[(u32, &HostTensor)],
+    n_outputs: usize,
+) -> Result<Vec<HostTensor>, ExecError> {
+    let result = kernel.run_save_lent(&kernel_cx(run, step, device), inputs, lent);
+    finish_step(run, step, device, result, n_outputs)
+}
+
+/// What the kernel of `step` (on `device`) sees of the run.
+pub(crate) fn kernel_cx<'a>(run: &RunContext<'a>, step: &'a Step, device: &'a str) -> KernelCx<'a> {
+    KernelCx {
         variables: run.variables,
         io: run.io,
         name: &step.name,
         device,
-    };
-    finish_step(run, step, device, kernel.run(&cx, inputs), n_outputs)
+    }
 }
 
 /// Turns what running the body of `function` (the work of call step `step`) returned into the

@@ -3,7 +3,7 @@
 
 use saveplan_ir::DType;
 
-use super::{KernelCx, typed_input, utf8_scalar};
+use super::{KernelCx, of_dtype, typed_input, utf8_scalar};
 use crate::exec::error::KernelError;
 use crate::exec::io::{CheckpointIo, MergeFlags, RestoreRequest, SaveRequest};
 use crate::exec::tensor::HostTensor;
@@ -14,6 +14,18 @@ pub(super) fn save_v2(
     dtypes: &[DType],
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
+    save_v2_lent(cx, dtypes, inputs, &[])
+}
+
+/// [`save_v2`] with the tensors at some positions lent from elsewhere: `(position, tensor)`
+/// in `lent` saves `tensor` as tensor `position` (input `3 + position`), whatever that input
+/// holds. The fused save lends the variables it borrowed under their lock.
+pub(super) fn save_v2_lent(
+    cx: &KernelCx<'_>,
+    dtypes: &[DType],
+    inputs: &[HostTensor],
+    lent: &[(u32, &HostTensor)],
+) -> Result<Vec<HostTensor>, KernelError> {
     let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
     if inputs.len() != 3 + dtypes.len() {
         return Err(KernelError::invalid(format!(
@@ -22,14 +34,19 @@ pub(super) fn save_v2(
             inputs.len().saturating_sub(3)
         )));
     }
+    let mut tensors: Vec<&HostTensor> = inputs[3..].iter().collect();
+    for &(position, tensor) in lent {
+        tensors[position as usize] = tensor;
+    }
     let requests = dtypes
         .iter()
+        .zip(tensors)
         .enumerate()
-        .map(|(position, &dtype)| {
+        .map(|(position, (&dtype, tensor))| {
             Ok(SaveRequest {
                 name: names[position],
                 shape_and_slice: specs[position],
-                tensor: typed_input(inputs, 3 + position, dtype)?,
+                tensor: of_dtype(tensor, 3 + position, dtype)?,
             })
         })
         .collect::<Result<Vec<_>, KernelError>>()?;

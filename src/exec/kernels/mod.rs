@@ -301,6 +301,23 @@ impl Kernel {
             _ => Ok(self.run(cx, inputs)?.pop()),
         }
     }
+
+    /// Runs a `SaveV2` kernel as [`Kernel::run`] does, with the tensors `lent` (by position
+    /// among the saved tensors) saved in place of those inputs: what a fused save runs with
+    /// the variables it borrowed. Any other kernel is an error.
+    pub(crate) fn run_save_lent(
+        &self,
+        cx: &KernelCx<'_>,
+        inputs: &[HostTensor],
+        lent: &[(u32, &HostTensor)],
+    ) -> Result<Vec<HostTensor>, KernelError> {
+        let Kernel::SaveV2 { dtypes } = self else {
+            return Err(KernelError::invalid("only a SaveV2 saves lent tensors"));
+        };
+        let values = state::deref_refs(cx, inputs, 0)?;
+        let inputs = values.as_deref().unwrap_or(inputs);
+        checkpoint::save_v2_lent(cx, dtypes, inputs, lent)
+    }
 }
 
 /// Typed attribute access for [`Kernel::resolve`], with errors naming the op and attr.
@@ -401,7 +418,11 @@ fn typed_input(
     index: usize,
     dtype: DType,
 ) -> Result<&HostTensor, KernelError> {
-    let tensor = input(inputs, index)?;
+    of_dtype(input(inputs, index)?, index, dtype)
+}
+
+/// `tensor`, given as input `index`, which must hold `dtype`.
+fn of_dtype(tensor: &HostTensor, index: usize, dtype: DType) -> Result<&HostTensor, KernelError> {
     if tensor.dtype() != dtype {
         return Err(KernelError::InputDType {
             input: index,

@@ -126,8 +126,17 @@ pub fn fill_variables(
         };
         let dims: Vec<u64> = shape.dims.iter().map(|dim| dim.size as u64).collect();
         let n_bytes = dims.iter().product::<u64>() as usize * dtype.element_size().unwrap();
+        // Distinct per variable too (up to 64 of one shape), so that a value saved or
+        // restored under another variable's key shows.
+        let ordinal = (filled.len() as u8).wrapping_mul(13);
         let bytes = (0..n_bytes)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) & 0x3f)
+            .map(|i| {
+                (i as u8)
+                    .wrapping_mul(31)
+                    .wrapping_add(salt)
+                    .wrapping_add(ordinal)
+                    & 0x3f
+            })
             .collect();
         let value = HostTensor::from_bytes(*dtype, dims, bytes).unwrap();
         let shared_name = text("shared_name");
