@@ -214,12 +214,19 @@ impl Bound {
         // One lock for every put (nothing below touches the store otherwise).
         let mut writer = self.variables.writer();
         for (tensor, value) in pairs {
-            for part in &tensor.parts {
+            let mut value = Some(value);
+            for (index, part) in tensor.parts.iter().enumerate() {
                 let slot = *slots.next().expect("one slot per part");
+                let whole = value.as_ref().expect("taken by the last part only");
                 let part_value = match &part.region {
-                    None => value.clone(),
+                    // The last part takes the value itself: a clone would touch its reference
+                    // counts, a cache miss per variable that is most of assigning a small one.
+                    None if index + 1 == tensor.parts.len() => {
+                        value.take().expect("taken by the last part only")
+                    }
+                    None => whole.clone(),
                     Some(region) => {
-                        values::extract(&value, region).map_err(|source| SessionError::Tensor {
+                        values::extract(whole, region).map_err(|source| SessionError::Tensor {
                             key: tensor.key.clone(),
                             source,
                         })?
