@@ -13,7 +13,9 @@
 //!   before the clock starts), and `Session::restore` + `Session::values`.
 //! * **bare**: the same work without the executor: one `BundleIo::save` per task (in parallel
 //!   on rayon, as the plan's device queues are) plus `BundleIo::merge`, and one
-//!   `BundleIo::restore` per task. The ratio ours/bare is the executor's overhead.
+//!   `BundleIo::restore` per task, all on rayon's pool as the plan's steps are. The ratio
+//!   ours/bare is the executor's overhead; ours and bare run in turn, so that a slow stretch
+//!   of the machine falls on both.
 //! * **TF**: `benches/tf_baseline.py` on the same keys, dtypes and shapes (one device; eight
 //!   tasks need a cluster): `tf.raw_ops.SaveV2`/`RestoreV2` of every tensor, and
 //!   `tf.train.Checkpoint.write`/`read` of one variable per tensor. Checkpoint is timed on the
@@ -42,7 +44,7 @@ mod peers;
 #[path = "support/tf.rs"]
 mod tf_support;
 
-use peers::best_of;
+use peers::{best_of, best_of_pair};
 use tf_support::tf_python;
 
 use std::cell::Cell;
@@ -271,33 +273,40 @@ fn run_session(
     // The caller's map is built before the clock starts (the bare code gets its tensors as
     // they are, too); `assign` of it is timed.
     let given = Cell::new(None);
-    let save = best_of(
+    // Ours and the bare code in turn, each best of `repeat` runs of its own; the bare code on
+    // a pool thread, as the plan's steps run (which allocator arena serves a thread changes
+    // these times by more than the overhead measured).
+    let (save, bare_save) = best_of_pair(
         options.repeat,
-        || {
-            reset();
-            given.set(Some(values.clone()));
-        },
-        || {
-            let given = given.take().expect("set by the reset");
-            session.assign(given).expect("values fit");
-            session.save(&prefix).expect("save");
-        },
+        (
+            || {
+                reset();
+                given.set(Some(values.clone()));
+            },
+            || {
+                let given = given.take().expect("set by the reset");
+                session.assign(given).expect("values fit");
+                session.save(&prefix).expect("save");
+            },
+        ),
+        (reset, || {
+            rayon::scope(|_| bare_save(workload, n_tasks, &prefix));
+        }),
     );
-    let bare_save = best_of(options.repeat, reset, || {
-        bare_save(workload, n_tasks, &prefix)
-    });
     reset();
     session.save(&prefix).expect("save");
-    let restore = best_of(
+    let (restore, bare_restore) = best_of_pair(
         options.repeat,
-        || {},
-        || {
-            session.restore(&prefix).expect("restore");
-            let restored = session.values().expect("values");
-            assert_eq!(restored.len(), values.len());
-        },
+        (
+            || {},
+            || {
+                session.restore(&prefix).expect("restore");
+                let restored = session.values().expect("values");
+                assert_eq!(restored.len(), values.len());
+            },
+        ),
+        (|| {}, || rayon::scope(|_| bare_restore(workload, &prefix))),
     );
-    let bare_restore = best_of(options.repeat, || {}, || bare_restore(workload, &prefix));
     let restored = session.values().expect("values");
     assert!(restored == values, "restored values differ");
     let row = |op, seconds: Duration, bare: Duration| Row {

@@ -24,6 +24,27 @@ pub fn best_of(repeat: usize, mut reset: impl FnMut(), mut run: impl FnMut()) ->
         .expect("at least one run")
 }
 
+/// The fastest of `repeat` runs of `a` and of `b`, taken in turn (`a`, `b`, `a`, `b`, …) so
+/// that a slow stretch of a shared machine falls on both; each run after its reset, untimed.
+pub fn best_of_pair(
+    repeat: usize,
+    (mut reset_a, mut a): (impl FnMut(), impl FnMut()),
+    (mut reset_b, mut b): (impl FnMut(), impl FnMut()),
+) -> (Duration, Duration) {
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..repeat.max(1) {
+        reset_a();
+        let start = Instant::now();
+        a();
+        best.0 = best.0.min(start.elapsed());
+        reset_b();
+        let start = Instant::now();
+        b();
+        best.1 = best.1.min(start.elapsed());
+    }
+    best
+}
+
 /// `safetensors::serialize_to_file` of `tensors` (float32) at `path`.
 pub fn safetensors_write(tensors: &[(String, HostTensor)], path: &Path) {
     let views = tensors.iter().map(|(key, tensor)| {
