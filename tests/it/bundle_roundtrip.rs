@@ -79,3 +79,34 @@ fn sliced_string_tensor() {
     );
     assert!(reader.verify().is_empty());
 }
+
+/// `entry_position_from` finds what `entry_position` finds from every hint: keys at, after
+/// (near and far) and before the hint, keys between entries and past both ends, hints past
+/// the end.
+#[test]
+fn a_search_from_a_hint_finds_what_a_search_of_the_index_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("keys");
+    let mut writer = BundleWriter::with_options(&prefix, WriteOptions::default()).unwrap();
+    // Even numbers only, so that the odd ones fall between entries.
+    for index in (0..74).step_by(2) {
+        writer
+            .add(&format!("k{index:03}"), DType::UInt8, &[1], &[index as u8])
+            .unwrap();
+    }
+    writer.finish().unwrap();
+    let reader = BundleReader::open(&prefix).unwrap();
+    let n_entries = reader.entries().len();
+    assert_eq!(n_entries, 37);
+    let keys: Vec<String> = (0..80).map(|index| format!("k{index:03}")).collect();
+    for hint in 0..n_entries + 3 {
+        for key in keys.iter().map(String::as_str).chain(["a", "k", "z"]) {
+            assert_eq!(
+                reader.entry_position_from(hint, key),
+                reader.entry_position(key),
+                "{key} from {hint}"
+            );
+        }
+    }
+    assert_eq!(reader.entry_position_from(3, "k072"), Some(36));
+}
