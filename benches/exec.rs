@@ -8,9 +8,10 @@
 //!                             [--tf-vars N]
 //! ```
 //!
-//! * **ours**: `Session::assign` + `Session::save` (the traced plan: `SaveV2` per task under
-//!   the temporary prefix, then `MergeV2Checkpoints`; the map given to `assign` is built
-//!   before the clock starts), and `Session::restore` + `Session::values`.
+//! * **ours**: `Session::save` (the traced plan: `SaveV2` per task under the temporary
+//!   prefix, then `MergeV2Checkpoints`) and `Session::restore`, each alone (the plan's run:
+//!   rows `save` and `restore`) and with the call a user makes beside it (rows `assign + save`,
+//!   the map given to `assign` built before the clock starts, and `restore + values`).
 //! * **bare**: the same work without the executor: one `BundleIo::save` per task (in parallel
 //!   on rayon, as the plan's device queues are) plus `BundleIo::merge`, and one
 //!   `BundleIo::restore` per task, all on rayon's pool as the plan's steps are. The ratio
@@ -44,7 +45,7 @@ mod peers;
 #[path = "support/tf.rs"]
 mod tf_support;
 
-use peers::{best_of, best_of_pair};
+use peers::{best_of, best_of_each};
 use tf_support::tf_python;
 
 use std::cell::Cell;
@@ -275,37 +276,47 @@ fn run_session(
     let given = Cell::new(None);
     // Ours and the bare code in turn, each best of `repeat` runs of its own; the bare code on
     // a pool thread, as the plan's steps run (which allocator arena serves a thread changes
-    // these times by more than the overhead measured).
-    let (save, bare_save) = best_of_pair(
+    // these times by more than the overhead measured). `assign` and `values` are timed
+    // apart from the plans' runs too.
+    let saves = best_of_each(
         options.repeat,
-        (
-            || {
-                reset();
-                given.set(Some(values.clone()));
-            },
-            || {
-                let given = given.take().expect("set by the reset");
-                session.assign(given).expect("values fit");
-                session.save(&prefix).expect("save");
-            },
-        ),
-        (reset, || {
-            rayon::scope(|_| bare_save(workload, n_tasks, &prefix));
-        }),
+        &mut [
+            (
+                &mut || {
+                    reset();
+                    given.set(Some(values.clone()));
+                },
+                &mut || {
+                    let given = given.take().expect("set by the reset");
+                    session.assign(given).expect("values fit");
+                    session.save(&prefix).expect("save");
+                },
+            ),
+            (&mut || reset(), &mut || {
+                session.save(&prefix).expect("save")
+            }),
+            (&mut || reset(), &mut || {
+                rayon::scope(|_| bare_save(workload, n_tasks, &prefix));
+            }),
+        ],
     );
     reset();
     session.save(&prefix).expect("save");
-    let (restore, bare_restore) = best_of_pair(
+    let restores = best_of_each(
         options.repeat,
-        (
-            || {},
-            || {
+        &mut [
+            (&mut || {}, &mut || {
                 session.restore(&prefix).expect("restore");
                 let restored = session.values().expect("values");
                 assert_eq!(restored.len(), values.len());
-            },
-        ),
-        (|| {}, || rayon::scope(|_| bare_restore(workload, &prefix))),
+            }),
+            (&mut || {}, &mut || {
+                session.restore(&prefix).expect("restore")
+            }),
+            (&mut || {}, &mut || {
+                rayon::scope(|_| bare_restore(workload, &prefix));
+            }),
+        ],
     );
     let restored = session.values().expect("values");
     assert!(restored == values, "restored values differ");
@@ -319,8 +330,10 @@ fn run_session(
         tensors: workload.tensors.len(),
     };
     vec![
-        row("save", save, bare_save),
-        row("restore", restore, bare_restore),
+        row("save", saves[1], saves[2]),
+        row("assign + save", saves[0], saves[2]),
+        row("restore", restores[1], restores[2]),
+        row("restore + values", restores[0], restores[2]),
     ]
 }
 
@@ -557,7 +570,7 @@ fn print_table(rows: &[Row]) {
     let is_ours = |row: &&Row| row.bare.is_some() || row.op.starts_with("CLI");
     for ours in rows.iter().filter(is_ours) {
         let peers: &[&str] = match ours.op {
-            "save" | "CLI save" => &[
+            "save" | "assign + save" | "CLI save" => &[
                 "TF SaveV2",
                 "TF Checkpoint.write",
                 "safetensors write",

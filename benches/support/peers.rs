@@ -24,23 +24,21 @@ pub fn best_of(repeat: usize, mut reset: impl FnMut(), mut run: impl FnMut()) ->
         .expect("at least one run")
 }
 
-/// The fastest of `repeat` runs of `a` and of `b`, taken in turn (`a`, `b`, `a`, `b`, …) so
-/// that a slow stretch of a shared machine falls on both; each run after its reset, untimed.
-pub fn best_of_pair(
+/// The fastest of `repeat` runs of each `(reset, run)` of `runs`, taken in turn (each once,
+/// then each again, …) so that a slow stretch of a shared machine falls on all of them; each
+/// run after its reset, untimed.
+pub fn best_of_each(
     repeat: usize,
-    (mut reset_a, mut a): (impl FnMut(), impl FnMut()),
-    (mut reset_b, mut b): (impl FnMut(), impl FnMut()),
-) -> (Duration, Duration) {
-    let mut best = (Duration::MAX, Duration::MAX);
+    runs: &mut [(&mut dyn FnMut(), &mut dyn FnMut())],
+) -> Vec<Duration> {
+    let mut best = vec![Duration::MAX; runs.len()];
     for _ in 0..repeat.max(1) {
-        reset_a();
-        let start = Instant::now();
-        a();
-        best.0 = best.0.min(start.elapsed());
-        reset_b();
-        let start = Instant::now();
-        b();
-        best.1 = best.1.min(start.elapsed());
+        for ((reset, run), best) in runs.iter_mut().zip(&mut best) {
+            reset();
+            let start = Instant::now();
+            run();
+            *best = (*best).min(start.elapsed());
+        }
     }
     best
 }
