@@ -24,13 +24,13 @@ pub fn best_of(repeat: usize, mut reset: impl FnMut(), mut run: impl FnMut()) ->
         .expect("at least one run")
 }
 
+/// One measured run: its reset (untimed), then the run itself.
+pub type ResetAndRun<'a> = (&'a mut dyn FnMut(), &'a mut dyn FnMut());
+
 /// The fastest of `repeat` runs of each `(reset, run)` of `runs`, taken in turn (each once,
 /// then each again, …) so that a slow stretch of a shared machine falls on all of them; each
 /// run after its reset, untimed.
-pub fn best_of_each(
-    repeat: usize,
-    runs: &mut [(&mut dyn FnMut(), &mut dyn FnMut())],
-) -> Vec<Duration> {
+pub fn best_of_each(repeat: usize, runs: &mut [ResetAndRun<'_>]) -> Vec<Duration> {
     let mut best = vec![Duration::MAX; runs.len()];
     for _ in 0..repeat.max(1) {
         for ((reset, run), best) in runs.iter_mut().zip(&mut best) {
