@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::exec::{assert_same_files, backends, fill_variables, prepare, verified};
+use crate::support::exec::{
+    HookedIo, assert_same_files, backends, fill_variables, prepare, verified,
+};
 use crate::support::{ErrorForm, error_chain};
 
 use saveplan::exec::{
-    BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, IoError, MergeFlags,
-    RestoreRequest, RunContext, SaveRequest, StepEvent, VarKey, VariableStore, Work,
+    BundleIo, CompiledPlan, Executor, HostTensor, RunContext, StepEvent, VarKey, VariableStore,
+    Work,
 };
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::{FlatTrace, trace_flat};
@@ -308,49 +310,6 @@ fn fused_steps_resolve_their_variables_per_store() {
     }
 }
 
-/// A backend whose save first starts another thread assigning `value` to `key` in `store`,
-/// then writes the bundle; it records whether that assignment had finished 50 ms into the
-/// save.
-struct AssignDuringSave {
-    store: Arc<VariableStore>,
-    key: VarKey,
-    value: HostTensor,
-    assigner: Mutex<Option<std::thread::JoinHandle<()>>>,
-    finished_during_save: AtomicBool,
-}
-
-impl CheckpointIo for AssignDuringSave {
-    fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
-        let finished = Arc::new(AtomicBool::new(false));
-        let (store, key, value) = (
-            Arc::clone(&self.store),
-            self.key.clone(),
-            self.value.clone(),
-        );
-        let flag = Arc::clone(&finished);
-        *self.assigner.lock().unwrap() = Some(std::thread::spawn(move || {
-            store.put(&key, value).unwrap();
-            flag.store(true, Ordering::SeqCst);
-        }));
-        std::thread::sleep(Duration::from_millis(50));
-        self.finished_during_save
-            .store(finished.load(Ordering::SeqCst), Ordering::SeqCst);
-        BundleIo::default().save(prefix, tensors)
-    }
-
-    fn restore(
-        &self,
-        prefix: &str,
-        tensors: &[RestoreRequest<'_>],
-    ) -> Result<Vec<HostTensor>, IoError> {
-        BundleIo::default().restore(prefix, tensors)
-    }
-
-    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
-        BundleIo::default().merge(sources, destination, flags)
-    }
-}
-
 /// A fused save borrows the variables under the store's read lock until its `SaveV2` has
 /// written them: an assignment from another thread during the write waits for the write, and
 /// the checkpoint holds the values from before it, as a save that copied them would.
@@ -366,12 +325,28 @@ fn an_assignment_during_a_fused_save_waits_for_its_write() {
             .1
             .clone();
         assert_ne!(old, new, "{backend}");
-        let io = AssignDuringSave {
-            store: Arc::clone(&store),
-            key: key.clone(),
-            value: new.clone(),
-            assigner: Mutex::new(None),
-            finished_during_save: AtomicBool::new(true),
+        // The save starts another thread assigning `new`, and records whether that finished
+        // 50 ms into the save.
+        let assigner = Mutex::new(None);
+        let finished_during_save = AtomicBool::new(true);
+        let io = HookedIo {
+            before_save: |_: &str| {
+                let finished = Arc::new(AtomicBool::new(false));
+                let (store, key, new, flag) = (
+                    Arc::clone(&store),
+                    key.clone(),
+                    new.clone(),
+                    Arc::clone(&finished),
+                );
+                *assigner.lock().unwrap() = Some(std::thread::spawn(move || {
+                    store.put(&key, new).unwrap();
+                    flag.store(true, Ordering::SeqCst);
+                }));
+                std::thread::sleep(Duration::from_millis(50));
+                finished_during_save.store(finished.load(Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            },
+            before_merge: || Ok(()),
         };
         let dir = tempfile::tempdir().unwrap();
         let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
@@ -380,10 +355,11 @@ fn an_assignment_during_a_fused_save_waits_for_its_write() {
             .run(&cx, vec![HostTensor::string_scalar(prefix.as_str())])
             .unwrap();
         assert!(
-            !io.finished_during_save.load(Ordering::SeqCst),
+            !finished_during_save.load(Ordering::SeqCst),
             "{backend}: the assignment did not wait for the write"
         );
-        io.assigner.lock().unwrap().take().unwrap().join().unwrap();
+        let assigner = assigner.lock().unwrap().take();
+        assigner.unwrap().join().unwrap();
         assert_eq!(
             store.get(&key).unwrap(),
             new,

@@ -4,6 +4,7 @@
 //! `g8_meta_graph` MetaGraphDef and `flat_graph.pbtxt` graphs; value checks; failure safety;
 //! the order of `Session::new`'s errors.
 
+use crate::support::exec::HookedIo;
 use crate::support::session::{
     assert_same_files, fixture_values, generated_values, read_checkpoint, spec_session,
     spec_session_on,
@@ -13,9 +14,7 @@ use crate::support::{ErrorForm, TRACE_CASES, error_chain, fixture, fixture_json,
 
 use std::collections::BTreeMap;
 
-use saveplan::exec::{
-    Backend, BundleIo, CheckpointIo, HostTensor, IoError, MergeFlags, RestoreRequest, SaveRequest,
-};
+use saveplan::exec::{Backend, HostTensor};
 use saveplan::session::{Plans, Session, SessionError, SessionOptions, bind, infer_targets};
 use saveplan::trace::spec::SpecFile;
 use saveplan::trace::{ReadKind, VariableOps, trace_flat_as};
@@ -227,43 +226,6 @@ fn bad_values_are_refused() {
     );
 }
 
-/// A checkpoint backend that fails the `SaveV2` of one shard, or the merge.
-struct FailingIo {
-    fail_save_of: Option<&'static str>,
-    fail_merge: bool,
-}
-
-impl CheckpointIo for FailingIo {
-    fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
-        if let Some(suffix) = self.fail_save_of
-            && prefix.ends_with(suffix)
-        {
-            return Err(std::io::Error::other("injected SaveV2 failure").into());
-        }
-        BundleIo::default().save(prefix, tensors)
-    }
-
-    fn restore(
-        &self,
-        prefix: &str,
-        tensors: &[RestoreRequest<'_>],
-    ) -> Result<Vec<HostTensor>, IoError> {
-        BundleIo::default().restore(prefix, tensors)
-    }
-
-    fn merge(
-        &self,
-        sources: &[&str],
-        destination: &str,
-        options: MergeFlags,
-    ) -> Result<(), IoError> {
-        if self.fail_merge {
-            return Err(std::io::Error::other("injected merge failure").into());
-        }
-        BundleIo::default().merge(sources, destination, options)
-    }
-}
-
 /// After a good save, failed saves (one `SaveV2` failing, the merge failing, a missing value,
 /// a temporary directory that cannot be created) leave the old checkpoint readable with its
 /// old values.
@@ -277,11 +239,21 @@ fn failed_save_keeps_the_previous_checkpoint() {
     good.assign(old.clone()).unwrap();
     good.save(&prefix_text).unwrap();
 
-    let failing = |fail_save_of, fail_merge| {
-        let session = spec_session("trace/g3_two_tasks.json").with_io(Box::new(FailingIo {
-            fail_save_of,
-            fail_merge,
-        }));
+    // A backend that fails the `SaveV2` of one shard, or the merge.
+    let failing = |fail_save_of: Option<&'static str>, fail_merge: bool| {
+        let io = HookedIo {
+            before_save: move |prefix: &str| match fail_save_of {
+                Some(suffix) if prefix.ends_with(suffix) => {
+                    Err(std::io::Error::other("injected SaveV2 failure").into())
+                }
+                _ => Ok(()),
+            },
+            before_merge: move || match fail_merge {
+                true => Err(std::io::Error::other("injected merge failure").into()),
+                false => Ok(()),
+            },
+        };
+        let session = spec_session("trace/g3_two_tasks.json").with_io(Box::new(io));
         session.assign(generated_values(&session, 2)).unwrap();
         session
     };

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use saveplan::exec::{
-    Backend, CompiledPlan, ExecError, Executor, HostTensor, RunContext, StepEvent, VarKey,
-    VariableStore,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError,
+    MergeFlags, RestoreRequest, RunContext, SaveRequest, StepEvent, VarKey, VariableStore,
 };
 use saveplan_ir::{AttrValue, Module, Op};
 
@@ -145,4 +145,38 @@ pub fn fill_variables(
         filled.push((key, value));
     }
     filled
+}
+
+/// A checkpoint backend that calls `before_save(prefix)` before each `SaveV2` and
+/// `before_merge()` before each merge, failing the op when they return an error, and is
+/// otherwise `BundleIo`.
+pub struct HookedIo<S, M> {
+    /// Called with the prefix before each save.
+    pub before_save: S,
+    /// Called before each merge.
+    pub before_merge: M,
+}
+
+impl<S, M> CheckpointIo for HookedIo<S, M>
+where
+    S: Fn(&str) -> Result<(), IoError> + Sync,
+    M: Fn() -> Result<(), IoError> + Sync,
+{
+    fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
+        (self.before_save)(prefix)?;
+        BundleIo::default().save(prefix, tensors)
+    }
+
+    fn restore(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+    ) -> Result<Vec<HostTensor>, IoError> {
+        BundleIo::default().restore(prefix, tensors)
+    }
+
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
+        (self.before_merge)()?;
+        BundleIo::default().merge(sources, destination, flags)
+    }
 }
