@@ -506,13 +506,16 @@ pub(crate) fn run_fused(
         Kind::Save => match slots {
             Some(slots) => {
                 // Held until the file is written: the values are saved where they are.
+                let Kernel::SaveV2 { dtypes } = &fused.kernel else {
+                    unreachable!("a fused save's kernel is its SaveV2");
+                };
                 let reader = run.variables.reader();
                 let lent = lend_all(&reader, plan, device, fused, &slots)?;
                 run_save_lent_for(
                     run,
                     step,
                     device,
-                    &fused.kernel,
+                    dtypes,
                     &inputs,
                     &lent,
                     fused.n_head_outputs,

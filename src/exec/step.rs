@@ -9,10 +9,11 @@ use std::sync::OnceLock;
 
 use super::error::{ExecError, KernelError};
 use super::io::CheckpointIo;
-use super::kernels::{Kernel, KernelCx};
+use super::kernels::{self, Kernel, KernelCx};
 use super::plan::{CompiledPlan, Step};
 use super::tensor::HostTensor;
 use super::variables::VariableStore;
+use saveplan_ir::DType;
 
 /// What a run of a plan acts on: variables, the checkpoint backend, an observer.
 #[derive(Clone, Copy)]
@@ -127,18 +128,18 @@ pub(crate) fn run_kernel_for(
     finish_step(run, step, device, result, n_outputs)
 }
 
-/// [`run_kernel_for`] of the `SaveV2` kernel of fused step `step`, with the variables it
-/// borrowed `lent` in place of those tensor inputs ([`Kernel::run_save_lent`]).
+/// [`run_kernel_for`] of the `SaveV2` (of `dtypes`) of fused step `step`, with the variables
+/// it borrowed `lent` in place of those tensor inputs ([`kernels::run_save_lent`]).
 pub(crate) fn run_save_lent_for(
     run: &RunContext<'_>,
     step: &Step,
     device: &str,
-    kernel: &Kernel,
+    dtypes: &[DType],
     inputs: &[HostTensor],
     lent: &[(u32, &HostTensor)],
     n_outputs: usize,
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let result = kernel.run_save_lent(&kernel_cx(run, step, device), inputs, lent);
+    let result = kernels::run_save_lent(&kernel_cx(run, step, device), dtypes, inputs, lent);
     finish_step(run, step, device, result, n_outputs)
 }
 

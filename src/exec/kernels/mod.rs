@@ -301,23 +301,20 @@ impl Kernel {
             _ => Ok(self.run(cx, inputs)?.pop()),
         }
     }
+}
 
-    /// Runs a `SaveV2` kernel as [`Kernel::run`] does, with the tensors `lent` (by position
-    /// among the saved tensors) saved in place of those inputs: what a fused save runs with
-    /// the variables it borrowed. Any other kernel is an error.
-    pub(crate) fn run_save_lent(
-        &self,
-        cx: &KernelCx<'_>,
-        inputs: &[HostTensor],
-        lent: &[(u32, &HostTensor)],
-    ) -> Result<Vec<HostTensor>, KernelError> {
-        let Kernel::SaveV2 { dtypes } = self else {
-            return Err(KernelError::invalid("only a SaveV2 saves lent tensors"));
-        };
-        let values = state::deref_refs(cx, inputs, 0)?;
-        let inputs = values.as_deref().unwrap_or(inputs);
-        checkpoint::save_v2_lent(cx, dtypes, inputs, lent)
-    }
+/// Runs the `SaveV2` kernel of `dtypes` as [`Kernel::run`] does, with the tensors `lent` (by
+/// position among the saved tensors) saved in place of those inputs: what a fused save runs
+/// with the variables it borrowed.
+pub(crate) fn run_save_lent(
+    cx: &KernelCx<'_>,
+    dtypes: &[DType],
+    inputs: &[HostTensor],
+    lent: &[(u32, &HostTensor)],
+) -> Result<Vec<HostTensor>, KernelError> {
+    let values = state::deref_refs(cx, inputs, 0)?;
+    let inputs = values.as_deref().unwrap_or(inputs);
+    checkpoint::save_v2_lent(cx, dtypes, inputs, lent)
 }
 
 /// Typed attribute access for [`Kernel::resolve`], with errors naming the op and attr.
