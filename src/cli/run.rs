@@ -93,13 +93,13 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             // the save plan compiles.
             let (loaded, read) = read_values_beside(values, load);
             let (loaded, targets) = loaded?;
+            let module = graph_of(&loaded, &args.graph)?;
             let read = values_or_earlier_error(read, || {
-                Session::new(graph_of(&loaded, &args.graph)?, targets.clone(), options)
+                Session::new(module, targets.clone(), options)
                     .with_context(|| format!("{}", args.graph.display()))
             })?;
             let session =
-                Session::new_with_values(graph_of(&loaded, &args.graph)?, targets, options, read)
-                    .map_err(|err| {
+                Session::new_with_values(module, targets, options, read).map_err(|err| {
                     let file = if err.is_about_values() {
                         values
                     } else {
