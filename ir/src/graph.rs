@@ -492,6 +492,14 @@ impl Graph {
 
     /// The control inputs of an op, in the order they were added.
     pub fn control_inputs(&self, id: OpId) -> Vec<OpId> {
+        // An op never given a control input has none: most ops, whose edges need no walk.
+        if self
+            .next_control
+            .get(id.0.index())
+            .is_none_or(|&next| next == 0)
+        {
+            return Vec::new();
+        }
         let mut controls: Vec<(u32, OpId)> = self
             .inputs_raw(id)
             .filter_map(|(src, edge)| match edge {
@@ -648,15 +656,23 @@ impl Graph {
             .map(|(index, _)| OpId(NodeIndex::new(index)))
             .collect();
         let counts = |node: NodeIndex<u32>| member[node.index()] && !cut(OpId(node));
+        // Until an op is removed, index order is creation order: the check below then reads
+        // no op, only edges.
+        let created = |node: NodeIndex<u32>| match self.removed_any {
+            false => node.index() as u32,
+            true => self.inner[node].seq,
+        };
         // Ops are usually created after their inputs (a tracer emits them so, an importer
         // sorts them so). Then creation order is the answer: the first op in creation order
         // not yet placed always has all its inputs placed, so it is the one the ready queue
         // below would pick. One pass over the edges checks it, with no queue.
-        ids.sort_unstable_by_key(|id| self.inner[id.0].seq);
+        if self.removed_any {
+            ids.sort_unstable_by_key(|id| self.inner[id.0].seq);
+        }
         let in_creation_order = ids.iter().all(|&id| {
-            let seq = self.inner[id.0].seq;
+            let seq = created(id.0);
             self.edges_of(id.0, Direction::Incoming)
-                .all(|edge| !counts(edge.source()) || self.inner[edge.source()].seq < seq)
+                .all(|edge| !counts(edge.source()) || created(edge.source()) < seq)
         });
         if in_creation_order {
             return Ok(ids);
