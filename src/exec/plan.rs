@@ -25,6 +25,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use saveplan_ir::device::{DeviceIndex, DeviceSpec};
 use saveplan_ir::signature::{self, PortError};
@@ -427,8 +428,32 @@ impl Compiler<'_> {
             step_of: vec![None; graph.id_bound()],
             devices: FxHashMap::default(),
         };
-        for &id in &order {
-            self.add_step(graph, id, &fed, &fully_fed, &mut builder)?;
+        // The ops join the plan in order, a chunk at a time. What a step takes from its op
+        // alone (its kernel, its name) is made for the next chunk on other cores meanwhile:
+        // reading every op's attributes is most of compiling a large plan.
+        let mut chunks = order.chunks(OPS_PER_CHUNK);
+        let mut chunk = chunks.next().unwrap_or_default();
+        let (mut ahead, mut next_ahead) = (Vec::new(), Vec::new());
+        make_ahead(graph, chunk, &mut ahead);
+        loop {
+            let next = chunks.next();
+            let mut add = || {
+                chunk
+                    .iter()
+                    .zip(ahead.drain(..))
+                    .try_for_each(|(&id, ahead)| {
+                        self.add_step(graph, id, ahead, &fed, &fully_fed, &mut builder)
+                    })
+            };
+            match next {
+                None => break add()?,
+                Some(next) => {
+                    let (added, ()) = rayon::join(add, || make_ahead(graph, next, &mut next_ahead));
+                    added?;
+                    std::mem::swap(&mut ahead, &mut next_ahead);
+                    chunk = next;
+                }
+            }
         }
         for target in targets {
             if let Target::Tensor(op, output) = *target {
@@ -497,11 +522,12 @@ impl Compiler<'_> {
         Ok(needed)
     }
 
-    /// Resolves op `id` into a step of `builder`.
+    /// Resolves op `id` into a step of `builder`, with what [`make_ahead`] made of it.
     fn add_step<'g>(
         &self,
         graph: &'g Graph,
         id: OpId,
+        ahead: Ahead,
         fed: &BTreeMap<(OpId, u32), SlotId>,
         fully_fed: &BTreeSet<OpId>,
         builder: &mut PlanBuilder<'g>,
@@ -545,18 +571,20 @@ impl Compiler<'_> {
         deps.sort_unstable();
         deps.dedup();
         let device = &builder.plan.queues[queue.0 as usize].device;
-        let work = self.resolve_work(node, device, n_inputs)?;
+        let work = self.resolve_work(node, device, n_inputs, ahead.kernel)?;
         let n_outputs = n_outputs(node)?;
-        builder.push(id, node, work, queue, inputs, n_outputs, deps);
+        builder.push(id, ahead.name, node, work, queue, inputs, n_outputs, deps);
         Ok(())
     }
 
-    /// What `node` does: its kernel, or a call of a compiled function body.
+    /// What `node` does: its kernel (`kernel`, resolved ahead, when it is a kernel), or a call
+    /// of a compiled function body.
     fn resolve_work(
         &self,
         node: &OpNode,
         device: &str,
         n_inputs: usize,
+        kernel: Option<Result<Kernel, ExecError>>,
     ) -> Result<Work, ExecError> {
         match node.op {
             Op::Placeholder | Op::Arg => Err(ExecError::Unfed {
@@ -565,7 +593,9 @@ impl Compiler<'_> {
             Op::StatefulPartitionedCall | Op::PartitionedCall => {
                 self.compile_call(node, device, n_inputs)
             }
-            _ => Kernel::resolve(node).map(Work::Kernel),
+            _ => kernel
+                .unwrap_or_else(|| Kernel::resolve(node))
+                .map(Work::Kernel),
         }
     }
 
@@ -715,6 +745,7 @@ impl PlanBuilder<'_> {
     fn push(
         &mut self,
         id: OpId,
+        name: String,
         node: &OpNode,
         work: Work,
         queue: QueueId,
@@ -733,7 +764,7 @@ impl PlanBuilder<'_> {
             self.plan.steps[dep.0 as usize].users.push(step_id);
         }
         self.plan.steps.push(Step {
-            name: node.name.clone(),
+            name,
             op: node.op.clone(),
             queue,
             work,
@@ -744,6 +775,39 @@ impl PlanBuilder<'_> {
         });
         self.step_of[id.index()] = Some((step_id, SlotId(first as u32)));
     }
+}
+
+/// How many ops [`make_ahead`] takes at a time: enough to share among the cores, and few
+/// enough that what it made is still in cache when the ops join the plan.
+const OPS_PER_CHUNK: usize = 1 << 12;
+
+/// What a step takes from its op alone, made before the op joins the plan.
+struct Ahead {
+    /// The op's name.
+    name: String,
+    /// Its kernel, or why it has none; `None` when the op is not run by a kernel (a call,
+    /// whose body is compiled in order, or an unfed placeholder).
+    kernel: Option<Result<Kernel, ExecError>>,
+}
+
+/// Makes the [`Ahead`] of each op of `ops` into `made`, in order, on the current rayon pool.
+fn make_ahead(graph: &Graph, ops: &[OpId], made: &mut Vec<Ahead>) {
+    ops.par_iter()
+        .with_min_len(256)
+        .map(|&id| {
+            let node = graph.op(id);
+            let kernel = match node.op {
+                Op::Placeholder | Op::Arg | Op::StatefulPartitionedCall | Op::PartitionedCall => {
+                    None
+                }
+                _ => Some(Kernel::resolve(node)),
+            };
+            Ahead {
+                name: node.name.clone(),
+                kernel,
+            }
+        })
+        .collect_into_vec(made);
 }
 
 /// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`), its op

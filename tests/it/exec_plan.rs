@@ -8,11 +8,13 @@ use crate::support::{ErrorForm, error_chain};
 
 use std::collections::BTreeMap;
 
+use saveplan::exec::Kernel;
+use saveplan::exec::plan::Work;
 use saveplan::exec::{
     Backend, CompiledPlan, ExecError, Executor, HostTensor, KernelError, RunContext, VarKey,
     VarKeyRef, VariableError, VariableStore,
 };
-use saveplan_ir::DType;
+use saveplan_ir::{AttrValue, Attrs, DType, Module, Op, Port};
 
 const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU";
 
@@ -319,6 +321,75 @@ fn compile_errors_name_what_is_wrong() {
     for (targets, feeds, message) in cases {
         let err = CompiledPlan::compile(verified(&module), targets, feeds).unwrap_err();
         assert_eq!(error_chain(&err, ErrorForm::OneLine), message);
+    }
+}
+
+/// A fed string `x` and `n` ops `m0`, `m1`, … matching it against patterns `p0`, `p1`, …
+/// (`bad` ops get a pattern that does not compile), each a target, one per device of three.
+fn many_matches(n: usize, bad: &[usize]) -> (Module, Vec<String>) {
+    let mut module = Module::default();
+    let graph = &mut module.graph;
+    let mut attrs = Attrs::new();
+    attrs.insert("dtype".to_owned(), AttrValue::Type(DType::String));
+    let x = graph.add_op("x", Op::Placeholder, "", attrs).unwrap();
+    let mut targets = Vec::with_capacity(n);
+    for i in 0..n {
+        let pattern = match bad.contains(&i) {
+            true => "(".to_owned(),
+            false => format!("p{i}"),
+        };
+        let mut attrs = Attrs::new();
+        attrs.insert("pattern".to_owned(), AttrValue::S(pattern.into_bytes()));
+        let device = format!("/device:CPU:{}", i % 3);
+        let id = graph
+            .add_op(format!("m{i}"), Op::StaticRegexFullMatch, device, attrs)
+            .unwrap();
+        graph.push_input(id, x, Port::Index(0));
+        targets.push(format!("m{i}:0"));
+    }
+    (module, targets)
+}
+
+#[test]
+fn every_op_of_a_large_plan_gets_its_own_name_and_kernel() {
+    // Kernels and names are made a chunk of ops ahead, on other threads: each must still
+    // land on its own op's step, in every chunk.
+    const N: usize = 10_000;
+    let (module, targets) = many_matches(N, &[]);
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let plan = CompiledPlan::compile(verified(&module), &targets, &["x"]).unwrap();
+    assert_eq!(plan.steps().len(), N);
+    for (i, step) in plan.steps().iter().enumerate() {
+        assert_eq!(step.name, format!("m{i}"));
+        match &step.work {
+            Work::Kernel(Kernel::StaticRegexFullMatch { pattern, .. }) => {
+                assert_eq!(&**pattern, format!("p{i}"), "step {i}");
+            }
+            other => panic!("step {i}: {other:?}"),
+        }
+        assert_eq!(
+            plan.queues()[step.queue.0 as usize].device,
+            format!("{CPU}:{}", i % 3)
+        );
+    }
+}
+
+#[test]
+fn the_first_bad_op_of_a_large_plan_is_the_one_reported() {
+    const N: usize = 10_000;
+    for (bad, first) in [
+        (&[9_000, 5_000, 300][..], 300),
+        (&[9_000, 5_000], 5_000),
+        (&[9_999], 9_999),
+    ] {
+        let (module, targets) = many_matches(N, bad);
+        let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let err = CompiledPlan::compile(verified(&module), &targets, &["x"]).unwrap_err();
+        let message = error_chain(&err, ErrorForm::OneLine);
+        assert!(
+            message.contains(&format!("`m{first}`")),
+            "{bad:?}: {message}"
+        );
     }
 }
 
