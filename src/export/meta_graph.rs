@@ -33,19 +33,27 @@ pub fn import_meta_graph_def(meta_graph_def: &pb::MetaGraphDef) -> Result<MetaGr
         .graph_def
         .as_ref()
         .ok_or(ImportError::MissingGraphDef)?;
-    Ok(meta_graph_of(import_graph_def(graph_def)?, meta_graph_def))
+    let rest = pb::MetaGraphDef {
+        meta_info_def: meta_graph_def.meta_info_def.clone(),
+        saver_def: meta_graph_def.saver_def.clone(),
+        collection_def: meta_graph_def.collection_def.clone(),
+        signature_def: meta_graph_def.signature_def.clone(),
+        asset_file_def: meta_graph_def.asset_file_def.clone(),
+        ..pb::MetaGraphDef::default()
+    };
+    Ok(meta_graph_of(import_graph_def(graph_def)?, rest))
 }
 
 /// The [`MetaGraph`] of an imported graph `module` and every field of `meta_graph_def` but
 /// its `graph_def`.
-pub(crate) fn meta_graph_of(module: Module, meta_graph_def: &pb::MetaGraphDef) -> MetaGraph {
+pub(crate) fn meta_graph_of(module: Module, meta_graph_def: pb::MetaGraphDef) -> MetaGraph {
     MetaGraph {
         module,
         saver_def: meta_graph_def.saver_def.as_ref().map(import_saver_def),
-        meta_info_def: meta_graph_def.meta_info_def.clone(),
-        collection_def: meta_graph_def.collection_def.clone(),
-        signature_def: meta_graph_def.signature_def.clone(),
-        asset_file_def: meta_graph_def.asset_file_def.clone(),
+        meta_info_def: meta_graph_def.meta_info_def,
+        collection_def: meta_graph_def.collection_def,
+        signature_def: meta_graph_def.signature_def,
+        asset_file_def: meta_graph_def.asset_file_def,
     }
 }
 

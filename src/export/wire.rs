@@ -68,9 +68,14 @@ pub(crate) fn import_meta_graph_def_bytes(bytes: &[u8]) -> Option<MetaGraph> {
             rest.extend_from_slice(field.raw);
         }
     }
-    let module = import_graph_def_bytes(graph_def?)?;
-    let rest = pb::MetaGraphDef::decode(rest.as_slice()).ok()?;
-    Some(meta_graph_of(module, &rest))
+    // Everything but the graph (the collections hold a `VariableDef` per variable) is
+    // decoded beside it, on a core the graph's import leaves idle while it links its ops.
+    let graph_def = graph_def?;
+    let (module, rest) = rayon::join(
+        || import_graph_def_bytes(graph_def),
+        || pb::MetaGraphDef::decode(rest.as_slice()).ok(),
+    );
+    Some(meta_graph_of(module?, rest?))
 }
 
 /// Adds the encoded `NodeDef`s to a new graph in order, then connects their inputs.
