@@ -577,14 +577,14 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    /// What `node` does: its kernel (`kernel`, resolved ahead, when it is a kernel), or a call
-    /// of a compiled function body.
+    /// What `node` does: its kernel (`kernel`, resolved ahead; refused for the ops below,
+    /// which are not run by one), or a call of a compiled function body.
     fn resolve_work(
         &self,
         node: &OpNode,
         device: &str,
         n_inputs: usize,
-        kernel: Option<Result<Kernel, ExecError>>,
+        kernel: Result<Kernel, ExecError>,
     ) -> Result<Work, ExecError> {
         match node.op {
             Op::Placeholder | Op::Arg => Err(ExecError::Unfed {
@@ -593,9 +593,7 @@ impl Compiler<'_> {
             Op::StatefulPartitionedCall | Op::PartitionedCall => {
                 self.compile_call(node, device, n_inputs)
             }
-            _ => kernel
-                .unwrap_or_else(|| Kernel::resolve(node))
-                .map(Work::Kernel),
+            _ => kernel.map(Work::Kernel),
         }
     }
 
@@ -785,29 +783,34 @@ const OPS_PER_CHUNK: usize = 1 << 12;
 struct Ahead {
     /// The op's name.
     name: String,
-    /// Its kernel, or why it has none; `None` when the op is not run by a kernel (a call,
-    /// whose body is compiled in order, or an unfed placeholder).
-    kernel: Option<Result<Kernel, ExecError>>,
+    /// Its kernel, or why it has none (a call, whose body is compiled in order, and an unfed
+    /// placeholder have none either: [`Compiler::resolve_work`] does not ask for it then).
+    kernel: Result<Kernel, ExecError>,
 }
 
-/// Makes the [`Ahead`] of each op of `ops` into `made`, in order, on the current rayon pool.
+/// The fewest ops [`make_ahead`] shares among threads: a small plan (a function body, an
+/// eager call's) is made on the calling thread, without a hop to the pool and back.
+const AHEAD_IN_PARALLEL_FROM: usize = 1 << 10;
+
+/// Makes the [`Ahead`] of each op of `ops` into `made`, in order, on the current rayon pool
+/// when they are many.
 fn make_ahead(graph: &Graph, ops: &[OpId], made: &mut Vec<Ahead>) {
-    ops.par_iter()
-        .with_min_len(256)
-        .map(|&id| {
-            let node = graph.op(id);
-            let kernel = match node.op {
-                Op::Placeholder | Op::Arg | Op::StatefulPartitionedCall | Op::PartitionedCall => {
-                    None
-                }
-                _ => Some(Kernel::resolve(node)),
-            };
-            Ahead {
-                name: node.name.clone(),
-                kernel,
-            }
-        })
-        .collect_into_vec(made);
+    let ahead = |&id: &OpId| {
+        let node = graph.op(id);
+        Ahead {
+            name: node.name.clone(),
+            kernel: Kernel::resolve(node),
+        }
+    };
+    if ops.len() < AHEAD_IN_PARALLEL_FROM {
+        made.clear();
+        made.extend(ops.iter().map(ahead));
+    } else {
+        ops.par_iter()
+            .with_min_len(256)
+            .map(ahead)
+            .collect_into_vec(made);
+    }
 }
 
 /// Looks up `text` (`op:N`, or `op`: an op target when `op_allowed`, else `op:0`), its op
