@@ -221,6 +221,26 @@ fn object_spec_rebuilds_o2_v1_adam() {
     assert_same_bundle(&dir.path().join("ckpt-1"), &fixtures.join("ckpt-1"));
 }
 
+/// An object spec is a JSON object with a top-level `objects` key, whatever its value; a plain
+/// spec, another JSON value or text that is not JSON is not one.
+#[test]
+fn an_object_spec_is_told_by_its_top_level_objects_key() {
+    let plain = r#"{"variables": [{"checkpoint_key": "objects", "dtype": "float32", "shape": [],
+        "init": {"objects": 1}}], "options": null}"#;
+    let cases = [
+        (r#"{"objects": [], "variables": []}"#, true),
+        (r#"{"options": {}, "objects": null}"#, true),
+        (plain, false),
+        (r#"[{"objects": []}]"#, false),
+        (r#""objects""#, false),
+        (r#"{"objects": [}"#, false),
+        ("", false),
+    ];
+    for (text, is_object) in cases {
+        assert_eq!(ObjectSpec::is_object_spec(text), is_object, "{text}");
+    }
+}
+
 const SPEC_O2: &str = "tests/inputs/objects/o2_v1_adam.json";
 const SPEC_O6: &str = "tests/inputs/objects/o6_sync.json";
 
