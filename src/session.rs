@@ -400,7 +400,7 @@ impl Session {
     /// [`Plans::SaveOnly`], traces the save plan alone: [`trace_flat_save_as`]); in eager mode
     /// each call runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, None)
+        Session::from_spec_given(spec, options, || None)
     }
 
     /// [`Session::from_spec`], then [`Session::assign`] of `values`, with the values put in
@@ -411,14 +411,27 @@ impl Session {
         options: SessionOptions,
         values: BTreeMap<String, HostTensor>,
     ) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, Some(values))
+        Session::from_spec_given(spec, options, move || Some(values))
     }
 
-    /// [`Session::from_spec`], with `values` assigned when given.
+    /// [`Session::from_spec_with_values`], asking `values` for the values only once the keys
+    /// are bound (on the thread that bound them, while the plans compile on the other; in
+    /// eager mode, after): they can still be in the making, read from a file on another
+    /// thread while the spec traces. When `values` gives `None` (it failed; the caller knows
+    /// why), the session is made without them. Errors come in the order of the two calls.
+    pub fn from_spec_with_values_when_bound(
+        spec: &SpecFile,
+        options: SessionOptions,
+        values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
+    ) -> Result<Session, SessionError> {
+        Session::from_spec_given(spec, options, values)
+    }
+
+    /// [`Session::from_spec`], with the values `values` gives assigned, if any.
     fn from_spec_given(
         spec: &SpecFile,
         options: SessionOptions,
-        values: Option<BTreeMap<String, HostTensor>>,
+        values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
@@ -444,7 +457,7 @@ impl Session {
                     backend: options.backend,
                 };
                 Session::bound(&module, names, keys, runner, options).and_then(|session| {
-                    match values {
+                    match values() {
                         Some(values) => session.assign(values).map(|()| session),
                         None => Ok(session),
                     }
@@ -476,7 +489,7 @@ impl Session {
         targets: SaverNames,
         options: SessionOptions,
     ) -> Result<Session, SessionError> {
-        Session::compiled(module, targets, Keys::Walk, options, None)
+        Session::compiled(module, targets, Keys::Walk, options, || None)
     }
 
     /// [`Session::new`], then [`Session::assign`] of `values`, with the values put in on one
@@ -487,7 +500,7 @@ impl Session {
         options: SessionOptions,
         values: BTreeMap<String, HostTensor>,
     ) -> Result<Session, SessionError> {
-        Session::compiled(module, targets, Keys::Walk, options, Some(values))
+        Session::compiled(module, targets, Keys::Walk, options, move || Some(values))
     }
 
     /// [`Session::new`], with the checkpoint keys bound as `keys` says and `values` assigned
@@ -497,7 +510,7 @@ impl Session {
         targets: SaverNames,
         keys: Keys<'_>,
         options: SessionOptions,
-        values: Option<BTreeMap<String, HostTensor>>,
+        values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
         if options.mode == Mode::Eager {
             return Err(SessionError::EagerNeedsSpec);
@@ -550,7 +563,7 @@ impl Session {
                     wanted.restore().then_some(&restore_targets),
                 )?;
                 let bound = Bound::new(keys);
-                if let Some(values) = values {
+                if let Some(values) = values() {
                     bound.assign(values)?;
                 }
                 Ok::<_, SessionError>(bound)

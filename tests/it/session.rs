@@ -798,3 +798,61 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
         "{err}"
     );
 }
+
+/// [`Session::from_spec_with_values_when_bound`] asks for the values once, after the keys are
+/// bound (so they can be read meanwhile), and holds what [`Session::from_spec_with_values`]
+/// holds; given `None`, the session has no values; a spec that does not trace never asks.
+#[test]
+fn values_asked_for_when_bound_are_the_session_values() {
+    use saveplan::session::Mode;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let spec = crate::support::session::spec(&format!("trace/{}.json", TRACE_CASES[0]));
+    for mode in [Mode::Graph, Mode::Eager] {
+        let options = SessionOptions {
+            mode,
+            ..SessionOptions::default()
+        };
+        let reference = Session::from_spec(&spec, options).unwrap();
+        let values = generated_values(&reference, 5);
+        let given = Session::from_spec_with_values(&spec, options, values.clone()).unwrap();
+        let asked = AtomicUsize::new(0);
+        let later = Session::from_spec_with_values_when_bound(&spec, options, || {
+            asked.fetch_add(1, Ordering::Relaxed);
+            Some(values.clone())
+        })
+        .unwrap();
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "{mode:?}");
+        assert_eq!(later.values().ok(), given.values().ok(), "{mode:?}");
+        let none = Session::from_spec_with_values_when_bound(&spec, options, || None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = none
+            .save(dir.path().join("ckpt").to_str().unwrap())
+            .unwrap_err();
+        assert!(matches!(err, SessionError::MissingValue { .. }), "{err}");
+        let mut wrong = values.clone();
+        let (key, _) = wrong.pop_first().unwrap();
+        let err = Session::from_spec_with_values_when_bound(&spec, options, || Some(wrong))
+            .err()
+            .expect("a value is missing");
+        assert!(err.is_about_values(), "{mode:?}: {err}");
+        assert_eq!(
+            error_chain(&err, ErrorForm::OneLine),
+            format!("no value for checkpoint key `{key}`")
+        );
+    }
+    let mut bad = spec.clone();
+    bad.variables[0].dtype = "no_such_dtype".to_owned();
+    let asked = AtomicUsize::new(0);
+    let err = Session::from_spec_with_values_when_bound(&bad, SessionOptions::default(), || {
+        asked.fetch_add(1, Ordering::Relaxed);
+        None
+    })
+    .err()
+    .expect("the spec does not trace");
+    assert!(!err.is_about_values(), "{err}");
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        0,
+        "asked for values of no session"
+    );
+}
