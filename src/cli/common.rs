@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use saveplan::compile::{Compilation, Form, compile};
-use saveplan::exec::{Backend, StepEvent};
+use saveplan::exec::{Backend, HostTensor, StepEvent};
 use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
@@ -55,9 +55,37 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
 pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result<Session> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read", path.display()))?;
-    let spec = SpecFile::parse(&text).with_context(|| format!("{}", path.display()))?;
-    prefault(Session::trace_heap_estimate(spec.variables.len(), &options));
+    let spec = parse_spec(path, &text, &options)?;
     Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
+}
+
+/// Traces the spec `text` (of the file `path`) into a session with the values `values` gives
+/// (of the file `values_path`), asked for once the keys are bound
+/// ([`Session::from_spec_with_values_when_bound`]); an error names the file it is about.
+pub fn spec_session_with_values(
+    path: &Path,
+    text: &str,
+    options: SessionOptions,
+    values_path: &Path,
+    values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
+) -> anyhow::Result<Session> {
+    let spec = parse_spec(path, text, &options)?;
+    Session::from_spec_with_values_when_bound(&spec, options, values).map_err(|err| {
+        let file = if err.is_about_values() {
+            values_path
+        } else {
+            path
+        };
+        anyhow::Error::from(err).context(file.display().to_string())
+    })
+}
+
+/// Parses the spec `text` of the file `path`, and has the heap its session's trace is about to
+/// write populated ahead.
+fn parse_spec(path: &Path, text: &str, options: &SessionOptions) -> anyhow::Result<SpecFile> {
+    let spec = SpecFile::parse(text).with_context(|| format!("{}", path.display()))?;
+    prefault(Session::trace_heap_estimate(spec.variables.len(), options));
+    Ok(spec)
 }
 
 /// Runs the session's save plan, with a progress bar on a terminal; in eager mode each
@@ -71,7 +99,8 @@ pub fn save(session: &Session, prefix: &str) -> anyhow::Result<()> {
 }
 
 /// Runs the session's restore plan on `prefix` (or the latest checkpoint of a directory or
-/// state file) and writes the restored values to `out`.
+/// state file) and writes the restored values to `out`. The last step of a job: the copy of
+/// the values it writes from is left to the process's exit ([`free_at_exit`]).
 pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::Result<()> {
     restore_to_file_as(session, prefix, out, &BTreeMap::new())
 }
@@ -97,7 +126,9 @@ pub fn restore_to_file_as(
         .into_iter()
         .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
         .collect();
-    write_safetensors(out, &values)
+    write_safetensors(out, &values)?;
+    free_at_exit(values);
+    Ok(())
 }
 
 /// Runs `call` on `session`, then prints (`saveplan: save: traced: <reason>`) every function

@@ -15,8 +15,8 @@ use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 use saveplan::session::{Plans, SessionOptions};
 
-use super::common::{ModeArgs, load_spec_session, save};
-use super::values::{read_values, read_values_beside};
+use super::common::{ModeArgs, free_at_exit, save, spec_session_with_values};
+use super::values::read_values;
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -47,14 +47,23 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         plans: Plans::SaveOnly,
         ..args.run.options()?
     };
-    // The values file is read while the spec traces; a session's errors come first.
-    let (session, values) =
-        read_values_beside(&args.values, || load_spec_session(&args.spec, options));
-    let (session, values) = (session?, values?);
-    session
-        .assign(values)
-        .with_context(|| format!("{}", args.values.display()))?;
+    // The values file is read while the spec traces, and its values are put into the
+    // variables while the save plan compiles; the session's errors come first.
+    let mut unread = None;
+    let session = std::thread::scope(|scope| {
+        let reading = scope.spawn(|| read_values(&args.values));
+        spec_session_with_values(&args.spec, &text, options, &args.values, || {
+            let read = reading
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            read.map_err(|err| unread = Some(err)).ok()
+        })
+    })?;
+    if let Some(err) = unread {
+        return Err(err);
+    }
     save(&session, &args.prefix)?;
+    free_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
 }
 
