@@ -1,7 +1,8 @@
 //! Setup cost of a graph-mode [`Session`] (trace + verify + plan compile + bind) for N
 //! float32[64] variables (default 100,000, BENCH.md's `many-small`) on 1 and 8 tasks and on
-//! every backend, and, with `--cli BIN`, the CLI's `check`, `graph show` and `run --save` of
-//! a MetaGraphDef that `BIN compile` made of the same spec.
+//! every backend, and, with `--cli BIN`, the CLI's `compile` of the spec on 1 and 8 tasks
+//! (default outputs) and its `check`, `graph show` and `run --save` of the MetaGraphDef that
+//! `BIN compile` made of the 1-task spec.
 //!
 //! ```text
 //! cargo bench --bench setup -- [--vars N] [--repeat N] [--cli BIN] [--dir DIR] [--thp] [--no-prefault]
@@ -121,7 +122,8 @@ fn main() {
     );
 }
 
-/// Times the CLI commands on a MetaGraphDef compiled from the 1-task spec.
+/// Times the CLI's `compile` of the 1- and 8-task specs, and its commands on the MetaGraphDef
+/// compiled from the 1-task spec.
 fn run_cli(cli: &PathBuf, options: &Options) {
     let dir = options
         .dir
@@ -144,7 +146,20 @@ fn run_cli(cli: &PathBuf, options: &Options) {
     let prefix = dir.join("ckpt");
     let values = dir.join("values.safetensors");
     std::fs::write(&values, safetensors_values(options.vars)).expect("write the values");
-    let commands: [(&str, Vec<String>); 3] = [
+    let spec8 = dir.join("spec8.json");
+    std::fs::write(&spec8, spec_text(options.vars, 8)).expect("write the 8-task spec");
+    let out8 = dir.join("plan8");
+    let compile = |spec: &PathBuf, out: &PathBuf| -> Vec<String> {
+        vec![
+            "compile".into(),
+            spec.display().to_string(),
+            "-o".into(),
+            out.display().to_string(),
+        ]
+    };
+    let commands: [(&str, Vec<String>); 5] = [
+        ("compile, 1 task", compile(&spec, &out)),
+        ("compile, 8 tasks", compile(&spec8, &out8)),
         ("check", vec!["check".into(), meta.display().to_string()]),
         (
             "graph show",
