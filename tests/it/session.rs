@@ -711,12 +711,15 @@ fn mixed_spec() -> String {
 }
 
 /// A session made with its values ([`Session::new_with_values`],
-/// [`Session::from_spec_with_values`]) holds what one made and then assigned holds, and saves
-/// the same bytes; in graph and eager mode, on every case. Its errors come in the order of the
-/// two calls: a plan's first, then the values'.
+/// [`Session::from_spec_with_values`], and [`Session::from_spec_with_values_when_bound`],
+/// which asks for them once, after the keys are bound) holds what one made and then assigned
+/// holds, and saves the same bytes; in graph and eager mode, on every case. Its errors come in
+/// the order of the two calls: a plan's first, then the values'; values not given (`None`)
+/// leave the session without them, and a spec that does not trace never asks for them.
 #[test]
 fn sessions_made_with_their_values_equal_made_then_assigned() {
     use saveplan::session::Mode;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     for case in TRACE_CASES {
         let spec = crate::support::session::spec(&format!("trace/{case}.json"));
         for mode in [Mode::Graph, Mode::Eager] {
@@ -733,10 +736,44 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
                 assigned.values().ok(),
                 "{case}, {mode:?}"
             );
+            let asked = AtomicUsize::new(0);
+            let later = Session::from_spec_with_values_when_bound(&spec, options, || {
+                asked.fetch_add(1, Ordering::Relaxed);
+                Some(values.clone())
+            })
+            .unwrap();
+            assert_eq!(asked.load(Ordering::Relaxed), 1, "{case}, {mode:?}");
+            assert_eq!(
+                later.values().ok(),
+                assigned.values().ok(),
+                "{case}, {mode:?}"
+            );
+            let none = Session::from_spec_with_values_when_bound(&spec, options, || None).unwrap();
+            let none_dir = tempfile::tempdir().unwrap();
+            let err = none
+                .save(none_dir.path().join("ckpt").to_str().unwrap())
+                .unwrap_err();
+            assert!(
+                matches!(err, SessionError::MissingValue { .. }),
+                "{case}, {mode:?}: {err}"
+            );
+            let mut short = values.clone();
+            let (key, _) = short.pop_first().unwrap();
+            let err = Session::from_spec_with_values_when_bound(&spec, options, || Some(short))
+                .err()
+                .expect("a value is missing");
+            assert!(err.is_about_values(), "{case}, {mode:?}: {err}");
+            assert_eq!(
+                error_chain(&err, ErrorForm::OneLine),
+                format!("no value for checkpoint key `{key}`")
+            );
             let dir = tempfile::tempdir().unwrap();
             let (ours, theirs) = (dir.path().join("given"), dir.path().join("assigned"));
             given.save(ours.to_str().unwrap()).unwrap();
             assigned.save(theirs.to_str().unwrap()).unwrap();
+            later
+                .save(dir.path().join("later").to_str().unwrap())
+                .unwrap();
             assert_eq!(read_checkpoint(&ours), values, "{case}, {mode:?}");
             // The same files (by what follows the prefix), with the same bytes.
             let files = |stem: &str| {
@@ -755,8 +792,28 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
             let (ours, theirs) = (files("given."), files("assigned."));
             assert!(!ours.is_empty(), "{case}, {mode:?}: no files");
             assert!(ours == theirs, "{case}, {mode:?}: the checkpoints differ");
+            assert!(
+                files("later.") == theirs,
+                "{case}, {mode:?}: the checkpoints differ"
+            );
         }
     }
+    // A spec that does not trace: its error, and no values asked for.
+    let mut bad = crate::support::session::spec("trace/g1_single_cpu.json");
+    bad.variables[0].dtype = "no_such_dtype".to_owned();
+    let asked = AtomicUsize::new(0);
+    let err = Session::from_spec_with_values_when_bound(&bad, SessionOptions::default(), || {
+        asked.fetch_add(1, Ordering::Relaxed);
+        None
+    })
+    .err()
+    .expect("the spec does not trace");
+    assert!(!err.is_about_values(), "{err}");
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        0,
+        "asked for the values of no session"
+    );
     // A graph's session, with values missing one key, then with a plan that does not compile.
     let spec = crate::support::session::spec("trace/g1_single_cpu.json");
     let trace = trace_flat_as(
@@ -796,63 +853,5 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
     assert!(
         matches!(err, SessionError::Compile { what: "save", .. }),
         "{err}"
-    );
-}
-
-/// [`Session::from_spec_with_values_when_bound`] asks for the values once, after the keys are
-/// bound (so they can be read meanwhile), and holds what [`Session::from_spec_with_values`]
-/// holds; given `None`, the session has no values; a spec that does not trace never asks.
-#[test]
-fn values_asked_for_when_bound_are_the_session_values() {
-    use saveplan::session::Mode;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let spec = crate::support::session::spec(&format!("trace/{}.json", TRACE_CASES[0]));
-    for mode in [Mode::Graph, Mode::Eager] {
-        let options = SessionOptions {
-            mode,
-            ..SessionOptions::default()
-        };
-        let reference = Session::from_spec(&spec, options).unwrap();
-        let values = generated_values(&reference, 5);
-        let given = Session::from_spec_with_values(&spec, options, values.clone()).unwrap();
-        let asked = AtomicUsize::new(0);
-        let later = Session::from_spec_with_values_when_bound(&spec, options, || {
-            asked.fetch_add(1, Ordering::Relaxed);
-            Some(values.clone())
-        })
-        .unwrap();
-        assert_eq!(asked.load(Ordering::Relaxed), 1, "{mode:?}");
-        assert_eq!(later.values().ok(), given.values().ok(), "{mode:?}");
-        let none = Session::from_spec_with_values_when_bound(&spec, options, || None).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let err = none
-            .save(dir.path().join("ckpt").to_str().unwrap())
-            .unwrap_err();
-        assert!(matches!(err, SessionError::MissingValue { .. }), "{err}");
-        let mut wrong = values.clone();
-        let (key, _) = wrong.pop_first().unwrap();
-        let err = Session::from_spec_with_values_when_bound(&spec, options, || Some(wrong))
-            .err()
-            .expect("a value is missing");
-        assert!(err.is_about_values(), "{mode:?}: {err}");
-        assert_eq!(
-            error_chain(&err, ErrorForm::OneLine),
-            format!("no value for checkpoint key `{key}`")
-        );
-    }
-    let mut bad = spec.clone();
-    bad.variables[0].dtype = "no_such_dtype".to_owned();
-    let asked = AtomicUsize::new(0);
-    let err = Session::from_spec_with_values_when_bound(&bad, SessionOptions::default(), || {
-        asked.fetch_add(1, Ordering::Relaxed);
-        None
-    })
-    .err()
-    .expect("the spec does not trace");
-    assert!(!err.is_about_values(), "{err}");
-    assert_eq!(
-        asked.load(Ordering::Relaxed),
-        0,
-        "asked for values of no session"
     );
 }
