@@ -49,7 +49,9 @@ use super::error::ExecError;
 use super::kernels::{Kernel, state};
 use saveplan_ir::Verified;
 
-use super::plan::{Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Work};
+use super::plan::{
+    Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Steps, Work,
+};
 use super::step::{RunContext, kernel_cx, notify, op_error, run_kernel_for, run_save_lent_for};
 use super::tensor::HostTensor;
 use super::variables::{SlotCache, VarKeyRef, VarSlot, VariableReader};
@@ -113,15 +115,9 @@ impl Facts {
 pub(super) fn fuse(plan: &mut CompiledPlan) {
     let n_slots = plan.n_slots();
     let (steps, queues, fetches) = plan.parts_mut();
-    let has_head = steps.iter().any(|step| {
-        matches!(
-            step.work,
-            Work::Kernel(Kernel::RestoreV2 { .. } | Kernel::SaveV2 { .. })
-        )
-    });
-    if !has_head {
-        return;
-    }
+    // One pass over the steps (a large plan's do not fit in cache) finds the heads and the
+    // facts.
+    let mut heads = Vec::new();
     let mut facts = Facts {
         uses: vec![0; n_slots],
         user: vec![u32::MAX; n_slots],
@@ -129,6 +125,12 @@ pub(super) fn fuse(plan: &mut CompiledPlan) {
         fetched: fetches.iter().copied().collect(),
     };
     for (index, step) in steps.iter().enumerate() {
+        if matches!(
+            step.work,
+            Work::Kernel(Kernel::RestoreV2 { .. } | Kernel::SaveV2 { .. })
+        ) {
+            heads.push(index);
+        }
         for slot in &step.inputs {
             facts.uses[slot.0 as usize] += 1;
             facts.user[slot.0 as usize] = index as u32;
@@ -137,14 +139,17 @@ pub(super) fn fuse(plan: &mut CompiledPlan) {
             facts.producer[slot.0 as usize] = index as u32;
         }
     }
+    if heads.is_empty() {
+        return;
+    }
     // Per step: the fused step it was folded into (itself if none).
     let mut rep: Vec<u32> = (0..steps.len() as u32).collect();
     let mut changed = false;
-    for head in 0..steps.len() {
+    for head in heads {
         let fused = match &steps[head].work {
             Work::Kernel(Kernel::RestoreV2 { .. }) => plan_restore(steps, &facts, head),
             Work::Kernel(Kernel::SaveV2 { .. }) => plan_save(steps, &facts, head),
-            _ => None,
+            _ => unreachable!("a head is a RestoreV2 or SaveV2 step"),
         };
         if let Some(group) = fused {
             apply(steps, &mut rep, head, group);
@@ -161,6 +166,44 @@ struct Group {
     kind: Kind,
     chains: Vec<Chain>,
     members: Vec<StepId>,
+    gathered: Gathered,
+}
+
+/// What the folded steps bring to the fused step, read from each chain's steps as the chain
+/// is found. A large plan's chains lie far apart in memory; read again when the step is
+/// rewritten, each chain's steps would be a cache miss more.
+struct Gathered {
+    /// The folded steps' dependencies.
+    deps: Steps,
+    /// The folded steps' users.
+    users: Steps,
+    /// Save only: the handle slot each folded chain's tensor input takes (see [`apply`]).
+    handle_inputs: Vec<(usize, SlotId)>,
+    /// Whether every chain's variable is fixed by the plan (a folded handle).
+    constant_keys: bool,
+}
+
+impl Gathered {
+    fn new() -> Gathered {
+        Gathered {
+            deps: Steps::new(),
+            users: Steps::new(),
+            handle_inputs: Vec::new(),
+            constant_keys: true,
+        }
+    }
+
+    /// Takes in a chain found of `members`, the folded handle first when `handle` is one.
+    fn chain(&mut self, steps: &[Step], members: &[StepId], handle: Handle) {
+        for &member in members {
+            let step = &steps[member.0 as usize];
+            self.deps.extend_from_slice(&step.deps);
+            self.users.extend_from_slice(&step.users);
+        }
+        // A folded handle's variable is the plan's own. (A TF1 reference has none to cache:
+        // [`keys`] gives none for it, so its step's cache stays empty.)
+        self.constant_keys &= matches!(handle, Handle::Member);
+    }
 }
 
 /// The chains of `RestoreV2` step `head` that can be folded.
@@ -168,6 +211,7 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     let step = &steps[head];
     let mut chains = Vec::new();
     let mut members = Vec::new();
+    let mut gathered = Gathered::new();
     'outputs: for (position, &slot) in step.outputs.iter().enumerate() {
         let start = members.len();
         let mut current = slot;
@@ -209,6 +253,7 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         }
                         None => Handle::Input(candidate.inputs[0].0),
                     };
+                    gathered.chain(steps, &members[start..], handle);
                     chains.push(Chain {
                         position: position as u32,
                         handle,
@@ -228,7 +273,7 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     }
     // The assignments (what can fail) run in schedule order.
     chains.sort_by_key(|chain| members[chain.members.end as usize - 1]);
-    Some(reorder(Kind::Restore, chains, &members))
+    Some(reorder(Kind::Restore, chains, &members, gathered))
 }
 
 /// The `VarHandleOp` step writing `slot` when it can be folded with its only user `user`:
@@ -254,6 +299,7 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     let step = &steps[head];
     let mut chains = Vec::new();
     let mut members = Vec::new();
+    let mut gathered = Gathered::new();
     'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(3) {
         let start = members.len();
         let mut current = slot;
@@ -288,6 +334,16 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                             None => Handle::Input(offset as u32),
                         };
                     members[start..].reverse();
+                    gathered.chain(steps, &members[start..], handle);
+                    // The tensor input reads the handle: the read's input, or the prefix
+                    // as a placeholder when the handle is folded too.
+                    let handle_slot = match handle {
+                        Handle::Input(_) => candidate.inputs[0],
+                        Handle::Member => step.inputs[0],
+                    };
+                    gathered
+                        .handle_inputs
+                        .push((FIRST_TENSOR + offset - 3, handle_slot));
                     chains.push(Chain {
                         position: (offset - 3) as u32,
                         handle,
@@ -307,11 +363,11 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     }
     // The reads (what can fail) run in schedule order.
     chains.sort_by_key(|chain| members[chain.members.start as usize]);
-    Some(reorder(Kind::Save, chains, &members))
+    Some(reorder(Kind::Save, chains, &members, gathered))
 }
 
 /// The group with `members` laid out in the order of `chains`.
-fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId]) -> Group {
+fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId], gathered: Gathered) -> Group {
     let mut ordered = Vec::with_capacity(members.len());
     let chains = chains
         .into_iter()
@@ -330,25 +386,26 @@ fn reorder(kind: Kind, chains: Vec<Chain>, members: &[StepId]) -> Group {
         kind,
         chains,
         members: ordered,
+        gathered,
     }
 }
 
-/// Rewrites step `head` into a fused step folding `group`, and empties the folded steps.
+/// Rewrites step `head` into a fused step folding `group`. The folded steps are not read:
+/// what the fused step needs of them was gathered when their chains were found, and
+/// [`relink`] empties their edges.
 fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     let Group {
         kind,
         chains,
         members,
+        gathered,
     } = group;
-    let mut deps = std::mem::take(&mut steps[head].deps);
-    let mut users = std::mem::take(&mut steps[head].users);
     for &member in &members {
         rep[member.0 as usize] = head as u32;
-        let step = &mut steps[member.0 as usize];
-        deps.append(&mut step.deps);
-        users.append(&mut step.users);
     }
     let step = &mut steps[head];
+    step.deps.extend_from_slice(&gathered.deps);
+    step.users.extend_from_slice(&gathered.users);
     let n_head_inputs = step.inputs.len();
     let n_head_outputs = step.outputs.len();
     let mut kept = Vec::new();
@@ -383,37 +440,11 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     let Work::Kernel(kernel) = std::mem::replace(&mut step.work, Work::Kernel(Kernel::NoOp)) else {
         unreachable!("only kernel steps are fused");
     };
-    step.deps = deps;
-    step.users = users;
-    let placeholder = steps[head].inputs[0];
-    let handles: Vec<(usize, SlotId)> = match kind {
-        Kind::Save => chains
-            .iter()
-            .map(|chain| {
-                let input = FIRST_TENSOR + chain.position as usize;
-                match chain.handle {
-                    Handle::Input(_) => {
-                        let read = members[chain.members.start as usize];
-                        (input, steps[read.0 as usize].inputs[0])
-                    }
-                    Handle::Member => (input, placeholder),
-                }
-            })
-            .collect(),
-        Kind::Restore => Vec::new(),
-    };
-    let step = &mut steps[head];
-    for (input, slot) in handles {
+    for &(input, slot) in &gathered.handle_inputs {
         step.inputs[input] = slot;
     }
     // Keys fixed by the plan (folded resource handles) are resolved to slots once per store.
-    let constant_keys = chains.iter().all(|chain| match chain.handle {
-        Handle::Member => {
-            member_key(&steps[members[chain.members.start as usize].0 as usize]).is_some()
-        }
-        Handle::Input(_) => false,
-    });
-    let step = &mut steps[head];
+    let constant_keys = gathered.constant_keys;
     step.work = Work::Fused(Box::new(Fused {
         kernel,
         kind,
@@ -426,20 +457,24 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     }));
 }
 
-/// Points every edge at the fused steps, sorts and dedups it, and takes folded steps out of
-/// their queues.
+/// Points every edge at the fused steps, sorts and dedups it, empties the folded steps'
+/// edges, and takes folded steps out of their queues.
 fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
     for (index, step) in steps.iter_mut().enumerate() {
+        if rep[index] != index as u32 {
+            step.deps.clear();
+            step.users.clear();
+            continue;
+        }
         for edges in [&mut step.deps, &mut step.users] {
-            if edges.iter().any(|id| rep[id.0 as usize] != id.0) {
+            let moved = |id: &StepId| rep[id.0 as usize] != id.0 || id.0 as usize == index;
+            if edges.iter().any(moved) {
                 for id in edges.iter_mut() {
                     id.0 = rep[id.0 as usize];
                 }
                 edges.retain(|id| id.0 as usize != index);
                 edges.sort_unstable();
                 edges.dedup();
-            } else if edges.iter().any(|id| id.0 as usize == index) {
-                edges.retain(|id| id.0 as usize != index);
             }
         }
     }
