@@ -331,10 +331,16 @@ fn import_binary(bytes: &[u8], is_meta: bool) -> Option<Loaded> {
         // If the direct import gives up, so may the decoder, which then tries the next kind.
         return import_binary_direct(bytes, MessageKind::GraphDef);
     }
-    if has_only_known_fields::<pb::MetaGraphDef>(bytes) {
-        return import_binary_direct(bytes, MessageKind::MetaGraphDef);
-    }
-    None
+    // The scan and the import it allows read the same bytes and nothing else: the import is
+    // made while the scan runs (a tenth of a second for a 100,000-variable plan) on the other
+    // core, and dropped if the scan finds a field the schema does not define. Not so for
+    // the GraphDef scan above, which fails at the first field of a MetaGraphDef: an import
+    // begun beside it would be waited for in vain.
+    let (known, imported) = rayon::join(
+        || has_only_known_fields::<pb::MetaGraphDef>(bytes),
+        || import_binary_direct(bytes, MessageKind::MetaGraphDef),
+    );
+    imported.filter(|_| known)
 }
 
 /// Imports an encoded `GraphDef` or `MetaGraphDef` (`kind`) straight from its bytes, without

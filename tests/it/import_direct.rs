@@ -275,3 +275,32 @@ fn inputs_resolve_to_their_named_ops_wherever_they_are() {
         }
     }
 }
+
+/// A MetaGraphDef with a field its schema does not define is left to the message path, which
+/// tells a binary message's kind from its fields and recognizes none here: the direct import,
+/// made while the bytes are scanned, would take it (an unknown field outside a node goes
+/// unseen there) and must be dropped, so that the file fails as the message path fails.
+#[test]
+fn a_meta_graph_with_an_unknown_field_takes_the_message_path() {
+    let path = crate::support::fixture("graph/g8_meta_graph/meta_graph.pbtxt");
+    let ProtoMessage::MetaGraphDef(meta) = export::read_proto_file(&path).unwrap() else {
+        panic!("g8 holds a MetaGraphDef");
+    };
+    let mut bytes = meta.encode_to_vec();
+    // Field 99, a varint: not a MetaGraphDef field.
+    bytes.extend_from_slice(&[0x98, 0x06, 0x01]);
+    assert!(
+        export::import_binary_direct(&bytes, MessageKind::MetaGraphDef).is_some(),
+        "the direct import would take it"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("unknown.pb");
+    std::fs::write(&file, &bytes).unwrap();
+    let by_message = export::read_proto_file(&file).unwrap_err();
+    let by_file = export::read_graph_file(&file).unwrap_err();
+    assert!(
+        by_message.to_string().contains("unknown.pb"),
+        "{by_message}"
+    );
+    assert_eq!(by_file.to_string(), by_message.to_string());
+}
