@@ -51,11 +51,9 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
         .with_context(|| path.display().to_string())
 }
 
-/// Traces the spec file at `path` into a session.
-pub fn load_spec_session(path: &Path, options: SessionOptions) -> anyhow::Result<Session> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    let spec = parse_spec(path, &text, &options)?;
+/// Traces the spec `text` (of the file `path`) into a session.
+pub fn spec_session(path: &Path, text: &str, options: SessionOptions) -> anyhow::Result<Session> {
+    let spec = parse_spec(path, text, &options)?;
     Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
 }
 

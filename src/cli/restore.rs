@@ -24,9 +24,7 @@ use saveplan::checkpoint::{
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
-use super::common::{
-    ModeArgs, free_at_exit, load_spec_session, restore_to_file, restore_to_file_as,
-};
+use super::common::{ModeArgs, free_at_exit, restore_to_file, restore_to_file_as, spec_session};
 use super::output::{one_line, out};
 use super::values::{checkpoint_prefix, write_safetensors};
 
@@ -93,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
-    let session = load_spec_session(&args.spec, options)?;
+    let session = spec_session(&args.spec, &text, options)?;
     restore_to_file(&session, &args.prefix, &args.out)?;
     free_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
