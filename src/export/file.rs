@@ -233,13 +233,16 @@ pub fn write_encoded_pieces<P: AsRef<[u8]>>(
         source,
     };
     let file = std::fs::File::create(path).map_err(write_error)?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     if encoding == Encoding::Binary {
+        // Small pieces are gathered; a piece larger than the buffer (a batch of nodes) goes
+        // to the file from where it is, without a copy into the buffer.
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, file);
         for piece in pieces {
             out.write_all(piece.as_ref()).map_err(write_error)?;
         }
         return out.flush().map_err(write_error);
     }
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let joined;
     let bytes = match pieces {
         [piece] => piece.as_ref(),

@@ -69,44 +69,52 @@ pub fn encode_meta_graph_def(meta_graph: &MetaGraph) -> Result<Vec<u8>, ExportEr
 /// ([`super::write_encoded_pieces`]), instead of first into one buffer of the whole message.
 pub fn encode_meta_graph_def_pieces(meta_graph: &MetaGraph) -> Result<Vec<Vec<u8>>, ExportError> {
     use prost::encoding::{WireType, btree_map, encode_key, encode_varint, message, string};
-    let graph = super::graph_def::encode_graph_def_pieces(&meta_graph.module)?;
-    let graph_len: usize = graph.iter().map(Vec::len).sum();
     // prost writes fields in tag order: `meta_info_def` (1), `graph_def` (2), then
     // `saver_def` (3), `collection_def` (4), `signature_def` (5), `asset_file_def` (6); each
-    // written here as the derived encoder writes it, from the fields in place (the
-    // collections of a large plan hold a `VariableDef` per variable).
+    // written here as the derived encoder writes it, from the fields in place. The fields
+    // after the graph are encoded beside it, on another core: the collections of a large
+    // plan hold a `VariableDef` per variable.
+    let (graph, last) = rayon::join(
+        || super::graph_def::encode_graph_def_pieces(&meta_graph.module),
+        || {
+            let (key, key_len) = (string::encode, string::encoded_len);
+            let saver = meta_graph.saver_def.as_ref().map(saver_def);
+            let collections = &meta_graph.collection_def;
+            let signatures = &meta_graph.signature_def;
+            let mut last = Vec::new();
+            if let Some(saver) = &saver {
+                message::encode(3, saver, &mut last);
+            }
+            btree_map::encode(
+                key,
+                key_len,
+                message::encode,
+                message::encoded_len,
+                4,
+                collections,
+                &mut last,
+            );
+            btree_map::encode(
+                key,
+                key_len,
+                message::encode,
+                message::encoded_len,
+                5,
+                signatures,
+                &mut last,
+            );
+            message::encode_repeated(6, &meta_graph.asset_file_def, &mut last);
+            last
+        },
+    );
+    let graph = graph?;
+    let graph_len: usize = graph.iter().map(Vec::len).sum();
     let mut first = Vec::new();
     if let Some(meta_info_def) = &meta_graph.meta_info_def {
         message::encode(1, meta_info_def, &mut first);
     }
     encode_key(2, WireType::LengthDelimited, &mut first);
     encode_varint(graph_len as u64, &mut first);
-    let mut last = Vec::new();
-    if let Some(saver) = &meta_graph.saver_def {
-        message::encode(3, &saver_def(saver), &mut last);
-    }
-    let (key, key_len) = (string::encode, string::encoded_len);
-    let collections = &meta_graph.collection_def;
-    btree_map::encode(
-        key,
-        key_len,
-        message::encode,
-        message::encoded_len,
-        4,
-        collections,
-        &mut last,
-    );
-    let signatures = &meta_graph.signature_def;
-    btree_map::encode(
-        key,
-        key_len,
-        message::encode,
-        message::encoded_len,
-        5,
-        signatures,
-        &mut last,
-    );
-    message::encode_repeated(6, &meta_graph.asset_file_def, &mut last);
     let mut pieces = Vec::with_capacity(graph.len() + 2);
     pieces.push(first);
     pieces.extend(graph);
