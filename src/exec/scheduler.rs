@@ -70,15 +70,22 @@ fn run(
     feeds: Vec<HostTensor>,
 ) -> Result<Vec<HostTensor>, ExecError> {
     let slots = prepare_slots(plan, feeds)?;
+    // Only queued steps run and only they have dependencies, so only theirs are counted. A
+    // fused plan of N variables keeps its N folded steps but queues a handful: reading every
+    // step's dependencies was a pass over all of them (tens of MB) at each run.
+    let mut pending: Vec<AtomicUsize> = (0..plan.steps().len())
+        .map(|_| AtomicUsize::new(0))
+        .collect();
+    for queue in plan.queues() {
+        for &id in &queue.steps {
+            *pending[id.0 as usize].get_mut() = plan.step(id).deps.len();
+        }
+    }
     let state = RunState {
         plan,
         cx,
         slots,
-        pending: plan
-            .steps()
-            .iter()
-            .map(|step| AtomicUsize::new(step.deps.len()))
-            .collect(),
+        pending,
         queues: plan.queues().iter().map(|_| Mutex::default()).collect(),
         cancelled: AtomicBool::new(false),
         error: Mutex::new(None),
