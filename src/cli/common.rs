@@ -10,7 +10,9 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 use saveplan::compile::{Compilation, Form, compile};
 use saveplan::exec::{Backend, HostTensor, StepEvent};
-use saveplan::session::{CacheEvent, CheckpointTensor, Mode, Session, SessionOptions};
+use saveplan::session::{
+    CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
+};
 use saveplan::trace::spec::SpecFile;
 
 use super::output::one_line;
@@ -68,14 +70,19 @@ pub fn spec_session_with_values(
     values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
 ) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
-    Session::from_spec_with_values_when_bound(&spec, options, values).map_err(|err| {
-        let file = if err.is_about_values() {
-            values_path
-        } else {
-            path
-        };
-        anyhow::Error::from(err).context(file.display().to_string())
-    })
+    Session::from_spec_with_values_when_bound(&spec, options, values)
+        .map_err(|err| session_error(err, path, values_path))
+}
+
+/// A session's error, named after the file it is about: the values file `values_path` for
+/// an error about the values ([`SessionError::is_about_values`]), else the plan file `path`.
+pub fn session_error(err: SessionError, path: &Path, values_path: &Path) -> anyhow::Error {
+    let file = if err.is_about_values() {
+        values_path
+    } else {
+        path
+    };
+    anyhow::Error::from(err).context(file.display().to_string())
 }
 
 /// Parses the spec `text` of the file `path`, and has the heap its session's trace is about to

@@ -21,7 +21,7 @@ use saveplan::export::{Loaded, read_graph_file};
 use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_graph_targets};
 use saveplan_ir::{Module, SaverNames};
 
-use super::common::{BackendArg, free_at_exit, restore_to_file, save};
+use super::common::{BackendArg, free_at_exit, restore_to_file, save, session_error};
 use super::values::{read_values_beside, values_or_earlier_error};
 
 /// Arguments of `saveplan run`.
@@ -98,15 +98,8 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
                 Session::new(module, targets.clone(), options)
                     .with_context(|| format!("{}", args.graph.display()))
             })?;
-            let session =
-                Session::new_with_values(module, targets, options, read).map_err(|err| {
-                    let file = if err.is_about_values() {
-                        values
-                    } else {
-                        args.graph.as_path()
-                    };
-                    anyhow::Error::from(err).context(file.display().to_string())
-                })?;
+            let session = Session::new_with_values(module, targets, options, read)
+                .map_err(|err| session_error(err, &args.graph, values))?;
             save(&session, prefix)?;
             free_at_exit((session, loaded));
         }

@@ -16,7 +16,7 @@ use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 use saveplan::session::{Plans, SessionOptions};
 
 use super::common::{ModeArgs, free_at_exit, save, spec_session_with_values};
-use super::values::read_values;
+use super::values::{read_values, with_values_read_beside};
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -49,14 +49,12 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     };
     // The values file is read while the spec traces, and its values are put into the
     // variables while the save plan compiles; the session's errors come first.
+    // A read error is kept aside: the session is then made without values, and its own
+    // errors come first.
     let mut unread = None;
-    let session = std::thread::scope(|scope| {
-        let reading = scope.spawn(|| read_values(&args.values));
+    let session = with_values_read_beside(&args.values, |reading| {
         spec_session_with_values(&args.spec, &text, options, &args.values, || {
-            let read = reading
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            read.map_err(|err| unread = Some(err)).ok()
+            reading.wait().map_err(|err| unread = Some(err)).ok()
         })
     })?;
     if let Some(err) = unread {

@@ -47,14 +47,30 @@ pub fn read_values_beside<T>(
     path: &Path,
     work: impl FnOnce() -> T,
 ) -> (T, anyhow::Result<BTreeMap<String, HostTensor>>) {
-    std::thread::scope(|scope| {
-        let reading = scope.spawn(move || read_values(path));
+    with_values_read_beside(path, |reading| {
         let done = work();
-        let values = reading
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (done, values)
+        (done, reading.wait())
     })
+}
+
+/// Runs `work` while another thread reads the values file `path` with [`read_values`]; `work`
+/// waits for them when it needs them ([`ValuesReading::wait`]), as late as it can.
+pub fn with_values_read_beside<T>(path: &Path, work: impl FnOnce(ValuesReading<'_>) -> T) -> T {
+    std::thread::scope(|scope| work(ValuesReading(scope.spawn(move || read_values(path)))))
+}
+
+/// A values file being read on another thread ([`with_values_read_beside`]).
+pub struct ValuesReading<'scope>(
+    std::thread::ScopedJoinHandle<'scope, anyhow::Result<BTreeMap<String, HostTensor>>>,
+);
+
+impl ValuesReading<'_> {
+    /// The values read, once the read is done (a panic of the reading thread goes on here).
+    pub fn wait(self) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+        self.0
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
 }
 
 /// The values `read` gave; when reading them failed, the error of `first` (what would have
