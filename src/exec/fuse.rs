@@ -179,8 +179,6 @@ struct Gathered {
     users: Steps,
     /// Save only: the handle slot each folded chain's tensor input takes (see [`apply`]).
     handle_inputs: Vec<(usize, SlotId)>,
-    /// Whether every chain's variable is fixed by the plan (a folded handle).
-    constant_keys: bool,
 }
 
 impl Gathered {
@@ -189,20 +187,16 @@ impl Gathered {
             deps: Steps::new(),
             users: Steps::new(),
             handle_inputs: Vec::new(),
-            constant_keys: true,
         }
     }
 
-    /// Takes in a chain found of `members`, the folded handle first when `handle` is one.
-    fn chain(&mut self, steps: &[Step], members: &[StepId], handle: Handle) {
+    /// Takes in the edges of a chain found of `members`.
+    fn chain(&mut self, steps: &[Step], members: &[StepId]) {
         for &member in members {
             let step = &steps[member.0 as usize];
             self.deps.extend_from_slice(&step.deps);
             self.users.extend_from_slice(&step.users);
         }
-        // A folded handle's variable is the plan's own. (A TF1 reference has none to cache:
-        // [`keys`] gives none for it, so its step's cache stays empty.)
-        self.constant_keys &= matches!(handle, Handle::Member);
     }
 }
 
@@ -253,7 +247,7 @@ fn plan_restore(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         }
                         None => Handle::Input(candidate.inputs[0].0),
                     };
-                    gathered.chain(steps, &members[start..], handle);
+                    gathered.chain(steps, &members[start..]);
                     chains.push(Chain {
                         position: position as u32,
                         handle,
@@ -334,7 +328,7 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                             None => Handle::Input(offset as u32),
                         };
                     members[start..].reverse();
-                    gathered.chain(steps, &members[start..], handle);
+                    gathered.chain(steps, &members[start..]);
                     // The tensor input reads the handle: the read's input, or the prefix
                     // as a placeholder when the handle is folded too.
                     let handle_slot = match handle {
@@ -443,8 +437,12 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
     for &(input, slot) in &gathered.handle_inputs {
         step.inputs[input] = slot;
     }
-    // Keys fixed by the plan (folded resource handles) are resolved to slots once per store.
-    let constant_keys = gathered.constant_keys;
+    // Keys fixed by the plan (folded handles: the variable is the plan's own) are resolved to
+    // slots once per store. A TF1 reference has none to cache: [`keys`] gives none for it, so
+    // its step's cache stays empty.
+    let constant_keys = chains
+        .iter()
+        .all(|chain| matches!(chain.handle, Handle::Member));
     step.work = Work::Fused(Box::new(Fused {
         kernel,
         kind,
@@ -765,4 +763,50 @@ fn run_member(
         .map_err(|err| op_error(member, device, err))?;
     notify(run, member, device, output.as_slice());
     Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::spec::SpecFile;
+    use crate::trace::trace_flat;
+
+    /// Whether each fused step of `plan` keeps a slot cache, in step order.
+    fn caches(plan: &CompiledPlan) -> Vec<bool> {
+        plan.steps()
+            .iter()
+            .filter_map(|step| match &step.work {
+                Work::Fused(fused) => Some(fused.slots.is_some()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A fused step whose chains all fold their `VarHandleOp` resolves its variables once per
+    /// store (it keeps a slot cache); one whose handles come from outside (save and restore
+    /// compiled into one plan, so each handle has two users) does not.
+    #[test]
+    fn only_steps_with_folded_handles_cache_their_slots() {
+        let spec = SpecFile::parse(
+            r#"{"variables": [
+                {"checkpoint_key": "a", "dtype": "float32", "shape": [2]},
+                {"checkpoint_key": "b", "dtype": "int64", "shape": []}]}"#,
+        )
+        .unwrap();
+        let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
+        let module = saveplan_ir::verify_module(&trace.module).unwrap();
+        let feeds = [trace.saver.filename_tensor_name.as_str()];
+        let restore: Vec<&str> = trace
+            .saver
+            .restore_targets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let save = [trace.saver.save_target.as_str()];
+        let compile = |targets: &[&str]| CompiledPlan::compile(module, targets, &feeds).unwrap();
+        assert_eq!(caches(&compile(&save)), [true]);
+        assert_eq!(caches(&compile(&restore)), [true]);
+        let both: Vec<&str> = save.iter().chain(&restore).copied().collect();
+        assert_eq!(caches(&compile(&both)), [false, false]);
+    }
 }
