@@ -52,7 +52,9 @@ use saveplan_ir::Verified;
 use super::plan::{
     Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Steps, Work,
 };
-use super::step::{RunContext, kernel_cx, notify, op_error, run_kernel_for, run_save_lent_for};
+use super::step::{
+    RunContext, StepInputs, kernel_cx, notify, op_error, run_kernel_for, run_save_of_for,
+};
 use super::tensor::HostTensor;
 use super::variables::{SlotCache, VarKeyRef, VarSlot, VariableReader};
 
@@ -488,29 +490,31 @@ fn relink(steps: &mut [Step], queues: &mut [Queue], rep: &[u32]) {
 /// (save) under the store's read lock, which is held until the `SaveV2` has written them: a
 /// save clones no value (two reference counts per variable, touched twice, cost as much as the
 /// bundle code spends on a small tensor), and an assignment from another thread waits for the
-/// file instead. The bytes are those of a read followed by the write. With an observer, each
-/// folded op runs on its own and is reported, so that the observer may use the variables.
+/// file instead. The bytes are those of a read followed by the write. The step's inputs are
+/// read in place: a save has one per tensor, mostly placeholders for the variables it lends,
+/// and cloning them was a reference count touched twice per variable too. With an observer,
+/// each folded op runs on its own and is reported, so that the observer may use the variables.
 pub(crate) fn run_fused(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     step: &Step,
     device: &str,
     fused: &Fused,
-    mut inputs: Vec<HostTensor>,
+    inputs: StepInputs<'_>,
 ) -> Result<Vec<HostTensor>, ExecError> {
     let slots = match run.observer {
-        None => slots(run, plan, fused, &inputs),
+        None => slots(run, plan, fused, inputs),
         Some(_) => None,
     };
     match fused.kind {
         Kind::Restore => {
-            let head_inputs = &inputs[..fused.n_head_inputs];
+            let head_inputs = inputs.to_vec(0..fused.n_head_inputs);
             let tensors = run_kernel_for(
                 run,
                 step,
                 device,
                 &fused.kernel,
-                head_inputs,
+                &head_inputs,
                 fused.n_head_outputs,
             )?;
             match slots {
@@ -527,7 +531,7 @@ pub(crate) fn run_fused(
                         .collect())
                 }
                 None => {
-                    restore_op_by_op(run, plan, device, fused, &inputs, &tensors)?;
+                    restore_op_by_op(run, plan, device, fused, inputs, &tensors)?;
                     Ok(fused
                         .kept
                         .iter()
@@ -542,19 +546,26 @@ pub(crate) fn run_fused(
                 let Kernel::SaveV2 { dtypes } = &fused.kernel else {
                     unreachable!("a fused save's kernel is its SaveV2");
                 };
+                // The tensors are borrowed where they are: the inputs of the positions no
+                // chain folds, the variables of the others (their inputs are placeholders).
+                let head = inputs.to_vec(0..FIRST_TENSOR.min(inputs.len()));
+                let mut tensors: Vec<&HostTensor> = (FIRST_TENSOR..inputs.len())
+                    .map(|index| inputs.get(index))
+                    .collect();
                 let reader = run.variables.reader();
-                let lent = lend_all(&reader, plan, device, fused, &slots)?;
-                run_save_lent_for(
+                lend_all(&reader, plan, device, fused, &slots, &mut tensors)?;
+                run_save_of_for(
                     run,
                     step,
                     device,
                     dtypes,
-                    &inputs,
-                    &lent,
+                    &head,
+                    tensors,
                     fused.n_head_outputs,
                 )
             }
             None => {
+                let mut inputs = inputs.all();
                 let values = read_op_by_op(run, plan, device, fused, &inputs)?;
                 for (chain, value) in fused.chains.iter().zip(values) {
                     inputs[FIRST_TENSOR + chain.position as usize] = value;
@@ -604,13 +615,13 @@ fn restore_op_by_op(
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
-    inputs: &[HostTensor],
+    inputs: StepInputs<'_>,
     tensors: &[HostTensor],
 ) -> Result<(), ExecError> {
     for chain in &fused.chains {
         let mut members = fused.chain_members(chain);
         let handle = match chain.handle {
-            Handle::Input(input) => inputs[input as usize].clone(),
+            Handle::Input(input) => inputs.get(input as usize).clone(),
             Handle::Member => {
                 let handle_step = plan.step(members[0]);
                 members = &members[1..];
@@ -634,16 +645,16 @@ fn restore_op_by_op(
     Ok(())
 }
 
-/// The variables `slots` of the save chains, borrowed from `reader` in chain order, each with
-/// its position among the `SaveV2`'s tensors.
+/// Puts the variables `slots` of the save chains, borrowed from `reader` in chain order, in
+/// their positions among the `SaveV2`'s `tensors`.
 fn lend_all<'r>(
     reader: &'r VariableReader<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
     slots: &[VarSlot],
-) -> Result<Vec<(u32, &'r HostTensor)>, ExecError> {
-    let mut lent = Vec::with_capacity(slots.len());
+    tensors: &mut [&'r HostTensor],
+) -> Result<(), ExecError> {
     for (chain, &slot) in fused.chains.iter().zip(slots) {
         let value = reader.value_as_at(slot, chain.dtype).map_err(|err| {
             let members = fused.chain_members(chain);
@@ -653,9 +664,9 @@ fn lend_all<'r>(
             };
             op_error(plan.step(read), device, err.into())
         })?;
-        lent.push((chain.position, value));
+        tensors[chain.position as usize] = value;
     }
-    Ok(lent)
+    Ok(())
 }
 
 /// Runs the folded ops of every save chain one by one, reporting each; returns the tensors
@@ -692,7 +703,7 @@ fn slots(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     fused: &Fused,
-    inputs: &[HostTensor],
+    inputs: StepInputs<'_>,
 ) -> Option<Arc<[VarSlot]>> {
     if let Some(slots) = fused
         .slots
@@ -715,13 +726,13 @@ fn slots(
 fn keys<'a>(
     plan: &'a CompiledPlan,
     fused: &Fused,
-    inputs: &'a [HostTensor],
+    inputs: StepInputs<'a>,
 ) -> Option<Vec<VarKeyRef<'a>>> {
     let mut keys = Vec::with_capacity(fused.chains.len());
     for chain in &fused.chains {
         let key = match chain.handle {
             Handle::Input(input) => {
-                let handle = &inputs[input as usize];
+                let handle = inputs.get(input as usize);
                 if state::is_ref(handle) {
                     return None;
                 }

@@ -27,7 +27,7 @@ use std::sync::{Mutex, OnceLock};
 use super::error::ExecError;
 use super::fuse::run_fused;
 use super::plan::{CompiledPlan, StepId, Work};
-use super::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
+use super::step::{RunContext, StepInputs, fetch, finish_call, prepare_slots, run_kernel};
 use super::sync::lock;
 use super::tensor::HostTensor;
 
@@ -167,21 +167,16 @@ impl<'p> RunState<'p> {
     fn run_step(&self, id: StepId) -> Result<(), ExecError> {
         let step = self.plan.step(id);
         let device = &self.plan.queues()[step.queue.0 as usize].device;
-        let inputs: Vec<HostTensor> = step
-            .inputs
-            .iter()
-            .map(|slot| {
-                self.slots[slot.0 as usize]
-                    .get()
-                    .cloned()
-                    .expect("a step runs after the producers of its inputs")
-            })
-            .collect();
+        let inputs = StepInputs::new(step, &self.slots);
         let outputs = match &step.work {
-            Work::Kernel(kernel) => run_kernel(self.cx, step, device, kernel, &inputs)?,
-            Work::Call { function, plan } => {
-                finish_call(self.cx, step, device, function, run(plan, self.cx, inputs))?
-            }
+            Work::Kernel(kernel) => run_kernel(self.cx, step, device, kernel, &inputs.all())?,
+            Work::Call { function, plan } => finish_call(
+                self.cx,
+                step,
+                device,
+                function,
+                run(plan, self.cx, inputs.all()),
+            )?,
             Work::Fused(fused) => run_fused(self.cx, self.plan, step, device, fused, inputs)?,
         };
         for (slot, value) in step.outputs.iter().zip(outputs) {

@@ -64,6 +64,44 @@ impl<'a> RunContext<'a> {
     }
 }
 
+/// The inputs of a step, read in place from the run's slot table. A step's kernel gets them
+/// cloned ([`StepInputs::to_vec`]); a fused save reads only the few it uses, since it has one
+/// input per saved tensor and saves the variables it borrows instead of most of them.
+#[derive(Clone, Copy)]
+pub(crate) struct StepInputs<'a> {
+    step: &'a Step,
+    slots: &'a [OnceLock<HostTensor>],
+}
+
+impl<'a> StepInputs<'a> {
+    /// The inputs of `step` in `slots`, whose producers must all have run.
+    pub(crate) fn new(step: &'a Step, slots: &'a [OnceLock<HostTensor>]) -> StepInputs<'a> {
+        StepInputs { step, slots }
+    }
+
+    /// How many inputs the step has.
+    pub(crate) fn len(self) -> usize {
+        self.step.inputs.len()
+    }
+
+    /// Input `index`.
+    pub(crate) fn get(self, index: usize) -> &'a HostTensor {
+        self.slots[self.step.inputs[index].0 as usize]
+            .get()
+            .expect("a step runs after the producers of its inputs")
+    }
+
+    /// Inputs `range`, cloned (their storage is shared).
+    pub(crate) fn to_vec(self, range: std::ops::Range<usize>) -> Vec<HostTensor> {
+        range.map(|index| self.get(index).clone()).collect()
+    }
+
+    /// Every input, cloned.
+    pub(crate) fn all(self) -> Vec<HostTensor> {
+        self.to_vec(0..self.len())
+    }
+}
+
 /// Checks `feeds` against the plan and returns the slot table with the feeds stored.
 pub(crate) fn prepare_slots(
     plan: &CompiledPlan,
@@ -128,18 +166,19 @@ pub(crate) fn run_kernel_for(
     finish_step(run, step, device, result, n_outputs)
 }
 
-/// [`run_kernel_for`] of the `SaveV2` (of `dtypes`) of fused step `step`, with the variables
-/// it borrowed `lent` in place of those tensor inputs ([`kernels::run_save_lent`]).
-pub(crate) fn run_save_lent_for(
+/// [`run_kernel_for`] of the `SaveV2` (of `dtypes`) of fused step `step`, with the prefix,
+/// names and specs `head` and the tensors to save `tensors`, in position order: most are the
+/// variables it borrowed ([`kernels::run_save_of`]).
+pub(crate) fn run_save_of_for(
     run: &RunContext<'_>,
     step: &Step,
     device: &str,
     dtypes: &[DType],
-    inputs: &[HostTensor],
-    lent: &[(u32, &HostTensor)],
+    head: &[HostTensor],
+    tensors: Vec<&HostTensor>,
     n_outputs: usize,
 ) -> Result<Vec<HostTensor>, ExecError> {
-    let result = kernels::run_save_lent(&kernel_cx(run, step, device), dtypes, inputs, lent);
+    let result = kernels::run_save_of(&kernel_cx(run, step, device), dtypes, head, tensors);
     finish_step(run, step, device, result, n_outputs)
 }
 

@@ -482,3 +482,69 @@ fn fused_edges_are_the_unfused_edges_between_fused_steps() {
         "the cases fold steps: {folded_somewhere}"
     );
 }
+
+/// A fused save whose `SaveV2` also takes tensors no chain folds (a constant and a TF1
+/// reference, which is read) between the variables it lends writes the bytes of the unfused
+/// save, on every backend.
+#[test]
+fn a_fused_save_mixes_lent_variables_with_its_other_inputs() {
+    let module = saveplan_ir::parse_module(
+        r#"graph {
+  prefix = Placeholder[dtype=string, shape=[]]
+  a = VarHandleOp[dtype=float32, shape=[2], shared_name="a"]
+  a/Read = ReadVariableOp(a)[dtype=float32]
+  c = Const[dtype=int32, value=tensor<int32>[2]{int [7, 8]}]
+  r = VariableV2[dtype=int32, shape=[2], shared_name="r"]
+  d = VarHandleOp[dtype=int64, shape=[], shared_name="d"]
+  d/Read = ReadVariableOp(d)[dtype=int64]
+  names = Const[dtype=string, value=tensor<string>[4]{strings ["a", "b", "c", "d"]}]
+  specs = Const[dtype=string, value=tensor<string>[4]{strings ["", "", "", ""]}]
+  save = SaveV2(prefix, names, specs, a/Read, c, r, d/Read)[dtypes=list(type)[float32, int32, int32, int64]]
+}
+"#,
+    )
+    .unwrap();
+    let verified = verified(&module);
+    let unfused = CompiledPlan::compile_unfused(verified, &["save"], &["prefix"]).unwrap();
+    let fused = CompiledPlan::compile(verified, &["save"], &["prefix"]).unwrap();
+    assert_eq!(folded_chains(&fused), 2, "the two variable reads fold");
+    let store = VariableStore::new();
+    store
+        .put(
+            &VarKey::new("", "a"),
+            HostTensor::from_f32s(vec![2], &[1.5, 2.5]).unwrap(),
+        )
+        .unwrap();
+    store
+        .put(
+            &VarKey::new("", "r"),
+            HostTensor::from_i32s(vec![2], &[3, 4]).unwrap(),
+        )
+        .unwrap();
+    store
+        .put(&VarKey::new("", "d"), HostTensor::int64_scalar(9))
+        .unwrap();
+    for backend in backends() {
+        let mut dirs = Vec::new();
+        for plan in [&unfused, &fused] {
+            let dir = tempfile::tempdir().unwrap();
+            let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+            let (result, _) = run(&prepare(plan, backend), &store, &prefix);
+            result.unwrap_or_else(|err| panic!("{backend}: {err}"));
+            dirs.push(dir);
+        }
+        assert_same_files(&[("unfused", dirs[0].path()), ("fused", dirs[1].path())]);
+        let prefix = dirs[1].path().join("ckpt").to_string_lossy().into_owned();
+        let request = saveplan::exec::RestoreRequest {
+            name: "c",
+            shape_and_slice: "",
+            dtype: saveplan_ir::DType::Int32,
+        };
+        let read = saveplan::exec::CheckpointIo::restore(&BundleIo::default(), &prefix, &[request]);
+        assert_eq!(
+            read.unwrap(),
+            [HostTensor::from_i32s(vec![2], &[3, 4]).unwrap()],
+            "{backend}: the reference's variable is saved"
+        );
+    }
+}

@@ -464,3 +464,74 @@ fn ref_variable_kernels() {
     let line = error_chain(&err, ErrorForm::OneLine);
     assert!(!line.contains('\n') && line.contains("input 0"), "{line}");
 }
+
+/// `SaveV2` and `RestoreV2` report their inputs' errors in input order, whatever position
+/// they are at: every name (input 1) is checked before any spec (input 2), and both before
+/// the tensors' count and dtypes.
+#[test]
+fn save_v2_and_restore_v2_check_their_inputs_in_order() {
+    let io = FixedIo {
+        restored: Vec::new(),
+    };
+    let dtypes = vec![DType::Float, DType::Float];
+    let save = Kernel::SaveV2 {
+        dtypes: dtypes.clone(),
+    };
+    let restore = Kernel::RestoreV2 { dtypes };
+    let bad = || b"\xff".to_vec();
+    let strings = |elements: Vec<Vec<u8>>| {
+        let len = elements.len() as u64;
+        HostTensor::from_strings(vec![len], elements).unwrap()
+    };
+    let float = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+    let int = HostTensor::int32_scalar(1);
+    // `RestoreV2` of the same names and specs fails alike when a string is bad.
+    let check = |names: HostTensor, specs: HostTensor, tensors: &[HostTensor], expected: &str| {
+        let head = vec![s("p"), names, specs];
+        if expected.ends_with("UTF-8") {
+            let err = run_with_io(&restore, &io, &head).unwrap_err();
+            assert_eq!(err.to_string(), expected, "RestoreV2");
+        }
+        let mut inputs = head;
+        inputs.extend_from_slice(tensors);
+        let err = run_with_io(&save, &io, &inputs).unwrap_err();
+        assert_eq!(err.to_string(), expected, "SaveV2");
+    };
+    // A bad name after a bad spec, a bad dtype and a missing tensor: the name.
+    check(
+        strings(vec![b"a".to_vec(), bad()]),
+        strings(vec![bad(), Vec::new()]),
+        std::slice::from_ref(&int),
+        "input 1 is not valid UTF-8",
+    );
+    // A bad spec after a bad dtype: the spec.
+    check(
+        strings(vec![b"a".to_vec(), b"b".to_vec()]),
+        strings(vec![Vec::new(), bad()]),
+        &[int.clone(), float.clone()],
+        "input 2 is not valid UTF-8",
+    );
+    // A spec vector of the wrong shape after a bad name: the name.
+    check(
+        strings(vec![bad(), b"b".to_vec()]),
+        strings(vec![Vec::new()]),
+        &[float.clone(), float.clone()],
+        "input 1 is not valid UTF-8",
+    );
+    // Valid strings: the count, then the first bad dtype.
+    let names = || strings(vec![b"a".to_vec(), b"b".to_vec()]);
+    let specs = || strings(vec![Vec::new(), Vec::new()]);
+    check(
+        names(),
+        specs(),
+        std::slice::from_ref(&float),
+        "expected 2 tensors, got 1",
+    );
+    let err = run_with_io(
+        &save,
+        &io,
+        &[s("p"), names(), specs(), float.clone(), int.clone()],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("input 4"), "{err}");
+}

@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::exec::error::ExecError;
 use crate::exec::fuse::run_fused;
 use crate::exec::plan::{StepId, Work};
-use crate::exec::step::{RunContext, fetch, finish_call, prepare_slots, run_kernel};
+use crate::exec::step::{RunContext, StepInputs, fetch, finish_call, prepare_slots, run_kernel};
 use crate::exec::sync::lock;
 use crate::exec::tensor::HostTensor;
 
@@ -228,22 +228,28 @@ impl Run<'_> {
         let plan = &self.jit.plan;
         let step = plan.step(id);
         let device = &plan.queues()[step.queue.0 as usize].device;
-        let values: Vec<HostTensor> = inputs
-            .iter()
-            .map(|&slot| {
-                self.slots[slot as usize]
-                    .get()
-                    .cloned()
-                    .expect("a step runs after the producers of its inputs")
-            })
-            .collect();
+        let values = || -> Vec<HostTensor> {
+            inputs
+                .iter()
+                .map(|&slot| {
+                    self.slots[slot as usize]
+                        .get()
+                        .cloned()
+                        .expect("a step runs after the producers of its inputs")
+                })
+                .collect()
+        };
         let results = match (&step.work, self.jit.calls.get(&id)) {
-            (Work::Kernel(kernel), _) => run_kernel(self.cx, step, device, kernel, &values)?,
+            (Work::Kernel(kernel), _) => run_kernel(self.cx, step, device, kernel, &values())?,
             (Work::Call { function, .. }, Some(body)) => {
-                let result = body.run(self.cx, values);
+                let result = body.run(self.cx, values());
                 finish_call(self.cx, step, device, function, result)?
             }
-            (Work::Fused(fused), _) => run_fused(self.cx, plan, step, device, fused, values)?,
+            // The step's input slots are the ones its native code passes.
+            (Work::Fused(fused), _) => {
+                let inputs = StepInputs::new(step, &self.slots);
+                run_fused(self.cx, plan, step, device, fused, inputs)?
+            }
             (Work::Call { .. }, None) => unreachable!("compile lowers the body of every call"),
         };
         for (&slot, value) in outputs.iter().zip(results) {

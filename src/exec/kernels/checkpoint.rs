@@ -14,42 +14,42 @@ pub(super) fn save_v2(
     dtypes: &[DType],
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
-    save_v2_lent(cx, dtypes, inputs, &[])
+    let tensors = inputs.get(3..).unwrap_or_default().iter().collect();
+    save_v2_of(cx, dtypes, inputs, tensors)
 }
 
-/// [`save_v2`] with the tensors at some positions lent from elsewhere: `(position, tensor)`
-/// in `lent` saves `tensor` as tensor `position` (input `3 + position`), whatever that input
-/// holds. The fused save lends the variables it borrowed under their lock.
-pub(super) fn save_v2_lent(
+/// [`save_v2`] with the prefix, names and specs the first three of `head`, and the tensors
+/// to save `tensors`, in position order (a fused save lends the variables it borrowed under
+/// their lock). The errors are those of the inputs as one list.
+pub(super) fn save_v2_of(
     cx: &KernelCx<'_>,
     dtypes: &[DType],
-    inputs: &[HostTensor],
-    lent: &[(u32, &HostTensor)],
+    head: &[HostTensor],
+    tensors: Vec<&HostTensor>,
 ) -> Result<Vec<HostTensor>, KernelError> {
-    let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
-    if inputs.len() != 3 + dtypes.len() {
-        return Err(KernelError::invalid(format!(
+    let (prefix, names, specs) = prefix_names_specs(head, dtypes.len())?;
+    let requests = if tensors.len() != dtypes.len() {
+        Err(KernelError::invalid(format!(
             "expected {} tensors, got {}",
             dtypes.len(),
-            inputs.len().saturating_sub(3)
-        )));
-    }
-    let mut tensors: Vec<&HostTensor> = inputs[3..].iter().collect();
-    for &(position, tensor) in lent {
-        tensors[position as usize] = tensor;
-    }
-    let requests = dtypes
-        .iter()
-        .zip(tensors)
-        .enumerate()
-        .map(|(position, (&dtype, tensor))| {
-            Ok(SaveRequest {
-                name: names[position],
-                shape_and_slice: specs[position],
-                tensor: of_dtype(tensor, 3 + position, dtype)?,
+            tensors.len()
+        )))
+    } else {
+        dtypes
+            .iter()
+            .zip(tensors)
+            .zip(names.iter().zip(specs))
+            .enumerate()
+            .map(|(position, ((&dtype, tensor), (name, spec)))| {
+                Ok(SaveRequest {
+                    name: utf8(name, 1)?,
+                    shape_and_slice: utf8(spec, 2)?,
+                    tensor: of_dtype(tensor, 3 + position, dtype)?,
+                })
             })
-        })
-        .collect::<Result<Vec<_>, KernelError>>()?;
+            .collect::<Result<Vec<_>, KernelError>>()
+    };
+    let requests = requests.map_err(|err| first_error(names, specs, err))?;
     backend(cx)?
         .save(prefix, &requests)
         .map_err(|source| KernelError::Checkpoint {
@@ -65,15 +65,18 @@ pub(super) fn restore_v2(
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
     let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
-    let requests: Vec<RestoreRequest<'_>> = dtypes
+    let requests = dtypes
         .iter()
-        .enumerate()
-        .map(|(position, &dtype)| RestoreRequest {
-            name: names[position],
-            shape_and_slice: specs[position],
-            dtype,
+        .zip(names.iter().zip(specs))
+        .map(|(&dtype, (name, spec))| {
+            Ok(RestoreRequest {
+                name: utf8(name, 1)?,
+                shape_and_slice: utf8(spec, 2)?,
+                dtype,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, KernelError>>()
+        .map_err(|err| first_error(names, specs, err))?;
     let tensors =
         backend(cx)?
             .restore(prefix, &requests)
@@ -130,21 +133,43 @@ fn backend<'a>(cx: &KernelCx<'a>) -> Result<&'a dyn CheckpointIo, KernelError> {
         .ok_or_else(|| KernelError::invalid("the run has no checkpoint backend"))
 }
 
+/// The elements of a string vector input, UTF-8 or not.
+type Strings<'a> = &'a [Vec<u8>];
+
 /// The inputs `SaveV2` and `RestoreV2` share: the prefix, then `len` tensor names and `len`
-/// shape-and-slice specs.
+/// shape-and-slice specs. Their elements are checked for UTF-8 as the requests are made
+/// ([`utf8`]); an error then is replaced by [`first_error`].
 fn prefix_names_specs(
     inputs: &[HostTensor],
     len: usize,
-) -> Result<(&str, Vec<&str>, Vec<&str>), KernelError> {
-    Ok((
-        utf8_scalar(inputs, 0)?,
-        utf8_vector(inputs, 1, len)?,
-        utf8_vector(inputs, 2, len)?,
-    ))
+) -> Result<(&str, Strings<'_>, Strings<'_>), KernelError> {
+    let prefix = utf8_scalar(inputs, 0)?;
+    let names = string_vector(inputs, 1, len)?;
+    let specs = string_vector(inputs, 2, len).map_err(|err| first_error(names, &[], err))?;
+    Ok((prefix, names, specs))
 }
 
-/// Input `index` as a vector of `len` UTF-8 strings.
-fn utf8_vector(inputs: &[HostTensor], index: usize, len: usize) -> Result<Vec<&str>, KernelError> {
+/// The error the ops report first, given that `err` came up while the requests were made of
+/// `names` and `specs`: the inputs are checked one after another, every name (input 1), then
+/// every spec (input 2), then the rest.
+fn first_error(names: &[Vec<u8>], specs: &[Vec<u8>], err: KernelError) -> KernelError {
+    let utf8_all = |elements: &[Vec<u8>], index| {
+        elements
+            .iter()
+            .try_for_each(|bytes| utf8(bytes, index).map(drop))
+    };
+    utf8_all(names, 1)
+        .and_then(|()| utf8_all(specs, 2))
+        .err()
+        .unwrap_or(err)
+}
+
+/// Input `index` as the elements of a vector of `len` strings.
+fn string_vector(
+    inputs: &[HostTensor],
+    index: usize,
+    len: usize,
+) -> Result<&[Vec<u8>], KernelError> {
     let tensor = typed_input(inputs, index, DType::String)?;
     if tensor.shape() != [len as u64] {
         return Err(KernelError::InputShape {
@@ -153,7 +178,13 @@ fn utf8_vector(inputs: &[HostTensor], index: usize, len: usize) -> Result<Vec<&s
             got: tensor.shape().to_vec(),
         });
     }
-    utf8_elements(tensor, index)
+    Ok(tensor.strings().unwrap_or_default())
+}
+
+/// Element `bytes` of string input `index`, which must be UTF-8.
+fn utf8(bytes: &[u8], index: usize) -> Result<&str, KernelError> {
+    std::str::from_utf8(bytes)
+        .map_err(|_| KernelError::invalid(format!("input {index} is not valid UTF-8")))
 }
 
 /// The elements of string tensor input `index`, which must be UTF-8.
@@ -162,9 +193,6 @@ fn utf8_elements(tensor: &HostTensor, index: usize) -> Result<Vec<&str>, KernelE
         .strings()
         .unwrap_or_default()
         .iter()
-        .map(|bytes| {
-            std::str::from_utf8(bytes)
-                .map_err(|_| KernelError::invalid(format!("input {index} is not valid UTF-8")))
-        })
+        .map(|bytes| utf8(bytes, index))
         .collect()
 }

@@ -303,18 +303,29 @@ impl Kernel {
     }
 }
 
-/// Runs the `SaveV2` kernel of `dtypes` as [`Kernel::run`] does, with the tensors `lent` (by
-/// position among the saved tensors) saved in place of those inputs: what a fused save runs
-/// with the variables it borrowed.
-pub(crate) fn run_save_lent(
+/// Runs the `SaveV2` kernel of `dtypes` as [`Kernel::run`] does, on the prefix, names and
+/// specs `head` and the tensors to save `tensors` (in position order) rather than on one list
+/// of inputs: what a fused save runs with the variables it borrowed.
+pub(crate) fn run_save_of(
     cx: &KernelCx<'_>,
     dtypes: &[DType],
-    inputs: &[HostTensor],
-    lent: &[(u32, &HostTensor)],
+    head: &[HostTensor],
+    tensors: Vec<&HostTensor>,
 ) -> Result<Vec<HostTensor>, KernelError> {
-    let values = state::deref_refs(cx, inputs, 0)?;
-    let inputs = values.as_deref().unwrap_or(inputs);
-    checkpoint::save_v2_lent(cx, dtypes, inputs, lent)
+    let values = state::deref_refs(cx, head, 0)?;
+    let head = values.as_deref().unwrap_or(head);
+    // A TF1 reference given as a tensor is read, as `Kernel::run` reads it.
+    let mut read = Vec::new();
+    for (position, tensor) in tensors.iter().enumerate() {
+        if let Some(value) = state::deref_ref(cx, tensor)? {
+            read.push((position, value));
+        }
+    }
+    let mut tensors = tensors;
+    for (position, value) in &read {
+        tensors[*position] = value;
+    }
+    checkpoint::save_v2_of(cx, dtypes, head, tensors)
 }
 
 /// Typed attribute access for [`Kernel::resolve`], with errors naming the op and attr.

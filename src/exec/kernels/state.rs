@@ -86,11 +86,27 @@ pub(super) fn deref_refs(
     }
     let mut values = inputs.to_vec();
     for tensor in values.iter_mut().skip(keep) {
-        if let Some(handle) = tensor.as_resource_scalar().filter(|h| h.dtype.is_ref()) {
-            *tensor = cx.variables.read_as(handle.key(), handle.dtype.base())?;
+        if let Some(value) = deref_ref(cx, tensor)? {
+            *tensor = value;
         }
     }
     Ok(Some(values))
+}
+
+/// The value of the variable `tensor` refers to, when it is a TF1 reference.
+pub(super) fn deref_ref(
+    cx: &KernelCx<'_>,
+    tensor: &HostTensor,
+) -> Result<Option<HostTensor>, KernelError> {
+    if !is_ref(tensor) {
+        return Ok(None);
+    }
+    let handle = tensor
+        .as_resource_scalar()
+        .expect("a reference is a resource scalar");
+    Ok(Some(
+        cx.variables.read_as(handle.key(), handle.dtype.base())?,
+    ))
 }
 
 /// `Assign`: stores the value input in the variable of the TF1 reference at input 0 and
