@@ -177,43 +177,15 @@ impl Bound {
 
     /// [`Session::assign`].
     fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        // Both maps are sorted by key, so one walk pairs them without lookups.
-        let mut pairs = Vec::with_capacity(self.saved.len());
-        let mut given = values.into_iter().peekable();
-        let mut missing = None;
-        for tensor in self.saved.values() {
-            // One comparison per pair (they are long, similar strings): the given key is taken
-            // when it is not past this tensor's.
-            let mut order = std::cmp::Ordering::Greater;
-            let taken = given.next_if(|(key, _)| {
-                order = key.as_str().cmp(&tensor.key);
-                order.is_le()
-            });
-            match (taken, order) {
-                (Some((key, _)), std::cmp::Ordering::Less) => {
-                    return Err(SessionError::UnknownKey { key });
-                }
-                (Some((_, value)), _) => {
-                    check_value(tensor, &value)?;
-                    pairs.push((tensor, value));
-                }
-                (None, _) => {
-                    missing.get_or_insert_with(|| tensor.key.clone());
-                }
-            }
-        }
-        if let Some((key, _)) = given.next() {
-            return Err(SessionError::UnknownKey { key });
-        }
-        if let Some(key) = missing {
-            return Err(SessionError::MissingValue { key });
-        }
+        // Checked in place first, so that nothing is stored unless all fit; the walk that
+        // stores them then pairs the two maps by position.
+        self.check_assignment(&values)?;
         self.all_assigned.store(false, Ordering::Release);
-        // Every saved tensor is in `pairs`, in key order: the order of the slots.
+        // Every saved tensor has its value, in key order: the order of the slots.
         let mut slots = self.saved_slots().iter();
         // One lock for every put (nothing below touches the store otherwise).
         let mut writer = self.variables.writer();
-        for (tensor, value) in pairs {
+        for ((_, value), tensor) in values.into_iter().zip(self.saved.values()) {
             let mut value = Some(value);
             for (index, part) in tensor.parts.iter().enumerate() {
                 let slot = *slots.next().expect("one slot per part");
@@ -243,6 +215,40 @@ impl Bound {
         drop(writer);
         self.all_assigned.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether `values` gives exactly the saved tensors, each with its dtype and shape: the
+    /// first given key not saved, else the first wrong value, else the first saved key not
+    /// given, is the error.
+    fn check_assignment(&self, values: &BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
+        // Both maps are sorted by key, so one walk pairs them without lookups.
+        let mut given = values.iter().peekable();
+        let mut missing = None;
+        for tensor in self.saved.values() {
+            // One comparison per pair (they are long, similar strings): the given key is taken
+            // when it is not past this tensor's.
+            let mut order = std::cmp::Ordering::Greater;
+            let taken = given.next_if(|(key, _)| {
+                order = key.as_str().cmp(&tensor.key);
+                order.is_le()
+            });
+            match (taken, order) {
+                (Some((key, _)), std::cmp::Ordering::Less) => {
+                    return Err(SessionError::UnknownKey { key: key.clone() });
+                }
+                (Some((_, value)), _) => check_value(tensor, value)?,
+                (None, _) => {
+                    missing.get_or_insert_with(|| tensor.key.clone());
+                }
+            }
+        }
+        if let Some((key, _)) = given.next() {
+            return Err(SessionError::UnknownKey { key: key.clone() });
+        }
+        match missing {
+            Some(key) => Err(SessionError::MissingValue { key }),
+            None => Ok(()),
+        }
     }
 
     /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
