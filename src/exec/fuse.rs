@@ -518,18 +518,7 @@ pub(crate) fn run_fused(
                 fused.n_head_outputs,
             )?;
             match slots {
-                Some(slots) => {
-                    // Each tensor moves to its variable or out of the step.
-                    let mut tensors: Vec<Option<HostTensor>> =
-                        tensors.into_iter().map(Some).collect();
-                    assign_all(run, plan, device, fused, &slots, &mut tensors)?;
-                    Ok(fused
-                        .kept
-                        .iter()
-                        .map(|&position| tensors[position as usize].take())
-                        .map(|tensor| tensor.expect("a kept output is not folded"))
-                        .collect())
-                }
+                Some(slots) => assign_all(run, plan, device, fused, &slots, tensors),
                 None => {
                     restore_op_by_op(run, plan, device, fused, inputs, &tensors)?;
                     Ok(fused
@@ -583,21 +572,26 @@ pub(crate) fn run_fused(
     }
 }
 
-/// Assigns the restored `tensors` to the variables `slots` of the chains under one lock,
-/// taking each chain's tensor.
+/// Assigns the restored `tensors` to the variables `slots` of the chains under one lock and
+/// returns the others, the outputs the step keeps. Each tensor moves to its variable or out of
+/// the step: the chains come in output order, and every output no chain folds is kept.
 fn assign_all(
     run: &RunContext<'_>,
     plan: &CompiledPlan,
     device: &str,
     fused: &Fused,
     slots: &[VarSlot],
-    tensors: &mut [Option<HostTensor>],
-) -> Result<(), ExecError> {
+    tensors: Vec<HostTensor>,
+) -> Result<Vec<HostTensor>, ExecError> {
+    let mut kept = Vec::with_capacity(fused.kept.len());
+    let mut chains = fused.chains.iter().zip(slots).peekable();
     let mut writer = run.variables.writer();
-    for (chain, &slot) in fused.chains.iter().zip(slots) {
-        let value = tensors[chain.position as usize]
-            .take()
-            .expect("one chain per output");
+    for (position, value) in tensors.into_iter().enumerate() {
+        let Some((chain, &slot)) = chains.next_if(|(chain, _)| chain.position as usize == position)
+        else {
+            kept.push(value);
+            continue;
+        };
         writer
             .assign_at(slot, chain.dtype, value, chain.validate_shape)
             .map_err(|err| {
@@ -606,7 +600,8 @@ fn assign_all(
                 op_error(assign, device, err.into())
             })?;
     }
-    Ok(())
+    debug_assert!(chains.next().is_none(), "every chain's output is assigned");
+    Ok(kept)
 }
 
 /// Runs the folded ops of every restore chain one by one, reporting each.

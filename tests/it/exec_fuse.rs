@@ -548,3 +548,64 @@ fn a_fused_save_mixes_lent_variables_with_its_other_inputs() {
         );
     }
 }
+
+/// A fused restore whose `RestoreV2` outputs are folded and kept in turn (a kept one is
+/// fetched) assigns the folded ones and hands out the kept ones in order, as the unfused plan
+/// does, on every backend.
+#[test]
+fn a_fused_restore_keeps_the_outputs_it_does_not_fold_in_order() {
+    let module = saveplan_ir::parse_module(
+        r#"graph {
+  prefix = Placeholder[dtype=string, shape=[]]
+  a = VarHandleOp[dtype=int32, shape=[1], shared_name="a"]
+  c = VarHandleOp[dtype=int32, shape=[1], shared_name="c"]
+  names = Const[dtype=string, value=tensor<string>[4]{strings ["a", "b", "c", "d"]}]
+  specs = Const[dtype=string, value=tensor<string>[4]{strings ["", "", "", ""]}]
+  restore = RestoreV2(prefix, names, specs)[dtypes=list(type)[int32, int32, int32, int32]]
+  a/Identity = Identity(restore)[T=int32]
+  a/Assign = AssignVariableOp(a, a/Identity)[dtype=int32]
+  c/Identity = Identity(restore:2)[T=int32]
+  c/Assign = AssignVariableOp(c, c/Identity)[dtype=int32]
+  done = NoOp(^a/Assign, ^c/Assign)
+}
+"#,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+    let values: Vec<HostTensor> = (1..=4)
+        .map(|value| HostTensor::from_i32s(vec![1], &[value]).unwrap())
+        .collect();
+    let requests: Vec<saveplan::exec::SaveRequest<'_>> = ["a", "b", "c", "d"]
+        .into_iter()
+        .zip(&values)
+        .map(|(name, tensor)| saveplan::exec::SaveRequest {
+            name,
+            shape_and_slice: "",
+            tensor,
+        })
+        .collect();
+    saveplan::exec::CheckpointIo::save(&BundleIo::default(), &prefix, &requests).unwrap();
+    let verified = verified(&module);
+    let targets = ["restore:3", "restore:1", "done"];
+    let unfused = CompiledPlan::compile_unfused(verified, &targets, &["prefix"]).unwrap();
+    let fused = CompiledPlan::compile(verified, &targets, &["prefix"]).unwrap();
+    assert_eq!(folded_chains(&fused), 2, "outputs 0 and 2 fold");
+    for backend in backends() {
+        for plan in [&unfused, &fused] {
+            let store = VariableStore::new();
+            let io = BundleIo::default();
+            let cx = RunContext::new(&store).with_io(&io);
+            let fetched = prepare(plan, backend)
+                .run(&cx, vec![HostTensor::string_scalar(prefix.as_str())])
+                .unwrap();
+            assert_eq!(
+                fetched[..2],
+                [values[3].clone(), values[1].clone()],
+                "{backend}: the kept outputs"
+            );
+            assert_eq!(store.get(&VarKey::new("", "a")).unwrap(), values[0]);
+            assert_eq!(store.get(&VarKey::new("", "c")).unwrap(), values[2]);
+        }
+    }
+}
