@@ -1,7 +1,7 @@
 //! The peers `benches/exec.rs` measures in the same run as ours, besides TensorFlow: the Rust
 //! `safetensors` crate writing and reading the same tensors, `dd` writing the same number of
 //! bytes to the same folder (the write limit), a plain read loop over our checkpoint's files
-//! (the read limit), and the `saveplan` CLI end to end. Each returns the best of `repeat` runs.
+//! (the read limit), and the `saveplan` CLI end to end. Each returns the best of its [`Rounds`].
 
 use std::io::Read;
 use std::path::Path;
@@ -11,36 +11,65 @@ use std::time::{Duration, Instant};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use saveplan::exec::HostTensor;
 
-/// The fastest of `repeat` runs of `run`, each after `reset`.
-pub fn best_of(repeat: usize, mut reset: impl FnMut(), mut run: impl FnMut()) -> Duration {
-    (0..repeat.max(1))
-        .map(|_| {
-            reset();
-            let start = Instant::now();
-            run();
-            start.elapsed()
-        })
-        .min()
-        .expect("at least one run")
+/// How many times a measurement runs: at least `min` times, and on while its runs have taken
+/// less than `min_time` in all, up to [`Rounds::MAX`] times. The best of five runs of 0.1 s
+/// moves by ±15 % between runs on a shared machine; of fifteen, far less.
+#[derive(Clone, Copy, Debug)]
+pub struct Rounds {
+    /// The fewest runs.
+    pub min: usize,
+    /// The least time spent in runs before stopping.
+    pub min_time: Duration,
+}
+
+impl Rounds {
+    /// The most runs, however short.
+    pub const MAX: usize = 50;
+
+    /// Whether to run again after `done` runs that took `spent` in all.
+    fn again(self, done: usize, spent: Duration) -> bool {
+        done < self.min.max(1) || (spent < self.min_time && done < Rounds::MAX.max(self.min))
+    }
+}
+
+/// The fastest of [`Rounds`] runs of `run`, each after `reset`.
+pub fn best_of(rounds: Rounds, mut reset: impl FnMut(), mut run: impl FnMut()) -> Duration {
+    let mut best = Duration::MAX;
+    let (mut done, mut spent) = (0, Duration::ZERO);
+    while rounds.again(done, spent) {
+        reset();
+        let start = Instant::now();
+        run();
+        let took = start.elapsed();
+        best = best.min(took);
+        done += 1;
+        spent += took;
+    }
+    best
 }
 
 /// One measured run: its reset (untimed), then the run itself.
 pub type ResetAndRun<'a> = (&'a mut dyn FnMut(), &'a mut dyn FnMut());
 
-/// The fastest of `repeat` runs of each `(reset, run)` of `runs`, taken in turn (each once,
-/// then each again, …) so that a slow stretch of a shared machine falls on all of them; each
-/// run after its reset, untimed.
-pub fn best_of_each(repeat: usize, runs: &mut [ResetAndRun<'_>]) -> Vec<Duration> {
-    let mut best = vec![Duration::MAX; runs.len()];
-    for _ in 0..repeat.max(1) {
-        for ((reset, run), best) in runs.iter_mut().zip(&mut best) {
+/// The time of every run of each `(reset, run)` of `runs`, run [`Rounds`] times in turn (each
+/// once, then each again, …) so that a slow stretch of a shared machine falls on all of them;
+/// each run after its reset, untimed. The time spent is that of all of them; round `i` of
+/// each is at index `i` of its list.
+pub fn each_in_turn(rounds: Rounds, runs: &mut [ResetAndRun<'_>]) -> Vec<Vec<Duration>> {
+    let mut times = vec![Vec::new(); runs.len()];
+    let (mut done, mut spent) = (0, Duration::ZERO);
+    while rounds.again(done, spent) {
+        for ((reset, run), times) in runs.iter_mut().zip(&mut times) {
             reset();
             let start = Instant::now();
             run();
-            *best = (*best).min(start.elapsed());
+            let took = start.elapsed();
+            times.push(took);
+            spent += took;
         }
+        done += 1;
     }
-    best
+    times
 }
 
 /// `safetensors::serialize_to_file` of `tensors` (float32) at `path`.
