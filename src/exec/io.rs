@@ -323,13 +323,15 @@ fn restore_from(
         let mut out = Vec::with_capacity(tensors.len());
         // Names usually come in index order: each lookup tries the entry after the last one.
         let mut next = 0;
+        // Tensors in a row often have one shape, which they then share.
+        let mut shape = None;
         for request in tensors {
             let position = reader.entry_position_from(next, request.name);
             if let Some(at) = position {
                 next = at + 1;
             }
             let entry = position.map(|at| &reader.entries()[at]);
-            if let Some(value) = restore_mapped(reader, entry, request)? {
+            if let Some(value) = restore_mapped(reader, entry, request, &mut shape)? {
                 out.push(value);
                 continue;
             }
@@ -363,13 +365,15 @@ fn restore_from(
 /// A whole fixed-width tensor of the declared dtype as a view into its data file's memory map
 /// ([`BundleReader::map`]: checksum checked, nothing copied), on Unix; `None` for everything
 /// else (slices, strings, a dtype mismatch, a missing key: `entry` is the request's entry in
-/// `reader`, if any), which the copying read handles with its own errors. On other systems a
+/// `reader`, if any), which the copying read handles with its own errors. The shape is shared
+/// with the last mapped tensor's, `shape`, when they are the same. On other systems a
 /// mapped file cannot be replaced while it is mapped, so a later save to the same prefix would
 /// fail: there every read copies.
 fn restore_mapped(
     reader: &BundleReader,
     entry: Option<&bundle::Entry>,
     request: &RestoreRequest<'_>,
+    shape: &mut Option<Arc<[u64]>>,
 ) -> Result<Option<HostTensor>, IoError> {
     if !cfg!(unix) || !request.shape_and_slice.is_empty() {
         return Ok(None);
@@ -381,7 +385,7 @@ fn restore_mapped(
         return Ok(None);
     }
     let mapped = reader.map_entry(entry)?;
-    HostTensor::from_mapped(mapped)
+    HostTensor::from_mapped_sharing(mapped, shape)
         .map(Some)
         .map_err(|source| IoError::Tensor {
             key: request.name.to_owned(),

@@ -193,11 +193,25 @@ impl HostTensor {
     /// A fixed-width tensor whose bytes stay in the memory map of a checkpoint data file (no
     /// copy), with the stored dtype and shape.
     pub fn from_mapped(mapped: MappedTensor) -> Result<Self, TensorError> {
+        HostTensor::from_mapped_sharing(mapped, &mut None)
+    }
+
+    /// [`HostTensor::from_mapped`], sharing the shape `last` holds when it is this tensor's
+    /// (and leaving this tensor's in `last`): a restore of many tensors of one shape makes it
+    /// once, and whoever reads them reads one shape.
+    pub(crate) fn from_mapped_sharing(
+        mapped: MappedTensor,
+        last: &mut Option<Arc<[u64]>>,
+    ) -> Result<Self, TensorError> {
         let dtype = mapped.dtype;
         let size = fixed_size(dtype)?;
-        // The reader checks every stored dimension is non-negative. Collected straight into
-        // the shared slice: one allocation.
-        let shape: Arc<[u64]> = mapped.shape.iter().map(|&dim| dim.max(0) as u64).collect();
+        // The reader checks every stored dimension is non-negative.
+        let dims = mapped.shape.iter().map(|&dim| dim.max(0) as u64);
+        let shape = match last {
+            Some(shape) if shape.iter().copied().eq(dims.clone()) => Arc::clone(shape),
+            // Collected straight into the shared slice: one allocation.
+            _ => Arc::clone(last.insert(dims.collect())),
+        };
         let expected = element_count(&shape)?
             .checked_mul(size)
             .ok_or_else(|| too_big(&shape))?;

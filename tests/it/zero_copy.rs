@@ -138,3 +138,40 @@ fn stored_dtype(prefix: &str) -> DType {
     let reader = saveplan::bundle::BundleReader::open(prefix).unwrap();
     reader.entry("t").unwrap().dtype
 }
+
+/// A restore of tensors of one shape makes that shape once: tensors in a row with the same
+/// shape share its storage, and a tensor of another shape has its own.
+#[test]
+fn restored_tensors_of_one_shape_share_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let prefix = prefix.to_str().unwrap();
+    let pair = HostTensor::from_f32s(vec![2], &[1.0, 2.0]).unwrap();
+    let triple = HostTensor::from_f32s(vec![3], &[1.0, 2.0, 3.0]).unwrap();
+    let tensors = [("a", &pair), ("b", &pair), ("c", &triple), ("d", &pair)];
+    let requests: Vec<SaveRequest<'_>> = tensors
+        .iter()
+        .map(|&(name, tensor)| SaveRequest {
+            name,
+            shape_and_slice: "",
+            tensor,
+        })
+        .collect();
+    BundleIo::default().save(prefix, &requests).unwrap();
+    let reads: Vec<RestoreRequest<'_>> = tensors
+        .iter()
+        .map(|&(name, _)| RestoreRequest {
+            name,
+            shape_and_slice: "",
+            dtype: DType::Float,
+        })
+        .collect();
+    let restored = BundleIo::default().restore(prefix, &reads).unwrap();
+    for ((name, expected), got) in tensors.iter().zip(&restored) {
+        assert_eq!(got, *expected, "{name}");
+    }
+    let shape = |index: usize| restored[index].shape().as_ptr();
+    assert_eq!(shape(0), shape(1), "a and b in a row");
+    assert_ne!(shape(1), shape(2), "c has another shape");
+    assert_ne!(shape(2), shape(3), "d follows c");
+}
