@@ -14,13 +14,15 @@
 //!   the map given to `assign` built before the clock starts, and `restore + values`).
 //! * **bare**: the same work without the executor: one `BundleIo::save` per task (in parallel
 //!   on rayon, as the plan's device queues are) plus `BundleIo::merge`, and one
-//!   `BundleIo::restore` per task, all on rayon's pool as the plan's steps are. Ours and bare
-//!   run in turn, so that a slow stretch of the machine falls on both. The executor's
-//!   overhead is the median over the rounds of ours ÷ bare in the same round, which one lucky
-//!   run on either side does not move (the ratio of the two bests is printed beside it). The rows with the user's call are set against the bare
-//!   code doing the same for the same user: saving from the same owned map (built before
-//!   the clock starts) and dropping it, as `assign` does, and building the same map of the
-//!   tensors it read, as `values` does.
+//!   `BundleIo::restore` per task, all on rayon's pool as the plan's steps are, naming the
+//!   tensors by keys made one after another (as the plan's names constant holds them). Ours
+//!   and bare run in turn, so that a slow stretch of the machine falls on both. The
+//!   executor's overhead is the median over the rounds of ours ÷ bare in the same round,
+//!   which one lucky run on either side does not move (the ratio of the two bests is printed
+//!   beside it). The rows with the user's call are set against the bare code doing the same
+//!   for the same user: saving from the same owned map (built before the clock starts) and
+//!   dropping it, as `assign` does, and building the same map of the tensors it read, as
+//!   `values` does.
 //! * **TF**: `benches/tf_baseline.py` on the same keys, dtypes and shapes (one device; eight
 //!   tasks need a cluster): `tf.raw_ops.SaveV2`/`RestoreV2` of every tensor, and
 //!   `tf.train.Checkpoint.write`/`read` of one variable per tensor. Checkpoint is timed on the
@@ -172,6 +174,11 @@ impl Options {
 struct Workload {
     name: String,
     tensors: Vec<(String, HostTensor)>,
+    /// The keys again, made one after another: what the bare code names the tensors by. The
+    /// plan's `SaveV2` and `RestoreV2` read theirs from one constant; keys spread among the
+    /// tensors' bytes would cost the bare code a cache miss per lookup in the bundle's index
+    /// (10 ms of 100,000 restores in `perf`).
+    names: Vec<String>,
     payload: u64,
 }
 
@@ -205,8 +212,14 @@ impl Workload {
         Workload {
             name: name.to_owned(),
             payload: (count * n_bytes) as u64,
+            names: tensors.iter().map(|(key, _)| key.clone()).collect(),
             tensors,
         }
+    }
+
+    /// The tensors, in order.
+    fn values(&self) -> impl Iterator<Item = &HostTensor> + Clone + Sync {
+        self.tensors.iter().map(|(_, tensor)| tensor)
     }
 
     /// The task of tensor `index` with `n_tasks` tasks (equal sizes: round robin is by bytes).
@@ -329,7 +342,7 @@ fn run_session(
                 session.save(&prefix).expect("save")
             }),
             (&mut || reset(), &mut || {
-                let tensors = workload.tensors.iter().map(|(key, tensor)| (key, tensor));
+                let tensors = workload.names.iter().zip(workload.values());
                 rayon::scope(|_| bare_save(tensors, n_tasks, &prefix));
             }),
             (
@@ -363,7 +376,7 @@ fn run_session(
             }),
             (&mut || {}, &mut || {
                 let read = rayon::scope(|_| bare_restore(workload, &prefix));
-                let keys = workload.tensors.iter().map(|(key, _)| key.clone());
+                let keys = workload.names.iter().cloned();
                 let restored: BTreeMap<String, HostTensor> = keys.zip(read).collect();
                 assert_eq!(restored.len(), values.len());
             }),
@@ -452,10 +465,10 @@ fn bare_save<'t>(
 /// Reads every tensor of the checkpoint with the bundle code, in the workload's order.
 fn bare_restore(workload: &Workload, prefix: &str) -> Vec<HostTensor> {
     let requests: Vec<RestoreRequest<'_>> = workload
-        .tensors
+        .names
         .iter()
-        .map(|(key, _)| RestoreRequest {
-            name: key,
+        .map(|name| RestoreRequest {
+            name,
             shape_and_slice: "",
             dtype: DType::Float,
         })
@@ -511,8 +524,11 @@ fn run_peers(workload: &Workload, root: &Path, options: &Options) -> Vec<Row> {
     let _ = std::fs::remove_file(&dd_file);
     let prefix = dir.join("ckpt");
     let prefix_text = prefix.to_string_lossy().into_owned();
-    let tensors = workload.tensors.iter().map(|(key, tensor)| (key, tensor));
-    bare_save(tensors, 1, &prefix_text);
+    bare_save(
+        workload.names.iter().zip(workload.values()),
+        1,
+        &prefix_text,
+    );
     let read_limit = best_of(
         options.rounds(),
         || {},
