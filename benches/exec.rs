@@ -37,7 +37,7 @@
 //!   `saveplan restore SPEC --prefix P --out Y.safetensors` as a user runs them, one task,
 //!   process start, spec parsing, trace and the safetensors file included.
 //!
-//! Times are the best of `--repeat` runs (default 3), or of as many more as fit in
+//! Times are the best of at least `--repeat` runs (default 3), and of as many more as fit in
 //! `--min-time` seconds of runs (default 6, at most 50 runs; TensorFlow's rows take
 //! `--repeat` runs): a many-small run takes 0.1 s, and its best of five moves by ±15 %
 //! between bench runs on a shared machine. Files go to a fresh folder under `--dir`
