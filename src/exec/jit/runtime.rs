@@ -228,28 +228,22 @@ impl Run<'_> {
         let plan = &self.jit.plan;
         let step = plan.step(id);
         let device = &plan.queues()[step.queue.0 as usize].device;
-        let values = || -> Vec<HostTensor> {
+        // The native code passes the step's own input slots (`chunk_step`), so they are read
+        // through the step, as the interpreter reads them.
+        debug_assert!(
             inputs
                 .iter()
-                .map(|&slot| {
-                    self.slots[slot as usize]
-                        .get()
-                        .cloned()
-                        .expect("a step runs after the producers of its inputs")
-                })
-                .collect()
-        };
+                .copied()
+                .eq(step.inputs.iter().map(|slot| slot.0))
+        );
+        let inputs = StepInputs::new(step, &self.slots);
         let results = match (&step.work, self.jit.calls.get(&id)) {
-            (Work::Kernel(kernel), _) => run_kernel(self.cx, step, device, kernel, &values())?,
+            (Work::Kernel(kernel), _) => run_kernel(self.cx, step, device, kernel, &inputs.all())?,
             (Work::Call { function, .. }, Some(body)) => {
-                let result = body.run(self.cx, values());
+                let result = body.run(self.cx, inputs.all());
                 finish_call(self.cx, step, device, function, result)?
             }
-            // The step's input slots are the ones its native code passes.
-            (Work::Fused(fused), _) => {
-                let inputs = StepInputs::new(step, &self.slots);
-                run_fused(self.cx, plan, step, device, fused, inputs)?
-            }
+            (Work::Fused(fused), _) => run_fused(self.cx, plan, step, device, fused, inputs)?,
             (Work::Call { .. }, None) => unreachable!("compile lowers the body of every call"),
         };
         for (&slot, value) in outputs.iter().zip(results) {

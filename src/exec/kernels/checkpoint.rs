@@ -8,13 +8,20 @@ use crate::exec::error::KernelError;
 use crate::exec::io::{CheckpointIo, MergeFlags, RestoreRequest, SaveRequest};
 use crate::exec::tensor::HostTensor;
 
+/// The input of `SaveV2`'s first tensor.
+const FIRST_TENSOR: usize = saveplan_ir::saver_ops::save_v2::FIRST_TENSOR as usize;
+
 /// `SaveV2(prefix, tensor_names, shape_and_slices, tensors...)`.
 pub(super) fn save_v2(
     cx: &KernelCx<'_>,
     dtypes: &[DType],
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, KernelError> {
-    let tensors = inputs.get(3..).unwrap_or_default().iter().collect();
+    let tensors = inputs
+        .get(FIRST_TENSOR..)
+        .unwrap_or_default()
+        .iter()
+        .collect();
     save_v2_of(cx, dtypes, inputs, tensors)
 }
 
@@ -44,7 +51,7 @@ pub(super) fn save_v2_of(
                 Ok(SaveRequest {
                     name: utf8(name, 1)?,
                     shape_and_slice: utf8(spec, 2)?,
-                    tensor: of_dtype(tensor, 3 + position, dtype)?,
+                    tensor: of_dtype(tensor, FIRST_TENSOR + position, dtype)?,
                 })
             })
             .collect::<Result<Vec<_>, KernelError>>()
