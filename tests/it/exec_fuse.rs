@@ -483,6 +483,15 @@ fn fused_edges_are_the_unfused_edges_between_fused_steps() {
     );
 }
 
+/// The unfused and the fused plan of `module` for `targets`, with `prefix` fed.
+fn module_plans(module: &saveplan_ir::Module, targets: &[&str]) -> (CompiledPlan, CompiledPlan) {
+    let verified = verified(module);
+    (
+        CompiledPlan::compile_unfused(verified, targets, &["prefix"]).unwrap(),
+        CompiledPlan::compile(verified, targets, &["prefix"]).unwrap(),
+    )
+}
+
 /// A fused save whose `SaveV2` also takes tensors no chain folds (a constant and a TF1
 /// reference, which is read) between the variables it lends writes the bytes of the unfused
 /// save, on every backend.
@@ -504,9 +513,7 @@ fn a_fused_save_mixes_lent_variables_with_its_other_inputs() {
 "#,
     )
     .unwrap();
-    let verified = verified(&module);
-    let unfused = CompiledPlan::compile_unfused(verified, &["save"], &["prefix"]).unwrap();
-    let fused = CompiledPlan::compile(verified, &["save"], &["prefix"]).unwrap();
+    let (unfused, fused) = module_plans(&module, &["save"]);
     assert_eq!(folded_chains(&fused), 2, "the two variable reads fold");
     let store = VariableStore::new();
     store
@@ -586,10 +593,7 @@ fn a_fused_restore_keeps_the_outputs_it_does_not_fold_in_order() {
         })
         .collect();
     saveplan::exec::CheckpointIo::save(&BundleIo::default(), &prefix, &requests).unwrap();
-    let verified = verified(&module);
-    let targets = ["restore:3", "restore:1", "done"];
-    let unfused = CompiledPlan::compile_unfused(verified, &targets, &["prefix"]).unwrap();
-    let fused = CompiledPlan::compile(verified, &targets, &["prefix"]).unwrap();
+    let (unfused, fused) = module_plans(&module, &["restore:3", "restore:1", "done"]);
     assert_eq!(folded_chains(&fused), 2, "outputs 0 and 2 fold");
     for backend in backends() {
         for plan in [&unfused, &fused] {
