@@ -97,15 +97,19 @@ pub(super) fn restore_v2(
             dtypes.len()
         )));
     }
-    for (tensor, request) in tensors.iter().zip(&requests) {
-        if tensor.dtype() != request.dtype {
-            return Err(KernelError::invalid(format!(
-                "tensor `{}` in the checkpoint is {}, expected {}",
-                request.name,
-                tensor.dtype(),
-                request.dtype
-            )));
-        }
+    // Against the compact dtypes, not the requests: this touches every restored tensor once
+    // more, and the requests are ten times their size.
+    if let Some(index) = tensors
+        .iter()
+        .zip(dtypes)
+        .position(|(tensor, &dtype)| tensor.dtype() != dtype)
+    {
+        return Err(KernelError::invalid(format!(
+            "tensor `{}` in the checkpoint is {}, expected {}",
+            requests[index].name,
+            tensors[index].dtype(),
+            dtypes[index]
+        )));
     }
     Ok(tensors)
 }
