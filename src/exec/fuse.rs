@@ -160,6 +160,7 @@ pub(super) fn fuse(plan: &mut CompiledPlan) {
     }
     if changed {
         relink(steps, queues, &rep);
+        plan.number_run_slots_first();
     }
 }
 
@@ -786,6 +787,79 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The save and restore plans of `n` float variables on one CPU, fused or not.
+    fn save_and_restore(n: usize, fused: bool) -> [CompiledPlan; 2] {
+        let variables: Vec<String> = (0..n)
+            .map(|index| {
+                format!(r#"{{"checkpoint_key": "v{index}", "dtype": "float32", "shape": [2]}}"#)
+            })
+            .collect();
+        let spec =
+            SpecFile::parse(&format!(r#"{{"variables": [{}]}}"#, variables.join(","))).unwrap();
+        let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
+        let module = saveplan_ir::verify_module(&trace.module).unwrap();
+        let feeds = [trace.saver.filename_tensor_name.as_str()];
+        let restore: Vec<&str> = trace
+            .saver
+            .restore_targets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let save = [trace.saver.save_target.as_str()];
+        let compile = |targets: &[&str]| match fused {
+            true => CompiledPlan::compile(module, targets, &feeds).unwrap(),
+            false => CompiledPlan::compile_unfused(module, targets, &feeds).unwrap(),
+        };
+        [compile(&save), compile(&restore)]
+    }
+
+    /// A run of a fused plan holds the slots of its queued steps only, however many variables
+    /// the plan folds: they are numbered first, and the folded steps' slots after them. An
+    /// unfused plan's run holds them all.
+    #[test]
+    fn a_fused_plan_runs_with_the_slots_of_its_queued_steps_only() {
+        let [save_3, restore_3] = save_and_restore(3, true);
+        let [save_30, restore_30] = save_and_restore(30, true);
+        for (few, many) in [(&save_3, &save_30), (&restore_3, &restore_30)] {
+            assert_eq!(few.n_run_slots(), many.n_run_slots());
+            // At least a handle and a value per variable are folded away.
+            assert!(many.n_slots() - many.n_run_slots() >= 2 * 30, "{many}");
+            let queued: Vec<&Step> = many
+                .queues()
+                .iter()
+                .flat_map(|queue| &queue.steps)
+                .map(|&id| many.step(id))
+                .collect();
+            let run_slots = |step: &Step| {
+                step.inputs
+                    .iter()
+                    .chain(&step.outputs)
+                    .all(|slot| (slot.0 as usize) < many.n_run_slots())
+            };
+            assert!(queued.iter().all(|step| run_slots(step)), "{many}");
+            assert!(
+                many.fetches()
+                    .iter()
+                    .chain(many.feeds().iter().map(|feed| &feed.slot))
+                    .all(|slot| (slot.0 as usize) < many.n_run_slots())
+            );
+            // The renumbering is one to one: every slot is still named, by one number.
+            let mut named: Vec<u32> = many
+                .steps()
+                .iter()
+                .flat_map(|step| step.inputs.iter().chain(&step.outputs))
+                .chain(many.feeds().iter().map(|feed| &feed.slot))
+                .map(|slot| slot.0)
+                .collect();
+            named.sort_unstable();
+            named.dedup();
+            assert_eq!(named, (0..many.n_slots() as u32).collect::<Vec<_>>());
+        }
+        for plan in save_and_restore(30, false) {
+            assert_eq!(plan.n_run_slots(), plan.n_slots());
+        }
     }
 
     /// A fused step whose chains all fold their `VarHandleOp` resolves its variables once per

@@ -18,7 +18,8 @@
 //!    body against its call's device); an index `*` becomes 0.
 //!
 //! Slots `0..feeds().len()` hold the feeds in order; every other slot is written by exactly one
-//! step before any step reading it runs.
+//! step before any step reading it runs. A run holds slots `0..n_run_slots()`, those of the
+//! steps in queues; the fusion pass numbers the slots only folded steps use after them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -50,6 +51,9 @@ pub struct CompiledPlan {
     feeds: Vec<Feed>,
     fetches: Vec<SlotId>,
     n_slots: usize,
+    /// Slots `0..n_run_slots` are those a run holds; the others are read and written only by
+    /// steps folded into a fused step ([`CompiledPlan::number_run_slots_first`]).
+    n_run_slots: usize,
 }
 
 /// A value slot of a plan.
@@ -328,6 +332,79 @@ impl CompiledPlan {
     pub fn n_slots(&self) -> usize {
         self.n_slots
     }
+
+    /// The number of slots a run holds, `0..n_run_slots()`: the feeds and the inputs and
+    /// outputs of the steps in queues. Slots from there to [`CompiledPlan::n_slots`] belong
+    /// only to steps folded into a fused step, whose values pass inside that step.
+    pub fn n_run_slots(&self) -> usize {
+        self.n_run_slots
+    }
+
+    /// Renumbers the slots so that those a run holds come first, in the order the plan's
+    /// builder numbered them (feeds, then the queued steps' slots in step order), and the ones
+    /// only folded steps use after them, in their old order. A fused plan of N variables
+    /// folds most of its slots away, and a run's slot table (made and dropped at every run)
+    /// then holds a handful instead of N. Called by the fusion pass once it has emptied the
+    /// folded steps' queues; a plan with no folded step keeps its numbering.
+    pub(super) fn number_run_slots_first(&mut self) {
+        /// The new numbers given so far (`u32::MAX`: none yet) and the next one.
+        struct Numbering {
+            new: Vec<u32>,
+            next: u32,
+        }
+        impl Numbering {
+            fn number(&mut self, slot: SlotId) {
+                let new = &mut self.new[slot.0 as usize];
+                if *new == u32::MAX {
+                    *new = self.next;
+                    self.next += 1;
+                }
+            }
+        }
+        let mut numbering = Numbering {
+            new: vec![u32::MAX; self.n_slots],
+            next: 0,
+        };
+        let mut queued = vec![false; self.steps.len()];
+        for queue in &self.queues {
+            for &id in &queue.steps {
+                queued[id.0 as usize] = true;
+            }
+        }
+        for feed in &self.feeds {
+            numbering.number(feed.slot);
+        }
+        for (step, _) in self
+            .steps
+            .iter()
+            .zip(&queued)
+            .filter(|(_, queued)| **queued)
+        {
+            for &slot in step.inputs.iter().chain(&step.outputs) {
+                numbering.number(slot);
+            }
+        }
+        for &slot in &self.fetches {
+            numbering.number(slot);
+        }
+        let n_run_slots = numbering.next as usize;
+        for slot in 0..self.n_slots as u32 {
+            numbering.number(SlotId(slot));
+        }
+        let new = numbering.new;
+        let renumber = |slot: &mut SlotId| slot.0 = new[slot.0 as usize];
+        for step in &mut self.steps {
+            step.inputs
+                .iter_mut()
+                .chain(&mut step.outputs)
+                .for_each(renumber);
+        }
+        self.feeds
+            .iter_mut()
+            .for_each(|feed| renumber(&mut feed.slot));
+        self.fetches.iter_mut().for_each(renumber);
+        self.n_run_slots = n_run_slots;
+    }
 }
 
 impl fmt::Display for CompiledPlan {
@@ -424,6 +501,7 @@ impl Compiler<'_> {
                 feeds: plan_feeds,
                 fetches: Vec::new(),
                 n_slots: feeds.len(),
+                n_run_slots: feeds.len(),
             },
             step_of: vec![None; graph.id_bound()],
             devices: FxHashMap::default(),
@@ -758,6 +836,7 @@ impl PlanBuilder<'_> {
         self.plan.queues[queue.0 as usize].steps.push(step_id);
         let first = self.plan.n_slots;
         self.plan.n_slots += n_outputs;
+        self.plan.n_run_slots = self.plan.n_slots;
         let outputs: Slots = (first..first + n_outputs)
             .map(|slot| SlotId(slot as u32))
             .collect();

@@ -113,7 +113,8 @@ pub(crate) fn prepare_slots(
             got: feeds.len(),
         });
     }
-    let slots: Vec<OnceLock<HostTensor>> = (0..plan.n_slots()).map(|_| OnceLock::new()).collect();
+    let slots: Vec<OnceLock<HostTensor>> =
+        (0..plan.n_run_slots()).map(|_| OnceLock::new()).collect();
     for (feed, value) in plan.feeds().iter().zip(feeds) {
         if let Some(expected) = feed.dtype.filter(|&dtype| dtype != value.dtype()) {
             return Err(ExecError::FeedDType {
