@@ -41,11 +41,21 @@
 //! `--min-time` seconds of runs (default 6, at most 50 runs; TensorFlow's rows take
 //! `--repeat` runs): a many-small run takes 0.1 s, and its best of five moves by ±15 %
 //! between bench runs on a shared machine. Files go to a fresh folder under `--dir`
-//! (default `/dev/shm`). Setup (trace + compile + bind) is timed once and printed. The output
+//! (default `/dev/shm`). Setup (trace + compile + bind) is timed once and printed
+//! (`benches/setup.rs` times it as a best of several). Like the CLI, the bench runs with
+//! mimalloc as its allocator (unless the `mimalloc` feature is off), transparent huge pages
+//! off and each setup's heap populated ahead; the bare code runs in the same process. The output
 //! ends with the ratios ours/TF, ours/safetensors and ours/limit (throughput, higher is
 //! better) and the load average at the start and the end of the run.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+/// The `saveplan` binary's allocator, so that the figures (ours and the bare code's alike) are
+/// what the CLI pays; build with `--no-default-features --features jit` for the system
+/// allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[path = "support/machine.rs"]
 mod machine;
@@ -85,6 +95,8 @@ fn main() {
         .dir
         .join(format!("saveplan-exec-bench-{}", std::process::id()));
     std::fs::create_dir_all(&root).expect("create the benchmark folder");
+    // As the CLI runs: transparent huge pages off, each setup's heap populated ahead.
+    saveplan::process::disable_transparent_huge_pages();
     let load_before = machine::load_average();
     println!("load average at the start: {load_before}");
     let mut rows = Vec::new();
@@ -290,6 +302,8 @@ fn run_ours(workload: &Workload, n_tasks: usize, root: &Path, options: &Options)
             backend,
             ..SessionOptions::default()
         };
+        let heap = Session::trace_heap_estimate(spec.variables.len(), &session_options);
+        drop(saveplan::process::prefault_heap(heap));
         let session = Session::from_spec(&spec, session_options).expect("the session builds");
         let setup = start.elapsed().as_secs_f64();
         let cpu = machine::cpu_time(machine::Who::This) - cpu_before;
