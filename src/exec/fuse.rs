@@ -46,15 +46,13 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use super::error::ExecError;
-use super::kernels::{Kernel, state};
+use super::kernels::{self, Kernel, NamesCache, state};
 use saveplan_ir::Verified;
 
 use super::plan::{
     Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Steps, Work,
 };
-use super::step::{
-    RunContext, StepInputs, kernel_cx, notify, op_error, run_kernel_for, run_save_of_for,
-};
+use super::step::{RunContext, StepInputs, finish_step, kernel_cx, notify, op_error};
 use super::tensor::HostTensor;
 use super::variables::{SlotCache, VarKeyRef, VarSlot, VariableReader};
 
@@ -455,6 +453,7 @@ fn apply(steps: &mut [Step], rep: &mut [u32], head: usize, group: Group) {
         chains,
         members,
         slots: constant_keys.then(SlotCache::default),
+        names: NamesCache::default(),
     }));
 }
 
@@ -510,14 +509,12 @@ pub(crate) fn run_fused(
     match fused.kind {
         Kind::Restore => {
             let head_inputs = inputs.to_vec(0..fused.n_head_inputs);
-            let tensors = run_kernel_for(
-                run,
-                step,
-                device,
-                &fused.kernel,
-                &head_inputs,
-                fused.n_head_outputs,
-            )?;
+            let Kernel::RestoreV2 { dtypes } = &fused.kernel else {
+                unreachable!("a fused restore's kernel is its RestoreV2");
+            };
+            let cx = kernel_cx(run, step, device);
+            let result = kernels::run_restore_of(&cx, dtypes, &head_inputs, &fused.names);
+            let tensors = finish_step(run, step, device, result, fused.n_head_outputs)?;
             match slots {
                 Some(slots) => assign_all(run, plan, device, fused, &slots, tensors),
                 None => {
@@ -544,15 +541,9 @@ pub(crate) fn run_fused(
                     .collect();
                 let reader = run.variables.reader();
                 lend_all(&reader, plan, device, fused, &slots, &mut tensors)?;
-                run_save_of_for(
-                    run,
-                    step,
-                    device,
-                    dtypes,
-                    &head,
-                    tensors,
-                    fused.n_head_outputs,
-                )
+                let cx = kernel_cx(run, step, device);
+                let result = kernels::run_save_of(&cx, dtypes, &head, tensors, &fused.names);
+                finish_step(run, step, device, result, fused.n_head_outputs)
             }
             None => {
                 let mut inputs = inputs.all();
@@ -560,14 +551,8 @@ pub(crate) fn run_fused(
                 for (chain, value) in fused.chains.iter().zip(values) {
                     inputs[FIRST_TENSOR + chain.position as usize] = value;
                 }
-                run_kernel_for(
-                    run,
-                    step,
-                    device,
-                    &fused.kernel,
-                    &inputs,
-                    fused.n_head_outputs,
-                )
+                let result = fused.kernel.run(&kernel_cx(run, step, device), &inputs);
+                finish_step(run, step, device, result, fused.n_head_outputs)
             }
         },
     }

@@ -37,7 +37,7 @@ use saveplan_ir::{
 use smallvec::SmallVec;
 
 use super::error::ExecError;
-use super::kernels::Kernel;
+use super::kernels::{Kernel, NamesCache};
 use super::variables::SlotCache;
 
 /// The device ops without one (or with a partial one) are resolved against.
@@ -137,6 +137,8 @@ pub struct Fused {
     /// The chains' variables as slots of the store last run with, when every chain's handle
     /// is a folded resource `VarHandleOp` (the keys are then the plan's own).
     pub(super) slots: Option<SlotCache>,
+    /// The names and specs of its `SaveV2` or `RestoreV2`, checked once.
+    pub(super) names: NamesCache,
 }
 
 /// Whether a fused step restores or saves.

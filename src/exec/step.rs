@@ -9,11 +9,10 @@ use std::sync::OnceLock;
 
 use super::error::{ExecError, KernelError};
 use super::io::CheckpointIo;
-use super::kernels::{self, Kernel, KernelCx};
+use super::kernels::{Kernel, KernelCx};
 use super::plan::{CompiledPlan, Step};
 use super::tensor::HostTensor;
 use super::variables::VariableStore;
-use saveplan_ir::DType;
 
 /// What a run of a plan acts on: variables, the checkpoint backend, an observer.
 #[derive(Clone, Copy)]
@@ -150,37 +149,8 @@ pub(crate) fn run_kernel(
     kernel: &Kernel,
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, ExecError> {
-    run_kernel_for(run, step, device, kernel, inputs, step.outputs.len())
-}
-
-/// [`run_kernel`] of a kernel that must produce `n_outputs` tensors (a fused step's own op
-/// produces more than the step's slots hold).
-pub(crate) fn run_kernel_for(
-    run: &RunContext<'_>,
-    step: &Step,
-    device: &str,
-    kernel: &Kernel,
-    inputs: &[HostTensor],
-    n_outputs: usize,
-) -> Result<Vec<HostTensor>, ExecError> {
     let result = kernel.run(&kernel_cx(run, step, device), inputs);
-    finish_step(run, step, device, result, n_outputs)
-}
-
-/// [`run_kernel_for`] of the `SaveV2` (of `dtypes`) of fused step `step`, with the prefix,
-/// names and specs `head` and the tensors to save `tensors`, in position order: most are the
-/// variables it borrowed ([`kernels::run_save_of`]).
-pub(crate) fn run_save_of_for(
-    run: &RunContext<'_>,
-    step: &Step,
-    device: &str,
-    dtypes: &[DType],
-    head: &[HostTensor],
-    tensors: Vec<&HostTensor>,
-    n_outputs: usize,
-) -> Result<Vec<HostTensor>, ExecError> {
-    let result = kernels::run_save_of(&kernel_cx(run, step, device), dtypes, head, tensors);
-    finish_step(run, step, device, result, n_outputs)
+    finish_step(run, step, device, result, step.outputs.len())
 }
 
 /// What the kernel of `step` (on `device`) sees of the run.
@@ -210,8 +180,9 @@ pub(crate) fn finish_call(
 }
 
 /// Turns what the kernel of `step` returned into the step's result: a kernel error gets the
-/// op's name and device, the number of outputs is checked, and the observer is told.
-fn finish_step(
+/// op's name and device, the number of outputs (`n_outputs`: a fused step's own op produces
+/// more than the step's slots hold) is checked, and the observer is told.
+pub(crate) fn finish_step(
     run: &RunContext<'_>,
     step: &Step,
     device: &str,

@@ -613,3 +613,100 @@ fn a_fused_restore_keeps_the_outputs_it_does_not_fold_in_order() {
         }
     }
 }
+
+/// A fused restore and save whose names are fed, not constant, use the names of each run (the
+/// fused step keeps the names it checked only while they are the same tensor), and names that
+/// are not UTF-8 fail as in the unfused plan.
+#[test]
+fn fused_steps_use_the_names_of_each_run() {
+    let module = saveplan_ir::parse_module(
+        r#"graph {
+  prefix = Placeholder[dtype=string, shape=[]]
+  names = Placeholder[dtype=string, shape=[1]]
+  a = VarHandleOp[dtype=int32, shape=[1], shared_name="a"]
+  specs = Const[dtype=string, value=tensor<string>[1]{strings [""]}]
+  restore = RestoreV2(prefix, names, specs)[dtypes=list(type)[int32]]
+  a/Assign = AssignVariableOp(a, restore)[dtype=int32]
+  a/Read = ReadVariableOp(a)[dtype=int32]
+  save = SaveV2(prefix, names, specs, a/Read)[dtypes=list(type)[int32]]
+}
+"#,
+    )
+    .unwrap();
+    let verified = verified(&module);
+    let feeds = ["prefix", "names"];
+    let compile = |targets: &[&str]| {
+        (
+            CompiledPlan::compile_unfused(verified, targets, &feeds).unwrap(),
+            CompiledPlan::compile(verified, targets, &feeds).unwrap(),
+        )
+    };
+    let (unfused_restore, fused_restore) = compile(&["a/Assign"]);
+    let (unfused_save, fused_save) = compile(&["save"]);
+    assert_eq!(folded_chains(&fused_restore), 1);
+    assert_eq!(folded_chains(&fused_save), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
+    let values: Vec<HostTensor> = (1..=2)
+        .map(|value| HostTensor::from_i32s(vec![1], &[value]).unwrap())
+        .collect();
+    let requests: Vec<saveplan::exec::SaveRequest<'_>> = ["x", "y"]
+        .into_iter()
+        .zip(&values)
+        .map(|(name, tensor)| saveplan::exec::SaveRequest {
+            name,
+            shape_and_slice: "",
+            tensor,
+        })
+        .collect();
+    saveplan::exec::CheckpointIo::save(&BundleIo::default(), &prefix, &requests).unwrap();
+    let feed = |names: Vec<u8>| {
+        vec![
+            HostTensor::string_scalar(prefix.as_str()),
+            HostTensor::string_vector([names]),
+        ]
+    };
+    for backend in backends() {
+        let store = VariableStore::new();
+        let io = BundleIo::default();
+        let cx = RunContext::new(&store).with_io(&io);
+        let restore = prepare(&fused_restore, backend);
+        for (name, value) in [("x", &values[0]), ("y", &values[1]), ("x", &values[0])] {
+            restore.run(&cx, feed(name.into())).unwrap();
+            assert_eq!(
+                &store.get(&VarKey::new("", "a")).unwrap(),
+                value,
+                "{backend}: {name}"
+            );
+        }
+        // Saved under the name fed to each run.
+        let save = prepare(&fused_save, backend);
+        let saved = dir.path().join("saved").to_string_lossy().into_owned();
+        for name in ["p", "q"] {
+            let feeds = vec![
+                HostTensor::string_scalar(saved.as_str()),
+                HostTensor::string_vector([name]),
+            ];
+            save.run(&cx, feeds).unwrap();
+            let keys: Vec<String> = saveplan::bundle::BundleReader::open(&saved)
+                .unwrap()
+                .entries()
+                .iter()
+                .map(|entry| entry.key.clone())
+                .filter(|key| !key.is_empty())
+                .collect();
+            assert_eq!(keys, [name], "{backend}");
+        }
+        // Names that are not UTF-8 fail as they do unfused.
+        for (unfused, fused) in [(&unfused_restore, &restore), (&unfused_save, &save)] {
+            let errors: Vec<String> = [&prepare(unfused, backend), fused]
+                .map(|plan| {
+                    let err = plan.run(&cx, feed(vec![0xff])).unwrap_err();
+                    error_chain(&err, ErrorForm::OneLine)
+                })
+                .to_vec();
+            assert_eq!(errors[0], errors[1], "{backend}");
+            assert!(errors[0].contains("UTF-8"), "{backend}: {}", errors[0]);
+        }
+    }
+}

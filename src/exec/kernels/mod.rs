@@ -22,6 +22,7 @@ use super::io::{CheckpointIo, MergeFlags};
 use super::tensor::HostTensor;
 use super::variables::VariableStore;
 
+pub(crate) use checkpoint::NamesCache;
 pub use strings::{sharded_filename, sharded_filespec};
 
 /// A resolved kernel: the op's behaviour with its attributes already parsed.
@@ -250,7 +251,7 @@ impl Kernel {
             Kernel::ShardedFilename => strings::sharded_filename_kernel(inputs),
             Kernel::ShardedFilespec => strings::sharded_filespec_kernel(inputs),
             Kernel::SaveV2 { dtypes } => checkpoint::save_v2(cx, dtypes, inputs),
-            Kernel::RestoreV2 { dtypes } => checkpoint::restore_v2(cx, dtypes, inputs),
+            Kernel::RestoreV2 { dtypes } => checkpoint::restore_v2(cx, dtypes, inputs, None),
             Kernel::MergeV2Checkpoints(flags) => checkpoint::merge_v2(cx, *flags, inputs),
             Kernel::VarHandleOp(var) => Ok(vec![state::var_handle(cx, var, var.dtype)]),
             Kernel::ReadVariableOp { dtype } => state::read_variable(cx, *dtype, inputs),
@@ -305,12 +306,14 @@ impl Kernel {
 
 /// Runs the `SaveV2` kernel of `dtypes` as [`Kernel::run`] does, on the prefix, names and
 /// specs `head` and the tensors to save `tensors` (in position order) rather than on one list
-/// of inputs: what a fused save runs with the variables it borrowed.
+/// of inputs: what a fused save runs with the variables it borrowed. Its names and specs
+/// come from `names` when it holds them checked.
 pub(crate) fn run_save_of(
     cx: &KernelCx<'_>,
     dtypes: &[DType],
     head: &[HostTensor],
     tensors: Vec<&HostTensor>,
+    names: &NamesCache,
 ) -> Result<Vec<HostTensor>, KernelError> {
     let values = state::deref_refs(cx, head, 0)?;
     let head = values.as_deref().unwrap_or(head);
@@ -325,7 +328,20 @@ pub(crate) fn run_save_of(
     for (position, value) in &read {
         tensors[*position] = value;
     }
-    checkpoint::save_v2_of(cx, dtypes, head, tensors)
+    checkpoint::save_v2_of(cx, dtypes, head, tensors, Some(names))
+}
+
+/// Runs the `RestoreV2` kernel of `dtypes` on `inputs` as [`Kernel::run`] does, its names and
+/// specs from `names` when it holds them checked: what a fused restore runs.
+pub(crate) fn run_restore_of(
+    cx: &KernelCx<'_>,
+    dtypes: &[DType],
+    inputs: &[HostTensor],
+    names: &NamesCache,
+) -> Result<Vec<HostTensor>, KernelError> {
+    let values = state::deref_refs(cx, inputs, 0)?;
+    let inputs = values.as_deref().unwrap_or(inputs);
+    checkpoint::restore_v2(cx, dtypes, inputs, Some(names))
 }
 
 /// Typed attribute access for [`Kernel::resolve`], with errors naming the op and attr.
