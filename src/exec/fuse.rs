@@ -774,15 +774,10 @@ mod tests {
             .collect()
     }
 
-    /// The save and restore plans of `n` float variables on one CPU, fused or not.
-    fn save_and_restore(n: usize, fused: bool) -> [CompiledPlan; 2] {
-        let variables: Vec<String> = (0..n)
-            .map(|index| {
-                format!(r#"{{"checkpoint_key": "v{index}", "dtype": "float32", "shape": [2]}}"#)
-            })
-            .collect();
-        let spec =
-            SpecFile::parse(&format!(r#"{{"variables": [{}]}}"#, variables.join(","))).unwrap();
+    /// `with` called on the verified module of the flat trace of `spec`, its save target, its
+    /// restore targets and its feed.
+    fn traced<R>(spec: &str, with: impl FnOnce(Verified<'_>, &[&str], &[&str], &[&str]) -> R) -> R {
+        let spec = SpecFile::parse(spec).unwrap();
         let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
         let module = saveplan_ir::verify_module(&trace.module).unwrap();
         let feeds = [trace.saver.filename_tensor_name.as_str()];
@@ -792,12 +787,28 @@ mod tests {
             .iter()
             .map(String::as_str)
             .collect();
-        let save = [trace.saver.save_target.as_str()];
-        let compile = |targets: &[&str]| match fused {
-            true => CompiledPlan::compile(module, targets, &feeds).unwrap(),
-            false => CompiledPlan::compile_unfused(module, targets, &feeds).unwrap(),
-        };
-        [compile(&save), compile(&restore)]
+        with(
+            module,
+            &[trace.saver.save_target.as_str()],
+            &restore,
+            &feeds,
+        )
+    }
+
+    /// The save and restore plans of `n` float variables on one CPU, fused or not.
+    fn save_and_restore(n: usize, fused: bool) -> [CompiledPlan; 2] {
+        let variables: Vec<String> = (0..n)
+            .map(|index| {
+                format!(r#"{{"checkpoint_key": "v{index}", "dtype": "float32", "shape": [2]}}"#)
+            })
+            .collect();
+        let spec = format!(r#"{{"variables": [{}]}}"#, variables.join(","));
+        traced(&spec, |module, save, restore, feeds| {
+            [save, restore].map(|targets| match fused {
+                true => CompiledPlan::compile(module, targets, feeds).unwrap(),
+                false => CompiledPlan::compile_unfused(module, targets, feeds).unwrap(),
+            })
+        })
     }
 
     /// A run of a fused plan holds the slots of its queued steps only, however many variables
@@ -852,26 +863,15 @@ mod tests {
     /// compiled into one plan, so each handle has two users) does not.
     #[test]
     fn only_steps_with_folded_handles_cache_their_slots() {
-        let spec = SpecFile::parse(
-            r#"{"variables": [
+        let spec = r#"{"variables": [
                 {"checkpoint_key": "a", "dtype": "float32", "shape": [2]},
-                {"checkpoint_key": "b", "dtype": "int64", "shape": []}]}"#,
-        )
-        .unwrap();
-        let trace = trace_flat(&spec.trackables().unwrap(), &spec.options().unwrap()).unwrap();
-        let module = saveplan_ir::verify_module(&trace.module).unwrap();
-        let feeds = [trace.saver.filename_tensor_name.as_str()];
-        let restore: Vec<&str> = trace
-            .saver
-            .restore_targets
-            .iter()
-            .map(String::as_str)
-            .collect();
-        let save = [trace.saver.save_target.as_str()];
-        let compile = |targets: &[&str]| CompiledPlan::compile(module, targets, &feeds).unwrap();
-        assert_eq!(caches(&compile(&save)), [true]);
-        assert_eq!(caches(&compile(&restore)), [true]);
-        let both: Vec<&str> = save.iter().chain(&restore).copied().collect();
-        assert_eq!(caches(&compile(&both)), [false, false]);
+                {"checkpoint_key": "b", "dtype": "int64", "shape": []}]}"#;
+        traced(spec, |module, save, restore, feeds| {
+            let compile = |targets: &[&str]| CompiledPlan::compile(module, targets, feeds).unwrap();
+            assert_eq!(caches(&compile(save)), [true]);
+            assert_eq!(caches(&compile(restore)), [true]);
+            let both: Vec<&str> = save.iter().chain(restore).copied().collect();
+            assert_eq!(caches(&compile(&both)), [false, false]);
+        });
     }
 }

@@ -556,6 +556,25 @@ fn a_fused_save_mixes_lent_variables_with_its_other_inputs() {
     }
 }
 
+/// Saves int32[1] tensors holding 1, 2, … under `names` at `prefix` with the bundle code, and
+/// returns them.
+fn save_counting(prefix: &str, names: &[&str]) -> Vec<HostTensor> {
+    let values: Vec<HostTensor> = (1..=names.len() as i32)
+        .map(|value| HostTensor::from_i32s(vec![1], &[value]).unwrap())
+        .collect();
+    let requests: Vec<saveplan::exec::SaveRequest<'_>> = names
+        .iter()
+        .zip(&values)
+        .map(|(name, tensor)| saveplan::exec::SaveRequest {
+            name,
+            shape_and_slice: "",
+            tensor,
+        })
+        .collect();
+    saveplan::exec::CheckpointIo::save(&BundleIo::default(), prefix, &requests).unwrap();
+    values
+}
+
 /// A fused restore whose `RestoreV2` outputs are folded and kept in turn (a kept one is
 /// fetched) assigns the folded ones and hands out the kept ones in order, as the unfused plan
 /// does, on every backend.
@@ -580,19 +599,7 @@ fn a_fused_restore_keeps_the_outputs_it_does_not_fold_in_order() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
-    let values: Vec<HostTensor> = (1..=4)
-        .map(|value| HostTensor::from_i32s(vec![1], &[value]).unwrap())
-        .collect();
-    let requests: Vec<saveplan::exec::SaveRequest<'_>> = ["a", "b", "c", "d"]
-        .into_iter()
-        .zip(&values)
-        .map(|(name, tensor)| saveplan::exec::SaveRequest {
-            name,
-            shape_and_slice: "",
-            tensor,
-        })
-        .collect();
-    saveplan::exec::CheckpointIo::save(&BundleIo::default(), &prefix, &requests).unwrap();
+    let values = save_counting(&prefix, &["a", "b", "c", "d"]);
     let (unfused, fused) = module_plans(&module, &["restore:3", "restore:1", "done"]);
     assert_eq!(folded_chains(&fused), 2, "outputs 0 and 2 fold");
     for backend in backends() {
@@ -647,19 +654,7 @@ fn fused_steps_use_the_names_of_each_run() {
     assert_eq!(folded_chains(&fused_save), 1);
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("ckpt").to_string_lossy().into_owned();
-    let values: Vec<HostTensor> = (1..=2)
-        .map(|value| HostTensor::from_i32s(vec![1], &[value]).unwrap())
-        .collect();
-    let requests: Vec<saveplan::exec::SaveRequest<'_>> = ["x", "y"]
-        .into_iter()
-        .zip(&values)
-        .map(|(name, tensor)| saveplan::exec::SaveRequest {
-            name,
-            shape_and_slice: "",
-            tensor,
-        })
-        .collect();
-    saveplan::exec::CheckpointIo::save(&BundleIo::default(), &prefix, &requests).unwrap();
+    let values = save_counting(&prefix, &["x", "y"]);
     let feed = |names: Vec<u8>| {
         vec![
             HostTensor::string_scalar(prefix.as_str()),
