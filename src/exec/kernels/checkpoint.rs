@@ -47,33 +47,21 @@ pub(super) fn save_v2_of(
             dtypes.len(),
             tensors.len()
         )))
-    } else if let Some(checked) = &checked {
+    } else {
         let requests =
             dtypes
                 .iter()
                 .zip(tensors)
                 .enumerate()
                 .map(|(position, (&dtype, tensor))| {
+                    let (name, shape_and_slice) =
+                        name_and_spec(checked.as_deref(), names, specs, position)?;
                     Ok(SaveRequest {
-                        name: checked.name(position),
-                        shape_and_slice: checked.spec(position),
+                        name,
+                        shape_and_slice,
                         tensor: of_dtype(tensor, FIRST_TENSOR + position, dtype)?,
                     })
                 });
-        collect_sized(dtypes.len(), requests)
-    } else {
-        let requests = dtypes
-            .iter()
-            .zip(tensors)
-            .zip(names.iter().zip(specs))
-            .enumerate()
-            .map(|(position, ((&dtype, tensor), (name, spec)))| {
-                Ok(SaveRequest {
-                    name: utf8(name, 1)?,
-                    shape_and_slice: utf8(spec, 2)?,
-                    tensor: of_dtype(tensor, FIRST_TENSOR + position, dtype)?,
-                })
-            });
         collect_sized(dtypes.len(), requests)
     };
     let requests = requests.map_err(|err| first_error(names, specs, err))?;
@@ -95,31 +83,16 @@ pub(super) fn restore_v2(
 ) -> Result<Vec<HostTensor>, KernelError> {
     let (prefix, names, specs) = prefix_names_specs(inputs, dtypes.len())?;
     let checked = cache.and_then(|cache| cache.get(&inputs[1], &inputs[2]));
-    let requests = match &checked {
-        Some(checked) => dtypes
-            .iter()
-            .enumerate()
-            .map(|(position, &dtype)| RestoreRequest {
-                name: checked.name(position),
-                shape_and_slice: checked.spec(position),
-                dtype,
-            })
-            .collect(),
-        None => {
-            let requests =
-                dtypes
-                    .iter()
-                    .zip(names.iter().zip(specs))
-                    .map(|(&dtype, (name, spec))| {
-                        Ok(RestoreRequest {
-                            name: utf8(name, 1)?,
-                            shape_and_slice: utf8(spec, 2)?,
-                            dtype,
-                        })
-                    });
-            collect_sized(dtypes.len(), requests).map_err(|err| first_error(names, specs, err))?
-        }
-    };
+    let requests = dtypes.iter().enumerate().map(|(position, &dtype)| {
+        let (name, shape_and_slice) = name_and_spec(checked.as_deref(), names, specs, position)?;
+        Ok(RestoreRequest {
+            name,
+            shape_and_slice,
+            dtype,
+        })
+    });
+    let requests =
+        collect_sized(dtypes.len(), requests).map_err(|err| first_error(names, specs, err))?;
     let tensors =
         backend(cx)?
             .restore(prefix, &requests)
@@ -188,6 +161,20 @@ fn collect_sized<T>(
     Ok(out)
 }
 
+/// Name and spec `position` of a `SaveV2` or `RestoreV2`: the strings `checked` holds when
+/// a fused step's cache had them, else elements of `names` and `specs`, which must be UTF-8.
+fn name_and_spec<'a>(
+    checked: Option<&'a CheckedNames>,
+    names: Strings<'a>,
+    specs: Strings<'a>,
+    position: usize,
+) -> Result<(&'a str, &'a str), KernelError> {
+    match checked {
+        Some(checked) => Ok((checked.name(position), checked.spec(position))),
+        None => Ok((utf8(&names[position], 1)?, utf8(&specs[position], 2)?)),
+    }
+}
+
 /// The names and specs of a fused step's `SaveV2` or `RestoreV2`, checked for UTF-8 once and
 /// kept between runs. They are the plan's constants: checking them at every run touched
 /// 100,000 names lying apart on the heap, a cache miss each, where the bundle code alone reads
@@ -219,9 +206,10 @@ impl CheckedNames {
     /// The strings of `names` and `specs` (string vectors of one length), or `None` when one
     /// is not UTF-8 (the op then reports which, as it does uncached).
     fn new(names: &HostTensor, specs: &HostTensor) -> Option<CheckedNames> {
-        let elements = names.strings()?.iter().chain(specs.strings()?);
+        let (names_of, specs_of) = (names.strings()?, specs.strings()?);
+        let elements = names_of.iter().chain(specs_of);
         let mut text = String::with_capacity(elements.clone().map(Vec::len).sum());
-        let mut bounds = Vec::with_capacity(elements.clone().count() + 1);
+        let mut bounds = Vec::with_capacity(names_of.len() + specs_of.len() + 1);
         bounds.push(0);
         for element in elements {
             text.push_str(std::str::from_utf8(element).ok()?);
