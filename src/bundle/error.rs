@@ -19,6 +19,14 @@ pub enum BundleError {
         #[source]
         source: std::io::Error,
     },
+    /// Saves kept replacing the checkpoint while it was being opened.
+    #[error("{}: the checkpoint changed under the reader {attempts} times in a row (saves are replacing it); try again", path.display())]
+    KeptChanging {
+        /// The prefix.
+        path: PathBuf,
+        /// How often opening started again.
+        attempts: usize,
+    },
     /// The `.index` file does not exist.
     #[error("{}: index file not found", path.display())]
     IndexNotFound {
@@ -50,7 +58,7 @@ pub enum BundleError {
         offset: u64,
     },
     /// The journal of an interrupted merge (`<prefix>.merging`) cannot be read or followed.
-    #[error("{}: bad merge journal: {detail}", path.display())]
+    #[error("{}: bad merge journal: {detail} (it cannot be followed: check the checkpoint with `saveplan verify`, then delete the journal)", path.display())]
     BadJournal {
         /// The journal file.
         path: PathBuf,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{BundleError, Result};
 use super::fsops;
-use super::journal::{Recovered, journal_path, recover_journal};
+use super::journal::{Recovered, is_data_file_name, is_unique_id, journal_path, recover_journal};
 
 /// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
 /// recovers an interrupted merge, deletes leftovers and releases the lock.
@@ -57,17 +57,20 @@ impl SaveLock {
     /// Takes the lock without recovering anything.
     fn wait(prefix: &Path) -> Result<SaveLock> {
         if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|err| BundleError::io(dir, "create directory", err))?;
+            std::fs::create_dir_all(dir).map_err(|err| {
+                let err = match err.kind() {
+                    std::io::ErrorKind::AlreadyExists => std::io::Error::new(
+                        std::io::ErrorKind::NotADirectory,
+                        "a file is there, not a directory",
+                    ),
+                    _ => err,
+                };
+                BundleError::io(dir, "create directory", err)
+            })?;
         }
         let path = lock_path(prefix);
         loop {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|err| BundleError::io(&path, "open lock file", err))?;
+            let file = open_lock_file(&path)?;
             file.lock()
                 .map_err(|err| BundleError::io(&path, "lock", err))?;
             if still_at(&file, &path) {
@@ -78,6 +81,25 @@ impl SaveLock {
             }
         }
     }
+}
+
+/// Opens (or creates) the lock file at `path`. A lock file left by another user's killed save
+/// may not be writable by us: `flock` needs only an open file, so it is opened read-only then.
+/// Anything else that stops it opening (a directory at `path`, no permission to read or
+/// create it) is an error: a save never runs unlocked.
+fn open_lock_file(path: &Path) -> Result<File> {
+    let opened = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path);
+    match opened {
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied && path.is_file() => {
+            File::open(path)
+        }
+        opened => opened,
+    }
+    .map_err(|err| BundleError::io(path, "open lock file", err))
 }
 
 impl Drop for SaveLock {
@@ -114,17 +136,6 @@ pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
     let merge = recover_journal(&lock.prefix)?;
     let removed = remove_leftovers(&lock.prefix);
     Ok(Recovery { merge, removed })
-}
-
-/// Recovers an interrupted merge at `prefix` before it is read, if its journal exists (the
-/// lock and recovery are skipped otherwise, so reading never writes to a clean checkpoint's
-/// directory). Failures are left to the read to report.
-pub(crate) fn recover_before_read(prefix: &Path) {
-    if journal_path(prefix).exists()
-        && let Ok(lock) = SaveLock::wait(prefix)
-    {
-        let _ = recover_journal(&lock.prefix);
-    }
 }
 
 /// The leftovers of unfinished saves at `prefix` and whether a merge journal is there, without
@@ -199,20 +210,11 @@ fn is_leftover_name(rest: &str) -> bool {
     let Some((base, tail)) = rest.split_once('.') else {
         return false;
     };
-    let base_ok = base == "index"
-        || base == "merging"
-        || base
-            .strip_prefix("data-")
-            .and_then(|shards| shards.split_once("-of-"))
-            .is_some_and(|(a, b)| is_number(a) && is_number(b));
+    let base_ok = base == "index" || base == "merging" || is_data_file_name(base);
     let id = ["tempstate", "merging-old", "merging"]
         .iter()
         .find_map(|marker| tail.strip_prefix(marker));
-    base_ok
-        && id.is_some_and(|id| match id.split_once('-') {
-            Some((pid, n)) => is_number(pid) && is_number(n),
-            None => is_number(id),
-        })
+    base_ok && id.is_some_and(is_unique_id)
 }
 
 /// Whether `entry` is `<name>_temp` or `<name>_temp_<id>` (`id` of letters, digits and `-`:
@@ -228,10 +230,6 @@ fn is_temp_dir_name(name: &str, entry: &str) -> bool {
         }),
         None => false,
     }
-}
-
-fn is_number(text: &str) -> bool {
-    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]

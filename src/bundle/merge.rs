@@ -516,7 +516,13 @@ mod tests {
                 assert!(fail_at > 8, "the merge makes more than 8 file operations");
                 break;
             }
+            let unread = files(dir.path());
             let values = read(&dest);
+            assert_eq!(
+                files(dir.path()),
+                unread,
+                "a read at {fail_at} changed files"
+            );
             if result.is_err() && values == old {
                 assert_eq!(
                     files(dir.path()),
@@ -526,6 +532,13 @@ mod tests {
             } else {
                 assert_eq!(values, new, "values after a failure at {fail_at}");
             }
+            // What a failure left for recovery (a backup it could not delete) goes with it.
+            crate::bundle::recover(&dest).unwrap();
+            assert_eq!(
+                read(&dest),
+                values,
+                "recovery at {fail_at} changed the values"
+            );
             let after = files(dir.path());
             assert!(
                 after.iter().all(|name| !name.contains(".merging")),

@@ -63,6 +63,7 @@ pub mod merge;
 mod proto;
 pub mod reader;
 pub mod slice;
+pub mod small_file;
 pub mod sstable;
 pub mod string;
 pub mod variant;

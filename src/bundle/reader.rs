@@ -166,15 +166,87 @@ pub struct BundleReader {
     slice_entries: BTreeMap<String, Vec<Entry>>,
     shards: Vec<Shard>,
     maps: Vec<ShardMap>,
+    /// Data files read under another name than their final one (a commit was interrupted
+    /// before its commit point: [`super::journal::read_view`]): (final name, where it is).
+    moved: Vec<(PathBuf, PathBuf)>,
+}
+
+/// How often [`BundleReader::open`] starts again when a save changes the checkpoint while it
+/// opens it.
+const OPEN_ATTEMPTS: usize = 8;
+
+/// At most this many data files are opened with the index (so that the reader holds one
+/// checkpoint even if a save replaces it afterwards); any further ones are opened on first use.
+const EAGER_SHARDS: u32 = 256;
+
+/// What identifies the state of a prefix: its journal's bytes and its index file's identity.
+#[derive(PartialEq, Eq)]
+struct Stamp {
+    journal: Option<Vec<u8>>,
+    index: Option<FileId>,
+}
+
+/// A file's identity and last change, as far as the platform tells.
+#[derive(PartialEq, Eq)]
+struct FileId {
+    #[cfg(unix)]
+    dev_ino: (u64, u64),
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl Stamp {
+    fn take(prefix: &Path) -> Stamp {
+        let journal = std::fs::read(super::journal::journal_path(prefix)).ok();
+        let index = std::fs::metadata(index_path(prefix))
+            .ok()
+            .map(|meta| FileId {
+                #[cfg(unix)]
+                dev_ino: {
+                    use std::os::unix::fs::MetadataExt;
+                    (meta.dev(), meta.ino())
+                },
+                len: meta.len(),
+                modified: meta.modified().ok(),
+            });
+        Stamp { journal, index }
+    }
 }
 
 impl BundleReader {
-    /// Opens the bundle at `prefix` (reads and checks `prefix.index`), first finishing or
-    /// rolling back a merge a crash interrupted there ([`super::journal`]).
+    /// Opens the bundle at `prefix`: reads and checks `prefix.index` and opens its data files.
+    /// It never changes anything on disk. Where a save's commit was interrupted (or is under
+    /// way) before its commit point, it reads the previous checkpoint, part of which is then
+    /// under backup names ([`super::journal::read_view`]; `saveplan recover` or the next save
+    /// cleans up). A save replacing the checkpoint while it is opened makes it start again, so
+    /// the reader holds one whole checkpoint, the old or the new one.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
-        let prefix = prefix.as_ref().to_path_buf();
-        super::lock::recover_before_read(&prefix);
-        let index_path = index_path(&prefix);
+        let prefix = prefix.as_ref();
+        for _ in 0..OPEN_ATTEMPTS {
+            let before = Stamp::take(prefix);
+            let view = super::journal::read_view(prefix);
+            let opened = BundleReader::open_view(prefix, view.index.as_deref(), view.data);
+            let unchanged = Stamp::take(prefix) == before
+                && view.absent_backups.iter().all(|backup| !backup.exists());
+            if unchanged {
+                return opened;
+            }
+        }
+        Err(BundleError::KeptChanging {
+            path: prefix.to_path_buf(),
+            attempts: OPEN_ATTEMPTS,
+        })
+    }
+
+    /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`) and
+    /// the data files `moved` from their final names.
+    fn open_view(
+        prefix: &Path,
+        index: Option<&Path>,
+        moved: Vec<(PathBuf, PathBuf)>,
+    ) -> Result<BundleReader> {
+        let prefix = prefix.to_path_buf();
+        let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
         let raw = read_index(&index_path)?;
         let mut entries = Vec::with_capacity(raw.entries.len());
         let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
@@ -224,9 +296,10 @@ impl BundleReader {
             .chain(slice_entries.values().flatten())
             .map(|entry| entry.shard + 1)
             .max();
-        let shards = (0..used.unwrap_or(0)).map(|_| OnceLock::new()).collect();
-        let maps = (0..used.unwrap_or(0)).map(|_| OnceLock::new()).collect();
-        Ok(BundleReader {
+        let used = used.unwrap_or(0);
+        let shards = (0..used).map(|_| OnceLock::new()).collect();
+        let maps = (0..used).map(|_| OnceLock::new()).collect();
+        let reader = BundleReader {
             prefix,
             index_path,
             num_shards: raw.num_shards,
@@ -234,7 +307,12 @@ impl BundleReader {
             slice_entries,
             shards,
             maps,
-        })
+            moved,
+        };
+        for shard in 0..used.min(EAGER_SHARDS) {
+            reader.open_shard(shard);
+        }
+        Ok(reader)
     }
 
     /// The prefix this reader was opened with.
@@ -711,17 +789,7 @@ impl BundleReader {
 
     /// The data file of `entry`, opened on first use, with its length.
     fn shard(&self, entry: &Entry) -> Result<(&File, u64)> {
-        let slot = &self.shards[entry.shard as usize];
-        let opened = slot.get_or_init(|| {
-            let file =
-                File::open(self.data_file(entry)).map_err(|err| (err.kind(), err.to_string()))?;
-            let len = file
-                .metadata()
-                .map_err(|err| (err.kind(), err.to_string()))?
-                .len();
-            Ok((file, len))
-        });
-        match opened {
+        match self.open_shard(entry.shard) {
             Ok((file, len)) => Ok((file, *len)),
             Err((kind, message)) => Err(BundleError::MissingShard {
                 path: self.data_file(entry),
@@ -729,6 +797,22 @@ impl BundleReader {
                 source: std::io::Error::new(*kind, message.clone()),
             }),
         }
+    }
+
+    /// Data file `shard`, opened on first use, with its length, or why it cannot be opened.
+    fn open_shard(
+        &self,
+        shard: u32,
+    ) -> &std::result::Result<(File, u64), (std::io::ErrorKind, String)> {
+        self.shards[shard as usize].get_or_init(|| {
+            let file =
+                File::open(self.shard_path(shard)).map_err(|err| (err.kind(), err.to_string()))?;
+            let len = file
+                .metadata()
+                .map_err(|err| (err.kind(), err.to_string()))?
+                .len();
+            Ok((file, len))
+        })
     }
 
     /// The read-only memory map of the data file of `entry` (the whole file, as long as it was
@@ -781,7 +865,17 @@ impl BundleReader {
     /// The path of the data file holding `entry` (built only when needed: reads of small
     /// tensors should not format a path each).
     fn data_file(&self, entry: &Entry) -> PathBuf {
-        data_path(&self.prefix, entry.shard, self.num_shards)
+        self.shard_path(entry.shard)
+    }
+
+    /// Where data file `shard` is read from: its final name, or where an unfinished commit
+    /// moved it.
+    fn shard_path(&self, shard: u32) -> PathBuf {
+        let path = data_path(&self.prefix, shard, self.num_shards);
+        match self.moved.iter().find(|(name, _)| *name == path) {
+            Some((_, moved)) => moved.clone(),
+            None => path,
+        }
     }
 
     /// Reads the stored bytes of `piece` into `out` (exactly its size) and checks its CRC.
@@ -843,7 +937,7 @@ impl BundleReader {
         let actual = crc::mask(crc::crc32c(bytes));
         if actual != piece.crc32c {
             return Err(BundleError::TensorChecksum {
-                path: data_path(&self.prefix, piece.shard, self.num_shards),
+                path: self.shard_path(piece.shard),
                 key: piece.key.clone(),
                 expected: piece.crc32c,
                 actual,
@@ -853,7 +947,7 @@ impl BundleReader {
     }
 
     fn decode_piece_strings(&self, piece: &Entry, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let path = data_path(&self.prefix, piece.shard, self.num_shards);
+        let path = self.shard_path(piece.shard);
         let n_elements = num_elements(&piece.shape).unwrap_or(0);
         let decoded = if piece.dtype == DType::Variant {
             decode_variants(bytes, n_elements, piece.crc32c)

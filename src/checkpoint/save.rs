@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{
@@ -543,25 +542,10 @@ fn write_state_file(prefix: &Path) -> Result<(), CheckpointError> {
     )
 }
 
-/// Writes `state` as the `checkpoint` file of `dir` through a temporary file and a rename, so
-/// the file is always whole.
+/// Writes `state` as the `checkpoint` file of `dir`, always whole and synced
+/// ([`crate::bundle::small_file`]).
 pub(super) fn write_state(dir: &Path, state: &CheckpointState) -> Result<(), CheckpointError> {
     let path = dir.join(STATE_FILE);
-    // One temporary name per write, so concurrent writers (threads of one process too) never
-    // share one.
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let temp: PathBuf = dir.join(format!(
-        ".{STATE_FILE}.tmp{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let error = |source| CheckpointError::WriteStateFile {
-        path: path.clone(),
-        source,
-    };
-    std::fs::write(&temp, checkpoint_state_text(state)).map_err(error)?;
-    std::fs::rename(&temp, &path).map_err(|source| {
-        let _ = std::fs::remove_file(&temp);
-        error(source)
-    })
+    crate::bundle::small_file::replace_whole(&path, checkpoint_state_text(state).as_bytes(), true)
+        .map_err(|source| CheckpointError::WriteStateFile { path, source })
 }

@@ -184,6 +184,22 @@ pub enum ObjectSpecError {
         /// The value's shape.
         found_shape: Vec<u64>,
     },
+    /// Entries of the spec have no value (every declared attribute needs one).
+    #[error("{count} of the spec's keys have no value: {first}")]
+    MissingValues {
+        /// How many.
+        count: usize,
+        /// The first few keys, comma-separated.
+        first: String,
+    },
+    /// Values whose keys the spec does not declare (nothing undeclared is written).
+    #[error("{count} values have keys the spec does not declare: {first}")]
+    UnknownValues {
+        /// How many.
+        count: usize,
+        /// The first few keys, comma-separated.
+        first: String,
+    },
     /// A `save_counter` entry that is not an int64 scalar variable.
     #[error("entry {index}: `save_counter` is the checkpoint's counter, an int64 scalar")]
     Counter {
@@ -468,6 +484,7 @@ impl ObjectSpec {
         let counter = values
             .remove(SAVE_COUNTER_KEY)
             .filter(|_| keys.iter().any(|key| key == SAVE_COUNTER_KEY));
+        check_declared(&keys, &values)?;
         let mut checkpoint = Checkpoint::new(graph, values)?.with_options(self.trace_options()?);
         if let Some(counter) = counter {
             checkpoint.set_save_counter(counter.as_i64_scalar());
@@ -524,6 +541,52 @@ impl ObjectSpec {
         }
         self.checkpoint(values)
     }
+}
+
+/// Every key the spec declares (the counter aside) has a value, and every value a declared
+/// key: a missing attribute or an undeclared one would make a checkpoint the spec cannot
+/// restore.
+fn check_declared(
+    keys: &[String],
+    values: &BTreeMap<String, HostTensor>,
+) -> Result<(), ObjectSpecError> {
+    /// How many keys an error names.
+    const NAMED: usize = 3;
+    let first = |keys: &[&str]| {
+        let mut text = keys[..keys.len().min(NAMED)].join(", ");
+        if keys.len() > NAMED {
+            text.push_str(", …");
+        }
+        text
+    };
+    let declared: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .map(String::as_str)
+        .filter(|key| *key != SAVE_COUNTER_KEY)
+        .collect();
+    let missing: Vec<&str> = declared
+        .iter()
+        .copied()
+        .filter(|key| !values.contains_key(*key))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ObjectSpecError::MissingValues {
+            count: missing.len(),
+            first: first(&missing),
+        });
+    }
+    let unknown: Vec<&str> = values
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !declared.contains(key))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ObjectSpecError::UnknownValues {
+            count: unknown.len(),
+            first: first(&unknown),
+        });
+    }
+    Ok(())
 }
 
 /// The node at `path`, creating modules on the way; a variable on the way is an error.

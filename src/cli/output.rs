@@ -73,11 +73,38 @@ fn one_line_message(err: &(dyn std::error::Error + 'static)) -> String {
         return errors
             .0
             .iter()
-            .map(|error| escape_controls(&error.to_string()))
+            .map(|error| escape_controls(&cap(&error.to_string())))
             .collect::<Vec<_>>()
             .join("; ");
     }
-    escape_controls(&err.to_string())
+    escape_controls(&cap(&err.to_string()))
+}
+
+/// The most of one error's message a line quotes: hostile input (a 100 MB path in a state
+/// file, a huge key) must not become a 100 MB error line.
+const MESSAGE_MAX: usize = 4096;
+
+/// `text`, or for a text longer than [`MESSAGE_MAX`] bytes its start and end with how much
+/// was left out between them.
+fn cap(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MESSAGE_MAX {
+        return text.into();
+    }
+    let floor = |mut at: usize| {
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        at
+    };
+    let head = floor(MESSAGE_MAX * 3 / 4);
+    let tail = floor(text.len() - MESSAGE_MAX / 4);
+    format!(
+        "{} …({} bytes left out)… {}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+    .into()
 }
 
 /// `text` with its control characters escaped as `{:?}` does, other characters as they are.

@@ -1,17 +1,18 @@
 //! `saveplan verify PREFIX`: reads every tensor of a checkpoint and checks every checksum;
 //! exits 0 only if all are good and names each bad key otherwise (a missing data file once,
-//! with the number of tensors stored there). A save a crash interrupted at the prefix is first
-//! finished or rolled back, and the first line says which; leftovers of killed saves are
-//! counted.
+//! with the number of tensors stored there). It changes nothing: a save a crash interrupted at
+//! the prefix is reported on the first line, and the checkpoint it left readable (the previous
+//! one before the commit point, the new one after) is the one checked; leftovers of killed
+//! saves are counted.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use saveplan::bundle::journal::JournalState;
 use saveplan::bundle::{self, BundleError, BundleReader};
 
 use super::common::progress_bar;
 use super::output::{one_line, outln};
-use super::recover::describe;
 use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan verify`.
@@ -25,13 +26,23 @@ pub struct Args {
 /// Runs `saveplan verify`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let prefix = checkpoint_prefix(&args.prefix)?;
-    // An interrupted save is finished or rolled back first (as any open does), saying which.
-    let (interrupted, leftovers) = bundle::lock::unfinished(&prefix);
-    if interrupted {
-        outln!("{}", describe(bundle::recover(&prefix)?.merge))?;
-    } else if !leftovers.is_empty() {
+    // Nothing is changed: an interrupted save is reported, and the checkpoint its journal
+    // implies is the one checked.
+    let (_, leftovers) = bundle::lock::unfinished(&prefix);
+    let recover = format!("`saveplan recover {}`", prefix.display());
+    match bundle::journal::read_view(&prefix).state {
+        JournalState::Absent => {}
+        JournalState::BeforeCommit => outln!(
+            "interrupted: a save stopped before its commit point; checking the previous checkpoint ({recover} rolls the save back)"
+        )?,
+        JournalState::AfterCommit => outln!(
+            "interrupted: a save stopped after its commit point; checking the new checkpoint ({recover} finishes its cleanup)"
+        )?,
+        JournalState::Bad(err) => outln!("note: {err}")?,
+    }
+    if !leftovers.is_empty() {
         outln!(
-            "note: {} leftover files of killed saves (`saveplan recover` deletes them)",
+            "note: {} leftover files of killed saves ({recover} deletes them)",
             leftovers.len()
         )?;
     }

@@ -253,10 +253,10 @@ impl CheckpointIo for BundleIo {
 
     fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
         self.check_save_prefix(prefix)?;
-        // Where no lock file can be made (the directory cannot be created or written), the
-        // save cannot write its files either: it runs unlocked and fails with its op's error.
+        // A lock that cannot be taken is an error: two saves to one prefix never run
+        // unlocked side by side.
         Ok(SaveGuard {
-            _lock: bundle::SaveLock::acquire(prefix).ok(),
+            _lock: Some(bundle::SaveLock::acquire(prefix)?),
         })
     }
 

@@ -130,10 +130,11 @@ fn eager_restore_matches_graph_restore() {
 
 #[test]
 fn eager_errors_name_the_op_and_device() {
+    // A file where the save's temporary directory goes: the lock is taken, then `SaveV2`
+    // fails.
     let dir = tempfile::tempdir().unwrap();
-    let blocker = dir.path().join("file");
-    std::fs::write(&blocker, b"not a directory").unwrap();
-    let prefix = blocker.join("ckpt");
+    std::fs::write(dir.path().join("ckpt_temp"), b"not a directory").unwrap();
+    let prefix = dir.path().join("ckpt");
     let output = saveplan(&[
         "save",
         "tests/inputs/run/c4_two_cpus_one_task.json",

@@ -65,10 +65,10 @@ const GRAPHS: &[&str] = &[
 ];
 
 /// SplitMix64: small, seeded, reproducible on every platform.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -77,7 +77,7 @@ impl Rng {
     }
 
     /// A number in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
 
@@ -87,7 +87,7 @@ impl Rng {
 }
 
 /// The budget and seed, from `SAVEPLAN_FUZZ_ITERATIONS` and `SAVEPLAN_FUZZ_SEED`.
-fn budget() -> (u64, u64) {
+pub(crate) fn budget() -> (u64, u64) {
     let var = |name: &str, default: u64| {
         std::env::var(name)
             .ok()

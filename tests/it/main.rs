@@ -27,6 +27,7 @@ mod exec_plan;
 mod exec_snapshots;
 mod export_roundtrip;
 mod fuzz;
+mod fuzz_journal;
 mod graph_cli;
 mod import_direct;
 mod objects;

@@ -421,3 +421,65 @@ fn an_unused_legacy_attribute_reports_each_of_its_keys() {
     );
     assert_eq!(matched.report().counts.matched, 1);
 }
+
+/// Every attribute an object spec declares gets a value and nothing undeclared is written:
+/// a legacy saveable's `-values` missing, an undeclared `-valuesX` beside it, or an attribute
+/// `""` fed from another attribute's key is an error naming the keys (all of them counted, the
+/// first few named), so `save OBJSPEC` never writes what the spec cannot restore.
+#[test]
+fn object_spec_values_must_match_the_declared_attributes() {
+    use saveplan::checkpoint::{ObjectSpec, ObjectSpecError};
+    let spec = ObjectSpec::parse(
+        &serde_json::json!({"objects": [
+            {"path": ["table"], "attribute": "table", "suffix": "-keys", "dtype": "string",
+             "shape": [1]},
+            {"path": ["table"], "attribute": "table", "suffix": "-values", "dtype": "int64",
+             "shape": [1]},
+            {"path": ["net", "names"], "attribute": "", "dtype": "string", "shape": [1]},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let (_, keys) = spec.object_graph().unwrap();
+    let int = HostTensor::from_bytes(DType::Int64, vec![1], 7i64.to_le_bytes().to_vec()).unwrap();
+    let all = BTreeMap::from([
+        (keys[0].clone(), HostTensor::string_vector(["k"])),
+        (keys[1].clone(), int.clone()),
+        (keys[2].clone(), HostTensor::string_vector(["n"])),
+    ]);
+    assert_eq!(spec.checkpoint(all.clone()).unwrap().values().len(), 3);
+
+    let mut no_values = all.clone();
+    no_values.remove(&keys[1]);
+    let err = spec.checkpoint(no_values).unwrap_err();
+    assert!(
+        matches!(&err, ObjectSpecError::MissingValues { count: 1, first } if first == &keys[1]),
+        "{err}"
+    );
+
+    let mut extra = all.clone();
+    extra.insert(format!("{}X", keys[1]), int.clone());
+    let err = spec.checkpoint(extra).unwrap_err();
+    assert!(
+        matches!(&err, ObjectSpecError::UnknownValues { count: 1, first } if first.ends_with("-valuesX")),
+        "{err}"
+    );
+
+    // The attribute `""` fed from the node's VARIABLE_VALUE key instead of its own.
+    let mut renamed = all.clone();
+    let names = renamed.remove(&keys[2]).unwrap();
+    renamed.insert("net/names/.ATTRIBUTES/VARIABLE_VALUE".to_owned(), names);
+    let err = spec.checkpoint(renamed).unwrap_err();
+    assert!(
+        matches!(err, ObjectSpecError::MissingValues { count: 1, .. }),
+        "{err}"
+    );
+
+    // Many missing: counted, the first few named, on one line.
+    let err = spec.checkpoint(BTreeMap::new()).unwrap_err().to_string();
+    assert!(
+        err.starts_with("3 of the spec's keys have no value: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1);
+}

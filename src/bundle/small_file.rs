@@ -1,0 +1,134 @@
+//! Small files replaced whole, outside a bundle's journaled commit: the `checkpoint` state
+//! file. A write goes to a temporary name next to the file, `.<name>.tmp<pid>-<n>`, is synced
+//! if asked, and is renamed into place, every step through [`super::fsops`] (so the failpoint
+//! tests reach it): the file is always the old one or the new one, whole. The temporary files
+//! that killed writers left (their process is gone) are deleted by the next write.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::fsops;
+
+/// Replaces the file at `path` with `bytes`, whole (see the module docs).
+pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
+    let (dir, name) = split(path)?;
+    remove_stale_temps(dir, name);
+    // One temporary name per write, so concurrent writers (threads of one process too) never
+    // share one.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let temp = dir.join(format!(
+        ".{name}.tmp{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = fsops::write_file(&temp, bytes, fsync).and_then(|()| fsops::rename(&temp, path));
+    if written.is_err() {
+        let _ = fsops::remove_file(&temp);
+    }
+    written?;
+    if fsync {
+        fsops::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The directory (`.` for a bare name) and the UTF-8 file name of `path`.
+fn split(path: &Path) -> io::Result<(&Path, &str)> {
+    let name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 file name"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    Ok((dir, name))
+}
+
+/// Deletes the temporary files `.<name>.tmp<pid>-<n>` in `dir` whose writer process is gone
+/// (best effort; where it cannot tell, it keeps them).
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let marker = format!(".{name}.tmp");
+    let stale: Vec<PathBuf> = entries
+        .filter_map(|entry| {
+            let file = entry.ok()?.file_name().into_string().ok()?;
+            let (pid, n) = file.strip_prefix(&marker)?.split_once('-')?;
+            let pid: u32 = pid.parse().ok()?;
+            let numeric = n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty();
+            (numeric && !process_alive(pid)).then(|| dir.join(file))
+        })
+        .collect();
+    for path in stale {
+        let _ = fsops::remove_file(&path);
+    }
+}
+
+/// Whether process `pid` is running (this process always is; where the platform cannot
+/// tell, every process is taken to be).
+fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    if cfg!(target_os = "linux") {
+        Path::new("/proc").join(pid.to_string()).exists()
+    } else {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::fsops::failpoint;
+
+    /// A process id that is not running: a child that has exited and been waited for.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn a_write_replaces_the_file_whole_and_removes_dead_writers_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint");
+        let dead = dir.path().join(format!(".checkpoint.tmp{}-3", dead_pid()));
+        let live = dir
+            .path()
+            .join(format!(".checkpoint.tmp{}-9", std::process::id()));
+        let other = dir.path().join(".other.tmp1-1");
+        for planted in [&dead, &live, &other] {
+            std::fs::write(planted, b"left").unwrap();
+        }
+        replace_whole(&path, b"new", true).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert!(!dead.exists() && live.exists() && other.exists());
+    }
+
+    #[test]
+    fn a_crash_at_any_step_leaves_the_old_file_or_the_new_one() {
+        let mut outcomes = std::collections::BTreeSet::new();
+        for allowed in 0.. {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("checkpoint");
+            std::fs::write(&path, b"old").unwrap();
+            failpoint::arm(allowed);
+            let result = replace_whole(&path, b"new", true);
+            let crashed = failpoint::disarm();
+            let found = std::fs::read(&path).unwrap();
+            assert!(found == b"old" || found == b"new", "{allowed}: {found:?}");
+            if !crashed {
+                result.unwrap();
+                assert_eq!(found, b"new");
+                break;
+            }
+            outcomes.insert(found);
+        }
+        assert!(outcomes.contains(b"old".as_slice()));
+    }
+}
