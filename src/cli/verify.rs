@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use saveplan::bundle::{self, BundleError, BundleReader};
 
 use super::common::progress_bar;
-use super::output::{one_line, outln};
-use super::recover::describe;
+use super::output::{describe_recovery, one_line, outln};
 use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan verify`.
@@ -28,7 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     // An interrupted save is finished or rolled back first (as any open does), saying which.
     let (interrupted, leftovers) = bundle::lock::unfinished(&prefix);
     if interrupted {
-        outln!("{}", describe(bundle::recover(&prefix)?.merge))?;
+        outln!("{}", describe_recovery(bundle::recover(&prefix)?.merge))?;
     } else if !leftovers.is_empty() {
         outln!(
             "note: {} leftover files of killed saves (`saveplan recover` deletes them)",
