@@ -3,9 +3,9 @@
 //! only through its shared modules, protobuf types stay in `export/` and `bundle/`, cranelift
 //! in `exec/jit/`, the file system in the layers that own files, printing in the binary, the
 //! library's errors stay typed, the IR and protobuf crates depend on nothing of ours, the root
-//! package's integration tests are one binary, and module docs hold no measurements. Paths are
-//! read from each file's tokens (`rust_paths`): grouped and nested `use` trees,
-//! `super::super::` and inline paths all count.
+//! package's integration tests are one binary, module docs hold no measurements, and every
+//! test the rules name exists. Paths are read from each file's tokens (`rust_paths`): grouped
+//! and nested `use` trees, `super::super::` and inline paths all count.
 
 mod rust_paths;
 
@@ -296,6 +296,43 @@ fn module_docs_hold_no_dated_measurements() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Every test ARCHITECTURE.md's rules name (`suite::test` in the "checked by" column) exists:
+/// a test of `tests/it/<suite>.rs`, or a unit-test file `src/<module>/<file>.rs`.
+#[test]
+fn every_rule_names_tests_that_exist() {
+    let architecture = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let rules = architecture
+        .split("\n## Rules\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("ARCHITECTURE.md has a Rules section");
+    let named = regex::Regex::new(r"`(\w+)::(\w+)`").unwrap();
+    let mut wrong = Vec::new();
+    let mut rows = 0;
+    for row in rules.lines().filter(|line| line.starts_with("| ")) {
+        let Some(checked_by) = row.split('|').nth(3) else {
+            continue;
+        };
+        for captures in named.captures_iter(checked_by) {
+            let (suite, test) = (&captures[1], &captures[2]);
+            let suite_file = root().join(format!("tests/it/{suite}.rs"));
+            let exists = match std::fs::read_to_string(&suite_file) {
+                Ok(text) => text.contains(&format!("fn {test}(")),
+                Err(_) => root().join(format!("src/{suite}/{test}.rs")).is_file(),
+            };
+            if !exists {
+                wrong.push(format!("{suite}::{test}"));
+            }
+        }
+        rows += 1;
+    }
+    assert!(rows >= 20, "only {rows} rules found");
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md names tests that do not exist: {wrong:?}"
+    );
 }
 
 /// The dependency names of a manifest's `[dependencies]` table.
