@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: an end-to-end run of saveplan on the local filesystem, in ./out/.
 # Each step prints what it does; any failure stops the script with a non-zero exit.
+# SAVEPLAN_BIN=PATH runs that binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-out}"
@@ -8,10 +9,15 @@ mkdir -p "$out"
 
 say() { printf '\n== %s\n' "$*"; }
 
-say "build the release binary"
-cargo build --release --locked --quiet --bin saveplan
-target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-saveplan="$target_dir/release/saveplan"
+if [ -n "${SAVEPLAN_BIN:-}" ]; then
+    # A binary built already: the docs test (tests/it/docs_examples.rs) runs the script with its own.
+    saveplan="$SAVEPLAN_BIN"
+else
+    say "build the release binary"
+    cargo build --release --locked --quiet --bin saveplan
+    target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+    saveplan="$target_dir/release/saveplan"
+fi
 fixtures=tests/fixtures/tf-2.21
 
 # The main job: examples/model.json says what to save (an embedding partitioned over two CPUs,

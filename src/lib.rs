@@ -18,8 +18,9 @@
 //!   every op through a [`trace::Builder`], so the same tracing code builds graphs or runs ops
 //!   as it goes (eager mode). No IO.
 //! * [`export`] maps modules to and from `GraphDef`, `FunctionDef`, `MetaGraphDef` and
-//!   `SaverDef`, binary and text; it is the only layer besides `saveplan_proto` that touches
-//!   protobuf types.
+//!   `SaverDef`, binary and text. With [`bundle`], which encodes its index entries
+//!   (`BundleEntryProto`), it is the only layer besides `saveplan_proto` that touches protobuf
+//!   types.
 //! * [`bundle`] reads, writes and merges TensorFlow V2 checkpoints (`prefix.index` +
 //!   `prefix.data-*`), byte for byte as TensorFlow does; the only code that writes checkpoint
 //!   files.
@@ -87,3 +88,32 @@ pub mod export;
 pub mod process;
 pub mod session;
 pub mod trace;
+
+/// The examples of `README.md` and `docs/`: each page's `rust` blocks compile and run as
+/// doctests, as printed; `tests/it/docs_examples.rs` runs their `console` blocks and checks
+/// that every page is listed here.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/README.md")]
+    struct DocsIndex;
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../docs/canonical-text.md")]
+    struct CanonicalText;
+    #[doc = include_str!("../docs/cli.md")]
+    struct Cli;
+    #[doc = include_str!("../docs/eager.md")]
+    struct Eager;
+    #[doc = include_str!("../docs/fidelity.md")]
+    struct Fidelity;
+    #[doc = include_str!("../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../docs/objects.md")]
+    struct Objects;
+    #[doc = include_str!("../docs/spec-format.md")]
+    struct SpecFormat;
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+}

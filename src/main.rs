@@ -2,7 +2,7 @@
 //! This binary (with its `cli` modules) is the only code that prints.
 #![expect(
     clippy::print_stderr,
-    reason = "the CLI is the one place that prints; stdout goes through `cli::common::out!`"
+    reason = "the CLI is the one place that prints; stdout goes through `cli::output::out!`"
 )]
 
 mod cli;

@@ -27,12 +27,8 @@
 //!   large tensor in chunks on rayon's pool and combines their CRCs. Results do not depend on
 //!   the number of threads.
 //!
-//! Speed (`cargo bench --bench bundle -- big`, 16 × `float32[4096, 4096]` = 1 GiB on `/dev/shm`,
-//! 2-vCPU VM shared with other jobs at load 4–5, 2026-11-21, best of 5; TF 2.21 in the same run):
-//! writing ≈2.8 GB/s (≈1.75× TF SaveV2, 88–91 % of `dd bs=16M`); reading with
-//! [`BundleReader::map`] ≈7.5–8.6 GB/s (4.5–6× TF RestoreV2), with
-//! [`BundleReader::read_into`] into fresh buffers ≈2.8–3.1 GB/s (1.7–2.2×); peak RSS 1027 MiB
-//! either way (the mapped pages count). See README's Benchmarks section.
+//! Its speed against TensorFlow's SaveV2 and RestoreV2 is measured by `cargo bench --bench
+//! bundle` (`docs/benchmarks.md`).
 //!
 //! Module map: [`crc`] (CRC32C, LevelDB mask), [`sstable`] (index table builder/reader),
 //! [`slice`](mod@slice) (slice specs, slice keys, region copies), [`dtype`] (which of the

@@ -24,7 +24,7 @@ pub const MAX_DOT_OPS: usize = 10_000;
 /// Compile a spec file into a MetaGraphDef and SaverDef (and, with `--emit`, text forms).
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// The spec file (JSON: `variables` and `options`, see the README).
+    /// The spec file (JSON: `variables` and `options`, see `docs/spec-format.md`).
     spec: PathBuf,
     /// The output directory (created if missing).
     #[arg(short, long)]

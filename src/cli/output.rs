@@ -1,8 +1,10 @@
 //! How the `saveplan` binary talks: stdout through one lock that a closed pipe does not panic
-//! ([`out!`], [`outln!`], [`is_broken_pipe`]), and every error on one line with control
-//! characters escaped ([`one_line`], [`render_error`]). A leaf: every other CLI module may use
+//! ([`out!`], [`outln!`], [`is_broken_pipe`]), every error on one line with control
+//! characters escaped ([`one_line`], [`render_error`]), and the line on what recovering a
+//! prefix did ([`describe_recovery`]). A leaf: every other CLI module may use
 //! it, it uses none of them.
 
+use saveplan::bundle::Recovered;
 use saveplan_ir::VerifyErrors;
 
 /// Writes formatted text to stdout through one lock (`print!` panics on a closed pipe). The
@@ -118,4 +120,17 @@ pub fn escape_controls(text: &str) -> String {
         }
     }
     out
+}
+
+/// One line on what recovering a prefix did (`recover`, and `verify` before it reads).
+pub fn describe_recovery(merge: Recovered) -> &'static str {
+    match merge {
+        Recovered::Clean => "clean: no interrupted save",
+        Recovered::RolledBack => {
+            "rolled back: a save was interrupted before its commit; the previous checkpoint is in place"
+        }
+        Recovered::Completed => {
+            "completed: a save was interrupted after its commit; its checkpoint is in place"
+        }
+    }
 }

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use saveplan::bundle::{self, Recovered};
+use saveplan::bundle;
 
-use super::output::outln;
+use super::output::{describe_recovery, outln};
 
 /// Arguments of `saveplan recover`.
 #[derive(Debug, clap::Args)]
@@ -18,22 +18,9 @@ pub struct Args {
 /// deleted leftover.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let recovery = bundle::recover(&args.prefix)?;
-    outln!("{}", describe(recovery.merge))?;
+    outln!("{}", describe_recovery(recovery.merge))?;
     for path in &recovery.removed {
         outln!("removed: {}", path.display())?;
     }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// One line on what recovery did, shared with `verify`.
-pub fn describe(merge: Recovered) -> &'static str {
-    match merge {
-        Recovered::Clean => "clean: no interrupted save",
-        Recovered::RolledBack => {
-            "rolled back: a save was interrupted before its commit; the previous checkpoint is in place"
-        }
-        Recovered::Completed => {
-            "completed: a save was interrupted after its commit; its checkpoint is in place"
-        }
-    }
 }

@@ -40,6 +40,26 @@
 //! [`super::StepEvent`] per folded op, with that op's step and outputs (the `RestoreV2` event
 //! carries every restored tensor), so progress counted from events is unchanged. A folded
 //! step is no longer in any queue, and its `deps` and `users` are empty.
+//!
+//! # How a fused step runs
+//!
+//! Without an observer, a fused step works under one lock of the variable store; with one, it
+//! runs op by op, one observer event per folded op. A fused save borrows the variables under
+//! the store's read lock and holds it while its `SaveV2` writes them
+//! (`VariableReader::value_as_at`, `kernels::run_save_of`): no reference count is touched
+//! per variable, and an assignment from another thread waits for the write. Its inputs (one
+//! per tensor, mostly placeholders for the variables it lends) are read in place from the
+//! run's slots (`StepInputs`), not cloned. A fused restore moves each restored tensor into
+//! its variable or out of the step in one pass. Each folded chain keeps its variable op's
+//! dtype (`Chain::dtype`), so neither reads a folded step unless it fails. A fused
+//! `SaveV2`/`RestoreV2` checks its names for UTF-8 once and keeps them in one buffer while they
+//! are the same tensors (`NamesCache`).
+//!
+//! After folding, the slots the queued steps use are numbered first
+//! (`CompiledPlan::number_run_slots_first`), so a run's slot table holds only those, a
+//! handful where the plan has one per variable. The pass reads each folded step once, as its
+//! chain is found (`Gathered`: the chain's edges and handle slots), and `relink` empties the
+//! folded steps' edges in one sequential pass.
 
 use std::sync::Arc;
 

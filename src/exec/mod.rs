@@ -12,7 +12,9 @@
 //! * [`kernels`]: one [`Kernel`] per supported op, resolved from the op's attributes.
 //! * [`plan`]: [`CompiledPlan`], a graph pruned to some targets and compiled into plain data:
 //!   steps in topological order with kernels, value slots and one queue per device. Function
-//!   calls compile into nested plans.
+//!   calls compile into nested plans. Ops join the plan in topological order a chunk at a
+//!   time, while the next chunk's kernels and names, which depend on their op alone, are made
+//!   on the other cores: reading every op's attributes is most of compiling a large plan.
 //! * [`fuse`]: the pass that folds the variable reads feeding a `SaveV2` and the assignments
 //!   fed by a `RestoreV2` into one step, and how that step runs.
 //! * [`step`]: what both backends share to run a step: [`RunContext`] (variables, checkpoint

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 TRACE_INPUTS = REPO / "tests" / "inputs" / "trace"
 
 # (name, spec file): one task, two CPUs of one task, two tasks, io device, sliced,
-# max shard size, and the README's example.
+# max shard size, and the example of docs/cli.md.
 SPECS = [
     ("one_task", TRACE_INPUTS / "g1_single_cpu.json"),
     ("two_cpus", TRACE_INPUTS / "g2_two_cpus.json"),

@@ -150,25 +150,6 @@ fn check_rejects_a_saver_def() {
     assert!(stderr.starts_with(&format!("error: {file}: ")), "{stderr}");
 }
 
-/// The README's `saveplan check` example of a bad plan runs as shown: the command on its `$`
-/// line gives the line below it.
-#[test]
-fn readme_bad_plan_example_is_true() {
-    let readme = std::fs::read_to_string(manifest_path("README.md")).unwrap();
-    let mut lines = readme.lines();
-    let command = lines
-        .find(|line| line.starts_with("$ saveplan check examples/bad_plan.pbtxt"))
-        .expect("the README shows the bad plan example");
-    let expected = lines.next().unwrap();
-    let file = command.split_whitespace().nth(3).unwrap();
-    let output = saveplan(&["check", file]);
-    assert_eq!(output.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8(output.stdout).unwrap(),
-        format!("{expected}\n")
-    );
-}
-
 /// A binary `.meta` file (the MetaGraphDef `tf.compat.v1.train.Saver` writes, with fields we
 /// do not model) is read as a MetaGraphDef: its TF1 saver plan checks clean and shows.
 #[test]

@@ -16,6 +16,9 @@ mod bundle_variant;
 mod check;
 mod cli_pipes;
 mod compile;
+// The examples are bash commands, and the binary is linked into their folder.
+#[cfg(unix)]
+mod docs_examples;
 mod eager;
 mod eager_cli;
 mod exec_fixtures;
