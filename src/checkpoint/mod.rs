@@ -291,6 +291,15 @@ pub enum CheckpointError {
         #[source]
         source: Box<WriteFailure>,
     },
+    /// Reading the matched values from the open checkpoint failed.
+    #[error("reading the values matched in checkpoint {prefix} failed")]
+    ReadValues {
+        /// The prefix.
+        prefix: String,
+        /// Why.
+        #[source]
+        source: Box<crate::exec::IoError>,
+    },
     /// The thread writing an asynchronous checkpoint could not be started.
     #[error("writing checkpoint {prefix} failed: cannot start the writer thread")]
     SpawnWriter {

@@ -23,7 +23,7 @@ use super::build::value_keys;
 use super::save::{SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
 use super::status::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
-    ValueStatus, node_names, node_repr, python_list, segment_paths, tensor_type,
+    Source, ValueStatus, node_names, node_repr, python_list, segment_paths, tensor_type,
 };
 use super::{Checkpoint, CheckpointError};
 use crate::bundle::BundleReader;
@@ -32,7 +32,7 @@ use crate::exec::HostTensor;
 /// Matches the name-based checkpoint `reader` (at `prefix`) against `checkpoint`'s objects.
 pub(super) fn match_names(
     checkpoint: &Checkpoint,
-    reader: &BundleReader,
+    reader: &std::sync::Arc<BundleReader>,
     prefix: &str,
     kind: RestoreKind,
 ) -> RestoreMatch {
@@ -146,6 +146,7 @@ pub(super) fn match_names(
     });
     RestoreMatch {
         prefix: prefix.to_owned(),
+        source: Source(std::sync::Arc::clone(reader)),
         kind,
         pairs,
         report: RestoreReport {

@@ -27,17 +27,17 @@ use saveplan_ir::DType;
 use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph};
 
 use super::build::value_keys;
-use super::save::{EagerVariables, SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
+use super::save::{SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
 use super::status::{
     Checks, LoadStatus, Pair, ReportCounts, ReportValue, RestoreKind, RestoreMatch, RestoreReport,
-    ValueStatus, node_names, node_repr, python_list, python_shape, segment_paths, tensor_type,
+    Source, ValueStatus, node_names, node_repr, python_list, python_shape, segment_paths,
+    tensor_type,
 };
 use super::{Checkpoint, CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
-use crate::exec::{BundleIo, HostTensor, RunContext};
+use crate::exec::HostTensor;
+use crate::exec::io::{RestoreRequest, restore_from};
 use crate::export::object_graph::node_text;
-use crate::session::EagerSaver;
-use crate::trace::TraceOptions;
 
 impl Checkpoint {
     /// `tf.train.Checkpoint.restore(save_path)`: matches the checkpoint at `prefix` against
@@ -76,6 +76,7 @@ impl Checkpoint {
             },
             other => CheckpointError::Bundle(other),
         })?;
+        let reader = std::sync::Arc::new(reader);
         if !is_object_based(&reader) {
             return Ok(super::names::match_names(self, &reader, prefix, kind));
         }
@@ -296,6 +297,7 @@ impl Checkpoint {
         };
         Ok(RestoreMatch {
             prefix: prefix.to_owned(),
+            source: Source(std::sync::Arc::clone(&reader)),
             kind,
             pairs,
             report: RestoreReport {
@@ -320,7 +322,7 @@ impl Checkpoint {
         if let Some(error) = failure(&matched.pairs) {
             return Err(error);
         }
-        let restored = read_pairs(&matched.prefix, &matched.pairs)?;
+        let restored = read_pairs(&matched.source, &matched.prefix, &matched.pairs)?;
         if matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
             self.set_save_counter(Some(0));
         }
@@ -363,7 +365,7 @@ impl Checkpoint {
         // Sets: every matched pair is looked up in both.
         let new_keys: BTreeSet<&str> = new_keys.iter().map(String::as_str).collect();
         let mut done: BTreeSet<String> = BTreeSet::new();
-        let mut reads: Vec<(String, Vec<Pair>)> = Vec::new();
+        let mut reads: Vec<(Source, String, Vec<Pair>)> = Vec::new();
         for prefix in self.pending_restores().iter().rev() {
             let matched = self.match_checkpoint(prefix, RestoreKind::Read)?;
             let pairs: Vec<Pair> = matched
@@ -377,11 +379,11 @@ impl Checkpoint {
                 return Err(error);
             }
             done.extend(pairs.iter().map(|pair| pair.our_key.clone()));
-            reads.push((prefix.clone(), pairs));
+            reads.push((matched.source, prefix.clone(), pairs));
         }
         let mut restored = BTreeMap::new();
-        for (prefix, pairs) in reads {
-            restored.extend(read_pairs(&prefix, &pairs)?);
+        for (source, prefix, pairs) in reads {
+            restored.extend(read_pairs(&source, &prefix, &pairs)?);
         }
         self.assign_restored(restored)?;
         Ok(done.into_iter().collect())
@@ -491,48 +493,31 @@ fn cc_dtype_name(dtype: DType) -> String {
     )
 }
 
-/// Reads `pairs` from the checkpoint at `prefix` with one `RestoreV2` through the eager
-/// `MultiDeviceSaver` plan: our key → value.
+/// Reads `pairs` from the open checkpoint `source` (at `prefix`), as one `RestoreV2` of the
+/// whole tensors reads them (sliced ones assembled): our key → value.
 fn read_pairs(
+    source: &Source,
     prefix: &str,
     pairs: &[Pair],
 ) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
-    let mut restored = BTreeMap::new();
-    if pairs.is_empty() {
-        return Ok(restored);
-    }
-    let EagerVariables {
-        trackables,
-        store: variables,
-    } = EagerVariables::new(
-        pairs
-            .iter()
-            .map(|pair| (pair.checkpoint_key.as_str(), "/cpu:0", pair.value.clone())),
-    )?;
-    let read_error = |source| CheckpointError::Read {
-        prefix: prefix.to_owned(),
-        source: Box::new(source),
-    };
-    let io = BundleIo::default();
-    let mut saver = EagerSaver::new(trackables)
-        .map_err(|source| read_error(super::WriteFailure::Trace(source)))?;
-    saver
-        .restore(
-            &RunContext::new(&variables).with_io(&io),
-            prefix,
-            &TraceOptions::default(),
-        )
-        .map_err(|source| read_error(super::WriteFailure::Eager(source)))?;
-    for (index, pair) in pairs.iter().enumerate() {
-        let value = variables
-            .get(&EagerVariables::key(index))
-            .map_err(|source| CheckpointError::Variable {
-                key: pair.our_key.clone(),
-                source,
-            })?;
-        restored.insert(pair.our_key.clone(), value);
-    }
-    Ok(restored)
+    let requests: Vec<RestoreRequest<'_>> = pairs
+        .iter()
+        .map(|pair| RestoreRequest {
+            name: &pair.checkpoint_key,
+            shape_and_slice: "",
+            dtype: pair.value.dtype(),
+        })
+        .collect();
+    let values =
+        restore_from(&source.0, &requests).map_err(|source| CheckpointError::ReadValues {
+            prefix: prefix.to_owned(),
+            source: Box::new(source),
+        })?;
+    Ok(pairs
+        .iter()
+        .map(|pair| pair.our_key.clone())
+        .zip(values)
+        .collect())
 }
 
 /// Binds checkpoint nodes to our nodes (13.10): breadth-first by local name, then slot

@@ -368,10 +368,23 @@ pub(super) struct Pair {
 #[derive(Clone, Debug)]
 pub struct RestoreMatch {
     pub(super) prefix: String,
+    /// The checkpoint matched, open: its values are read from this reader, so a restore opens
+    /// and checks the bundle once.
+    pub(super) source: Source,
     pub(super) kind: RestoreKind,
     pub(super) pairs: Vec<Pair>,
     pub(super) report: RestoreReport,
     pub(super) status: LoadStatus,
+}
+
+/// The open checkpoint a [`RestoreMatch`] was made against.
+#[derive(Clone)]
+pub(super) struct Source(pub(super) std::sync::Arc<crate::bundle::BundleReader>);
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Source({})", self.0.prefix().display())
+    }
 }
 
 impl RestoreMatch {

@@ -315,7 +315,7 @@ impl CheckpointIo for BundleIo {
 }
 
 /// What `RestoreV2` returns for `tensors` from the open bundle `reader`.
-fn restore_from(
+pub fn restore_from(
     reader: &BundleReader,
     tensors: &[RestoreRequest<'_>],
 ) -> Result<Vec<HostTensor>, IoError> {
