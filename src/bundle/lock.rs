@@ -56,18 +56,7 @@ impl SaveLock {
 
     /// Takes the lock without recovering anything.
     fn wait(prefix: &Path) -> Result<SaveLock> {
-        if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|err| {
-                let err = match err.kind() {
-                    std::io::ErrorKind::AlreadyExists => std::io::Error::new(
-                        std::io::ErrorKind::NotADirectory,
-                        "a file is there, not a directory",
-                    ),
-                    _ => err,
-                };
-                BundleError::io(dir, "create directory", err)
-            })?;
-        }
+        create_parent_dir(prefix)?;
         let path = lock_path(prefix);
         loop {
             let file = open_lock_file(&path)?;
@@ -81,6 +70,23 @@ impl SaveLock {
             }
         }
     }
+}
+
+/// Creates the directory of `prefix` and its parents, where missing.
+pub fn create_parent_dir(prefix: &Path) -> Result<()> {
+    let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    fsops::create_dir_all(dir).map_err(|err| {
+        let err = match err.kind() {
+            std::io::ErrorKind::AlreadyExists => std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "a file is there, not a directory",
+            ),
+            _ => err,
+        };
+        BundleError::io(dir, "create directory", err)
+    })
 }
 
 /// Opens (or creates) the lock file at `path`. A lock file left by another user's killed save
@@ -138,6 +144,58 @@ pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
     Ok(Recovery { merge, removed })
 }
 
+/// Deletes the checkpoint at `prefix` (what `CheckpointManager` does past `max_to_keep`),
+/// holding its save lock so that no save of it runs meanwhile, after finishing or rolling back
+/// an interrupted merge: its index first (from then on it is no checkpoint), then its data
+/// files `<prefix>.data-?????-of-?????` (TensorFlow's glob); the lock deletes the leftovers of
+/// killed saves. Files already gone are no error. Returns the index and data files deleted.
+pub fn delete_checkpoint(prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+    let lock = SaveLock::acquire(prefix)?;
+    let prefix = lock.prefix.as_path();
+    let mut deleted = Vec::new();
+    let mut delete = |path: PathBuf| match fsops::remove_file(&path) {
+        Ok(()) => {
+            deleted.push(path);
+            Ok(())
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(BundleError::io(&path, "delete", err)),
+    };
+    delete(super::index_path(prefix))?;
+    let (dir, name) = dir_and_name(prefix);
+    if let (Some(name), Ok(entries)) = (name, std::fs::read_dir(dir)) {
+        let mut data: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|file| is_data_file_of(name, file))
+            .map(|file| dir.join(file))
+            .collect();
+        data.sort();
+        data.into_iter().try_for_each(&mut delete)?;
+    }
+    Ok(deleted)
+}
+
+/// The directory of `prefix` (`.` for a bare name) and its UTF-8 file name.
+fn dir_and_name(prefix: &Path) -> (&Path, Option<&str>) {
+    let dir = match prefix.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    (dir, prefix.file_name().and_then(|name| name.to_str()))
+}
+
+/// Whether `file` matches the glob `<name>.data-?????-of-?????`.
+fn is_data_file_of(name: &str, file: &str) -> bool {
+    let Some(rest) = file
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix(".data-"))
+    else {
+        return false;
+    };
+    let chars: Vec<char> = rest.chars().collect();
+    chars.len() == 14 && chars[5..9].iter().collect::<String>() == "-of-"
+}
+
 /// The leftovers of unfinished saves at `prefix` and whether a merge journal is there, without
 /// changing anything (for `saveplan verify`).
 pub fn unfinished(prefix: &Path) -> (bool, Vec<PathBuf>) {
@@ -164,12 +222,8 @@ fn remove_leftovers(prefix: &Path) -> Vec<PathBuf> {
 /// The leftover files of saves to `prefix`: temporary, staging and backup files next to it,
 /// and every `part*` file in its temporary directories, each directory after its files.
 fn leftovers(prefix: &Path) -> Vec<PathBuf> {
-    let Some(name) = prefix.file_name().and_then(|name| name.to_str()) else {
+    let (dir, Some(name)) = dir_and_name(prefix) else {
         return Vec::new();
-    };
-    let dir = match prefix.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -259,9 +313,73 @@ mod tests {
         ] {
             assert!(!is_leftover_name(name), "{name}");
         }
+        assert!(is_data_file_of("ckpt-1", "ckpt-1.data-00000-of-00001"));
+        assert!(is_data_file_of("ckpt-1", "ckpt-1.data-00001-of-00002"));
+        assert!(!is_data_file_of("ckpt-1", "ckpt-10.data-00000-of-00001"));
+        assert!(!is_data_file_of("ckpt-1", "ckpt-1.data-00000-of-000010"));
+        assert!(!is_data_file_of("ckpt-1", "ckpt-1.index"));
         assert!(is_temp_dir_name("ckpt", "ckpt_temp"));
         assert!(is_temp_dir_name("ckpt", "ckpt_temp_0f-1a"));
         assert!(!is_temp_dir_name("ckpt", "ckpt_temp_x_temp"));
         assert!(!is_temp_dir_name("ckpt", "ckpt2_temp"));
+    }
+
+    /// A checkpoint of one tensor at `prefix`.
+    fn write_checkpoint(prefix: &Path) {
+        let mut writer = crate::bundle::BundleWriter::create(prefix).unwrap();
+        writer
+            .add("t", crate::bundle::DType::Float, &[1], &1f32.to_le_bytes())
+            .unwrap();
+        writer.finish().unwrap();
+    }
+
+    #[test]
+    fn deleting_a_checkpoint_deletes_its_files_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt-1");
+        write_checkpoint(&prefix);
+        write_checkpoint(&dir.path().join("ckpt-10"));
+        let leftover = dir.path().join("ckpt-1.index.tempstate1-1");
+        std::fs::write(&leftover, b"left").unwrap();
+        let deleted = delete_checkpoint(&prefix).unwrap();
+        assert_eq!(
+            deleted,
+            [
+                dir.path().join("ckpt-1.index"),
+                dir.path().join("ckpt-1.data-00000-of-00001"),
+            ]
+        );
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["ckpt-10.data-00000-of-00001", "ckpt-10.index"]);
+        assert!(delete_checkpoint(&prefix).unwrap().is_empty());
+    }
+
+    /// A crash at any step of a delete leaves the whole checkpoint or no index: never an
+    /// index whose data is gone.
+    #[test]
+    fn a_crash_while_deleting_never_leaves_an_index_without_its_data() {
+        use crate::bundle::fsops::failpoint;
+        for allowed in 0.. {
+            let dir = tempfile::tempdir().unwrap();
+            let prefix = dir.path().join("ckpt-1");
+            write_checkpoint(&prefix);
+            failpoint::arm(allowed);
+            let result = delete_checkpoint(&prefix);
+            if !failpoint::disarm() {
+                result.unwrap();
+                assert!(!crate::bundle::index_path(&prefix).exists());
+                break;
+            }
+            if crate::bundle::index_path(&prefix).exists() {
+                crate::bundle::BundleReader::open(&prefix)
+                    .unwrap()
+                    .read("t")
+                    .unwrap();
+            }
+        }
     }
 }

@@ -55,7 +55,6 @@ use saveplan_ir::DType;
 
 use super::save::write_state;
 use super::{Checkpoint, CheckpointError, STATE_FILE};
-use crate::bundle::index_path;
 use crate::exec::HostTensor;
 use crate::export::{CheckpointState, parse_checkpoint_state};
 
@@ -443,49 +442,10 @@ fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
     })
 }
 
-/// Deletes the files of the checkpoint at `prefix`: `<prefix>.index` and every
-/// `<prefix>.data-?????-of-?????`, where they exist.
+/// Deletes the checkpoint at `prefix` under its save lock ([`crate::bundle::lock::delete_checkpoint`]).
 fn delete_bundle(prefix: &Path) -> Result<(), CheckpointError> {
-    let remove = |path: PathBuf| match std::fs::remove_file(&path) {
-        Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
-            Err(CheckpointError::DeleteCheckpoint { path, source })
-        }
-        _ => Ok(()),
-    };
-    remove(index_path(prefix))?;
-    let (Some(dir), Some(name)) = (prefix.parent(), prefix.file_name()) else {
-        return Ok(());
-    };
-    let name = name.to_string_lossy();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(CheckpointError::DeleteCheckpoint {
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    };
-    for entry in entries.flatten() {
-        let file = entry.file_name();
-        if is_data_file_of(&name, &file.to_string_lossy()) {
-            remove(entry.path())?;
-        }
-    }
+    crate::bundle::lock::delete_checkpoint(prefix).map_err(CheckpointError::DeleteCheckpoint)?;
     Ok(())
-}
-
-/// Whether `file` matches the glob `<name>.data-?????-of-?????`.
-fn is_data_file_of(name: &str, file: &str) -> bool {
-    let Some(rest) = file
-        .strip_prefix(name)
-        .and_then(|rest| rest.strip_prefix(".data-"))
-    else {
-        return false;
-    };
-    let chars: Vec<char> = rest.chars().collect();
-    chars.len() == 14 && chars[5..9].iter().collect::<String>() == "-of-"
 }
 
 /// The value of the step counter saved under `key`.
@@ -498,19 +458,5 @@ fn step_of(checkpoint: &Checkpoint, key: &str) -> Result<i64, CheckpointError> {
         DType::Int32 => value.as_i32_scalar().map(i64::from).ok_or_else(bad),
         DType::Int64 => value.as_i64_scalar().ok_or_else(bad),
         _ => Err(bad()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_data_file_of;
-
-    #[test]
-    fn data_file_glob() {
-        assert!(is_data_file_of("ckpt-1", "ckpt-1.data-00000-of-00001"));
-        assert!(is_data_file_of("ckpt-1", "ckpt-1.data-00001-of-00002"));
-        assert!(!is_data_file_of("ckpt-1", "ckpt-10.data-00000-of-00001"));
-        assert!(!is_data_file_of("ckpt-1", "ckpt-1.data-00000-of-000010"));
-        assert!(!is_data_file_of("ckpt-1", "ckpt-1.index"));
     }
 }

@@ -199,15 +199,6 @@ pub enum CheckpointError {
         #[source]
         source: VariableError,
     },
-    /// The directory of a prefix cannot be created.
-    #[error("{}: cannot create the directory", dir.display())]
-    CreateDir {
-        /// The directory.
-        dir: PathBuf,
-        /// The IO error.
-        #[source]
-        source: std::io::Error,
-    },
     /// Writing the checkpoint failed.
     #[error("writing checkpoint {prefix} failed")]
     Write {
@@ -334,15 +325,9 @@ pub enum CheckpointError {
         /// The path.
         path: PathBuf,
     },
-    /// Deleting an old checkpoint's file failed.
-    #[error("{}: cannot delete old checkpoint file", path.display())]
-    DeleteCheckpoint {
-        /// The file.
-        path: PathBuf,
-        /// The IO error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Deleting an old checkpoint failed (the error names the file).
+    #[error("cannot delete an old checkpoint")]
+    DeleteCheckpoint(#[source] BundleError),
     /// The `checkpoint` state file cannot be written.
     #[error("{}: cannot write", path.display())]
     WriteStateFile {

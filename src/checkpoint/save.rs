@@ -518,11 +518,7 @@ pub(super) fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
 }
 
 fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {
-    let dir = parent_dir(prefix);
-    std::fs::create_dir_all(dir).map_err(|source| CheckpointError::CreateDir {
-        dir: dir.to_owned(),
-        source,
-    })
+    crate::bundle::lock::create_parent_dir(prefix).map_err(CheckpointError::Bundle)
 }
 
 /// Writes the `checkpoint` state file next to `prefix`, naming it (relative) as the latest
