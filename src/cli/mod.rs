@@ -6,6 +6,7 @@ mod check;
 mod common;
 mod compile;
 mod convert;
+mod diff;
 mod graph;
 mod inspect;
 mod output;
@@ -37,6 +38,8 @@ enum Command {
     Recover(recover::Args),
     /// Convert between a .safetensors file and a TF checkpoint prefix.
     Convert(convert::Args),
+    /// Compare two checkpoints or .safetensors files key by key (exit 0 equal, 1 different, 2 error).
+    Diff(diff::Args),
     /// Compile a spec file into a MetaGraphDef and SaverDef (--emit: their text, IR text, DOT).
     Compile(compile::Args),
     /// Check a plan (spec, GraphDef, MetaGraphDef or FunctionDef) and report every problem.
@@ -61,6 +64,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Recover(args) => recover::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Check(args) => check::run(args),
         Command::Save(args) => save::run(args),

@@ -16,6 +16,7 @@ mod bundle_variant;
 mod check;
 mod cli_pipes;
 mod compile;
+mod diff_cli;
 // The examples are bash commands, and the binary is linked into their folder.
 #[cfg(unix)]
 mod docs_examples;
