@@ -31,6 +31,7 @@ mod graph_mode;
 mod latest;
 mod manager;
 mod names;
+mod prune;
 mod restore;
 mod save;
 mod spec;
@@ -46,6 +47,7 @@ pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
+pub use prune::without_attributes_of;
 pub use save::{Checkpoint, SAVE_COUNTER, SAVE_COUNTER_KEY, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,

@@ -16,7 +16,7 @@ use saveplan::session::{
 use saveplan::trace::spec::SpecFile;
 
 use super::output::one_line;
-use super::values::{checkpoint_prefix, write_safetensors};
+use super::values::{checkpoint_prefix, write_values};
 
 /// Ends the life of `value` without running its destructor, for what a subcommand holds
 /// until the process exits: a plan of 100,000 variables is millions of small allocations, and
@@ -131,7 +131,7 @@ pub fn restore_to_file_as(
         .into_iter()
         .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
         .collect();
-    write_safetensors(out, &values)?;
+    write_values(out, &values)?;
     free_at_exit(values);
     Ok(())
 }

@@ -26,7 +26,7 @@ use saveplan::trace::spec::SpecFile;
 
 use super::common::{ModeArgs, free_at_exit, restore_to_file, restore_to_file_as, spec_session};
 use super::output::{one_line, out};
-use super::values::{checkpoint_prefix, write_safetensors};
+use super::values::{checkpoint_prefix, is_safetensors_name, prepare_out, write_values};
 
 /// Arguments of `saveplan restore`.
 #[derive(Debug, clap::Args)]
@@ -41,8 +41,9 @@ pub struct Args {
     /// `checkpoint` state file, meaning its latest checkpoint.
     #[arg(long, value_name = "P")]
     prefix: String,
-    /// The `.safetensors` file to write.
-    #[arg(long, value_name = "FILE")]
+    /// Where to write the restored values: a `.safetensors` file, or any other name as a
+    /// checkpoint prefix (string tensors kept). Missing folders are created.
+    #[arg(long, value_name = "FILE|PREFIX")]
     out: PathBuf,
     /// Object spec only: `Checkpoint.read(P)` instead of `restore(P)` (no `save_counter`).
     #[arg(long)]
@@ -74,6 +75,8 @@ enum Expect {
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&args.spec)
         .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    // Where the values go is checked (and its folders made) before anything is read.
+    prepare_out(&args.out)?;
     if ObjectSpec::is_object_spec(&text) {
         return restore_objects(&args, &text);
     }
@@ -168,18 +171,21 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
             saveplan::exec::HostTensor::int64_scalar(counter),
         );
     }
-    // Named string and variant tensors (non-variable attributes) have no safetensors type.
-    restored.retain(|key, value| {
-        let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
-        if !fixed {
-            eprintln!(
-                "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it)",
-                value.dtype()
-            );
-        }
-        fixed
-    });
-    write_safetensors(&args.out, &restored)?;
+    // Named string and variant tensors (non-variable attributes) have no safetensors type; a
+    // checkpoint prefix as `--out` keeps them.
+    if is_safetensors_name(&args.out) {
+        restored.retain(|key, value| {
+            let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
+            if !fixed {
+                eprintln!(
+                    "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it; give --out a checkpoint prefix to keep it)",
+                    value.dtype()
+                );
+            }
+            fixed
+        });
+    }
+    write_values(&args.out, &restored)?;
     if let Some(expect) = args.expect {
         let assertion = match expect {
             Expect::Consumed => Assertion::Consumed,
