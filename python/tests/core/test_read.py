@@ -106,3 +106,31 @@ def test_directory_and_state_file_mean_the_latest_checkpoint():
 def test_latest_checkpoint_is_none_without_one(tmp_path):
     assert saveplan.latest_checkpoint(str(tmp_path)) is None
     assert saveplan.latest_checkpoint(str(tmp_path / "missing")) is None
+
+
+def test_threads_share_a_reader():
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefix = str(FIXTURES / "ckpt" / "c1_dtypes" / "ckpt")
+    reader = saveplan.load_checkpoint(prefix)
+    names = [name for name, _ in saveplan.list_variables(prefix)]
+    expected = {name: np.asarray(reader.get_tensor(name)).tobytes() for name in names}
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda name: (name, np.asarray(reader.get_tensor(name)).tobytes()), names * 8))
+    assert len(got) == 8 * len(names)
+    for name, value in got:
+        assert value == expected[name]
+
+
+def test_mapped_arrays_outlive_their_reader(tmp_prefix):
+    import gc
+
+    big = np.arange(1 << 20, dtype=np.float32)
+    saveplan.save(tmp_prefix, {"big": big, "small": np.ones(3)})
+    view = saveplan.load(tmp_prefix, mmap=True)["big"]
+    gc.collect()
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view, big)
+    copy = saveplan.load(tmp_prefix)["big"]
+    assert copy.flags.writeable and copy.flags.c_contiguous
+    np.testing.assert_array_equal(copy, big)
