@@ -4,7 +4,8 @@ Run with the TensorFlow venv's Python (saveplan installed there too):
 
     python bench.py [--repeat N] [--dir DIR]
 
-Cases, each in its own subprocess (its peak RSS is the subprocess's): `import saveplan` vs
+Cases, each in its own subprocess (its peak RSS is the subprocess's): `import saveplan` (which
+loads its API, and NumPy, on first use) and `import saveplan` plus that first use vs
 `import tensorflow`; reading every tensor (TensorFlow's `load_checkpoint` + `get_tensor` loop
 vs `saveplan.load`, and `saveplan.load(mmap=True)`); writing the model's checkpoint
 (`tf.train.Checkpoint(model=m).write` vs `saveplan.Checkpoint(**tree).write` of the same
@@ -33,6 +34,13 @@ t = time.perf_counter()
 import saveplan
 times = [time.perf_counter() - t]
 """,
+    "import_saveplan_numpy": """
+import time, resource
+t = time.perf_counter()
+import saveplan
+saveplan.load  # the API's first use imports NumPy
+times = [time.perf_counter() - t]
+""",
     "read_tensorflow": """
 import time, resource
 import tensorflow as tf
@@ -47,20 +55,22 @@ for _ in range(REPEAT):
     "read_saveplan": """
 import time, resource
 import saveplan
+load = saveplan.load  # imports the API (and NumPy) before timing, as TensorFlow is imported
 times = []
 for _ in range(REPEAT):
     t = time.perf_counter()
-    values = saveplan.load(PREFIX)
+    values = load(PREFIX)
     times.append(time.perf_counter() - t)
     del values
 """,
     "read_saveplan_mmap": """
 import time, resource
 import saveplan
+load = saveplan.load
 times = []
 for _ in range(REPEAT):
     t = time.perf_counter()
-    values = saveplan.load(PREFIX, mmap=True)
+    values = load(PREFIX, mmap=True)
     times.append(time.perf_counter() - t)
     del values
 """,
@@ -153,6 +163,7 @@ def main():
               f"{result['peak_rss_mib']:>14.1f}")
     ratios = {
         "import": (best["import_tensorflow"] / best["import_saveplan"], 20),
+        "import + NumPy": (best["import_tensorflow"] / best["import_saveplan_numpy"], 20),
         "read": (best["read_tensorflow"] / best["read_saveplan"], 3),
         "read (mmap)": (best["read_tensorflow"] / best["read_saveplan_mmap"], 3),
         "write": (best["write_tensorflow"] / best["write_saveplan"], None),

@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 fn _saveplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<read::Reader>()?;
     m.add_class::<read::MappedOwner>()?;
+    m.add_class::<read::ArenaOwner>()?;
     m.add_function(wrap_pyfunction!(read::resolve_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(read::latest_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_bundle, m)?)?;

@@ -91,9 +91,14 @@ def test_a_name_based_checkpoint_has_no_tree(written):
         saveplan.load_tree(written)
 
 
-def test_import_saveplan_imports_no_framework():
+def test_import_saveplan_imports_no_framework_and_numpy_on_first_use():
     code = (
         "import sys, saveplan\n"
+        "loaded = [m for m in ('tensorflow', 'torch', 'jax', 'ml_dtypes', 'numpy') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from saveplan import load, Checkpoint\n"
+        "assert 'numpy' in sys.modules and callable(load) and saveplan.Checkpoint is Checkpoint\n"
+        "assert 'load_tree' in dir(saveplan)\n"
         "loaded = [m for m in ('tensorflow', 'torch', 'jax', 'ml_dtypes') if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )

@@ -134,3 +134,17 @@ def test_mapped_arrays_outlive_their_reader(tmp_prefix):
     copy = saveplan.load(tmp_prefix)["big"]
     assert copy.flags.writeable and copy.flags.c_contiguous
     np.testing.assert_array_equal(copy, big)
+
+
+def test_loaded_arrays_are_aligned_writable_and_independent(tmp_prefix):
+    tensors = {f"t{i}": np.full(i + 1, i, dtype=np.float64) for i in range(20)}
+    tensors["bytes"] = np.arange(7, dtype=np.uint8)
+    saveplan.save(tmp_prefix, tensors)
+    loaded = saveplan.load(tmp_prefix)
+    for value in loaded.values():
+        assert value.ctypes.data % 64 == 0
+        assert value.flags.writeable
+    loaded["t3"][:] = -1
+    for key, value in tensors.items():
+        if key != "t3":
+            np.testing.assert_array_equal(loaded[key], value)
