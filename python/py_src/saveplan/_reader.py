@@ -122,9 +122,11 @@ def load(path, keys=None, mmap=False):
     parallel. The keys are those :func:`list_variables` lists, the object graph string
     included; values are as :meth:`CheckpointReader.get_tensor` returns them.
 
-    With ``mmap=True``, fixed-width tensors are read-only views of the memory-mapped data
-    files instead of freshly read buffers (no copy at all; the files stay mapped while an
-    array lives).
+    By default the fixed-width tensors are read into one fresh buffer (its pages populated
+    in one call), each array a writable, 64-byte aligned view of its own part: no copy after
+    the read, and the buffer lives while any of its arrays does. With ``mmap=True`` they are
+    read-only views of the memory-mapped data files instead (no copy at all; the files stay
+    mapped while an array lives). Either way every byte's CRC32C is checked.
     """
     reader = _saveplan.Reader(_prefix_of(path))
     if keys is None:
