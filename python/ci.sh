@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# CI for the Python package (called from .ci/run): builds `./python` with pip as a user's
-# `pip install ./python` does (pip fetches maturin), installs the wheel into a clean venv with
-# NumPy, ml_dtypes and pytest and runs the tests that need no TensorFlow (tests/core); then
+# CI for the Python package (called from .ci/run): checks the native module's formatting and
+# clippy, builds `./python` with pip as a user's `pip install ./python` does (pip fetches
+# maturin), installs the wheel into a clean venv with NumPy, ml_dtypes and pytest and runs
+# the tests that need no TensorFlow (tests/core); then
 # installs the same wheel into the TensorFlow 2.21 venv the interop suite uses (creating it if
 # needed) and runs the TensorFlow-judged tests (tests/tf). Fails when any pytest run fails or
 # collects nothing.
@@ -30,6 +31,10 @@ run_pytest() {
         exit "$status"
     fi
 }
+
+step "cargo fmt --check and clippy of the native module"
+cargo fmt --manifest-path python/Cargo.toml --check
+PYO3_PYTHON="${PYO3_PYTHON:-python3}" cargo clippy --manifest-path python/Cargo.toml --all-targets --locked -- -D warnings
 
 step "build the wheel (pip wheel ./python)"
 python3 -m venv "$work/venv"
