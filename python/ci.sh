@@ -2,7 +2,8 @@
 # CI for the Python package (called from .ci/run): checks the native module's formatting and
 # clippy, builds `./python` with pip as a user's `pip install ./python` does (pip fetches
 # maturin), installs the wheel into a clean venv with NumPy, ml_dtypes and pytest and runs
-# the tests that need no TensorFlow (tests/core); then
+# the tests that need no TensorFlow (tests/core, and tests/cli, which compares with the
+# `saveplan` binary it builds); then
 # installs the same wheel into the TensorFlow 2.21 venv the interop suite uses (creating it if
 # needed) and runs the TensorFlow-judged tests (tests/tf). Fails when any pytest run fails or
 # collects nothing.
@@ -43,9 +44,11 @@ python3 -m venv "$work/venv"
 wheel="$(ls "$work"/wheels/saveplan-*.whl)"
 echo "$(basename "$wheel")"
 
-step "tests without TensorFlow (clean venv)"
+step "tests without TensorFlow (clean venv; tests/cli against the saveplan binary)"
 "$work/venv/bin/pip" install "${pip_quiet[@]}" "$wheel"
-run_pytest "$work/venv" tests/core
+cargo build --locked --quiet --bin saveplan
+target_dir="$(cargo metadata --format-version 1 --no-deps | "$work/venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+SAVEPLAN_BIN="$target_dir/debug/saveplan" run_pytest "$work/venv" tests/core tests/cli
 
 step "TensorFlow-judged tests ($tf_venv)"
 if ! "$tf_venv/bin/python" -c 'import tensorflow as tf; assert tf.__version__ == "2.21.0"' 2>/dev/null; then

@@ -3,6 +3,7 @@
 ``tf.train.CheckpointManager`` write for a tree of ``tf.Module``s (dicts) and
 ``tf.Variable``s (arrays), and restore into such a tree."""
 
+import collections
 import json
 import os
 
@@ -40,7 +41,9 @@ def load_tree(path, mmap=False):
     name, each variable its value (a NumPy array). An object reached by several paths is one
     Python object at each of them (its key uses the first). Other named tensors of an object
     (``py_state``, a custom ``_serialize_to_tensors`` name) are entries of its dict under
-    their attribute name. A slot variable sits beside its variable under
+    their attribute name. An edge back to an enclosing object (the ``root`` edge of
+    ``tf.train.Checkpoint(root=m)``) is left out, so the tree has no cycles. A slot variable
+    sits beside its variable under
     ``"<variable>/.OPTIMIZER_SLOT/<optimizer path>/<slot>"``, TensorFlow's key for it.
     ``save_counter`` is an int64 scalar array like any variable. A name-based (TF1)
     checkpoint has no object graph: a ``ValueError``."""
@@ -86,17 +89,33 @@ def load_tree(path, mmap=False):
             tree[name] = attribute_value(key)
         return tree
 
+    def contains(outer, inner):
+        """Whether dict `inner` is `outer` or nested in it."""
+        stack, visited = [outer], set()
+        while stack:
+            tree = stack.pop()
+            if tree is inner:
+                return True
+            if id(tree) in visited:
+                continue
+            visited.add(id(tree))
+            stack.extend(value for value in tree.values() if isinstance(value, dict))
+        return False
+
     # Children in breadth-first order, so each object's first-discovered path places it.
     root = build(0)
-    queue = [0]
+    queue = collections.deque([0])
     seen = {0}
     while queue:
-        node_id = queue.pop(0)
+        node_id = queue.popleft()
         tree = built[node_id]
         for child_id, local_name in nodes[node_id]["children"]:
             if not isinstance(tree, dict):
                 break
-            tree[local_name] = build(child_id)
+            child = build(child_id)
+            if child_id in seen and isinstance(child, dict) and contains(child, tree):
+                continue  # an edge back to an ancestor (`Checkpoint(root=m)`'s `root`)
+            tree[local_name] = child
             if child_id not in seen:
                 seen.add(child_id)
                 queue.append(child_id)
@@ -116,7 +135,8 @@ def load_tree(path, mmap=False):
 
 def _flatten(children):
     """The objects of a tree for the native writer, in ``tf.Module`` order (the checkpoint's
-    own children sorted by name, deeper levels in dict order), each
+    own children sorted by name, deeper levels in dict order; a dict met a second time is not
+    walked again), each
     ``(path, also, slot, dtype, shape, values)``, and where each value sits
     (``(parent dict, name)``)."""
     objects, places, first = [], [], {}
@@ -131,7 +151,12 @@ def _flatten(children):
         objects.append((path, [], None, dtype, shape, native))
         places.append((parent, name))
 
+    walked = set()
+
     def walk(tree, path, sort):
+        if id(tree) in walked:
+            return  # a dict met again (shared or enclosing): its variables are written once
+        walked.add(id(tree))
         names = sorted(tree) if sort else list(tree)
         for name in names:
             if not isinstance(name, str):
