@@ -23,7 +23,7 @@ use crate::write::{Held, Values, hold, parse_dtype};
 /// is the variable's local names from the root (empty for a slot variable), `also` more
 /// paths to the same variable, `slot` `(variable path, optimizer path, slot name)` for a slot
 /// variable; the values as [`crate::write::PyTensor`] has them.
-pub type PyObject<'py> = (
+pub type TreeObject<'py> = (
     Vec<String>,
     Vec<Vec<String>>,
     Option<(Vec<String>, Vec<String>, String)>,
@@ -35,7 +35,7 @@ pub type PyObject<'py> = (
 /// The spec of a tree and its values by checkpoint key (copied into tensors).
 fn build(
     py: Python<'_>,
-    objects: &[PyObject<'_>],
+    objects: &[TreeObject<'_>],
 ) -> PyResult<(ObjectSpec, Vec<String>, BTreeMap<String, HostTensor>)> {
     let mut entries = Vec::with_capacity(objects.len());
     let mut held: Vec<Held<'_>> = Vec::with_capacity(objects.len());
@@ -124,7 +124,7 @@ impl Failure {
 pub fn write_objects(
     py: Python<'_>,
     prefix: String,
-    objects: Vec<PyObject<'_>>,
+    objects: Vec<TreeObject<'_>>,
     save_counter: Option<i64>,
     save: bool,
 ) -> PyResult<(String, Option<i64>)> {
@@ -151,7 +151,7 @@ pub fn write_objects(
 pub fn restore_objects<'py>(
     py: Python<'py>,
     prefix: String,
-    objects: Vec<PyObject<'py>>,
+    objects: Vec<TreeObject<'py>>,
     save_counter: Option<i64>,
     read: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -256,7 +256,7 @@ impl Manager {
     fn save(
         &self,
         py: Python<'_>,
-        objects: Vec<PyObject<'_>>,
+        objects: Vec<TreeObject<'_>>,
         save_counter: Option<i64>,
         checkpoint_number: Option<i64>,
     ) -> PyResult<(String, Option<i64>)> {

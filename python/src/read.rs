@@ -109,12 +109,6 @@ impl Reader {
         self.inner.entry(key).is_some()
     }
 
-    /// `(dtype name, shape)` of tensor `key`; `NotFoundError` when there is none.
-    fn entry(&self, py: Python<'_>, key: &str) -> PyResult<(String, Vec<i64>)> {
-        let entry = self.require(py, key)?;
-        Ok((dtype_name(entry), entry.shape.clone()))
-    }
-
     /// Tensor `key` as `(values, dtype name, shape)`: `values` is a `uint8` array of the
     /// element bytes (viewing the mapped file when `mmap`, else a buffer Rust filled), or, for
     /// a string tensor, a list of `bytes`.
