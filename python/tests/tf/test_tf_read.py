@@ -45,6 +45,7 @@ def compare(prefix):
     expected = {}
     for key, dtype in their_dtypes.items():
         assert our_dtypes[key] == dtype
+        assert dtype == our_dtypes[key]  # TensorFlow's side converts ours (tf.as_dtype)
         if dtype != tf.variant:
             assert our_dtypes[key] == dtype.as_numpy_dtype
         if dtype == tf.variant:
