@@ -174,6 +174,11 @@ def test_errors_are_tensorflows_kinds(tmp_path):
         tf.train.load_checkpoint(prefix)
     with pytest.raises(saveplan.errors.OpError):
         saveplan.load_checkpoint(prefix)
+    missing = str(tmp_path / "missing")
+    with pytest.raises(tf.errors.NotFoundError):
+        tf.train.Checkpoint(a=tf.Variable(1.0)).restore(missing)
+    with pytest.raises(saveplan.errors.NotFoundError):
+        saveplan.Checkpoint(a=np.float32(1)).restore(missing)
     with pytest.raises(ValueError):
         tf.Variable(np.zeros(2, "datetime64[s]"))
     with pytest.raises(ValueError):
