@@ -59,7 +59,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
@@ -75,6 +75,7 @@ pub use function_cache::{
 use saveplan_ir::slice::{ShapeAndSlice, SliceError};
 
 use crate::bundle::WriteOptions;
+use crate::exec::sync::lock;
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
     StepEvent, VarKey, VarKeyRef, VarSlot, VariableStore,
@@ -924,13 +925,6 @@ impl FromStr for Mode {
 pub struct UnknownMode {
     /// The name given.
     pub name: String,
-}
-
-/// Locks the eager saver; a poisoned lock is still consistent (its calls do not panic).
-fn lock(saver: &Mutex<EagerSaver>) -> MutexGuard<'_, EagerSaver> {
-    saver
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Checks a value against the tensor the plan saves.

@@ -159,13 +159,14 @@ pub enum SignatureError {
     },
 }
 
-/// The value TensorFlow sizes an argument with: an `int` attr's value, or a list attr's
-/// length (`list(type)`); `None` when the attr is missing or of another kind. This is the
-/// `attr_len` every [`OpSignature`] method takes, for an op's own attributes.
+/// The value TensorFlow sizes an argument with: an `int` attr's value, or a `list(type)`
+/// attr's length; `None` when the attr is missing or of another kind (a list holding anything
+/// but types is ill-kinded, which the verifier reports). This is the `attr_len` every
+/// [`OpSignature`] method takes, for an op's own attributes.
 pub fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
     match attrs.get(name)? {
         AttrValue::I(n) => usize::try_from(*n).ok(),
-        AttrValue::List(list) => Some(list.len()),
+        AttrValue::List(list) if list.len() == list.types.len() => Some(list.types.len()),
         _ => None,
     }
 }

@@ -295,7 +295,7 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     let mut chains = Vec::new();
     let mut members = Vec::new();
     let mut gathered = Gathered::new();
-    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(3) {
+    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(FIRST_TENSOR) {
         let start = members.len();
         let mut current = slot;
         let mut next = head;
@@ -336,11 +336,9 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         Handle::Input(_) => candidate.inputs[0],
                         Handle::Member => step.inputs[0],
                     };
-                    gathered
-                        .handle_inputs
-                        .push((FIRST_TENSOR + offset - 3, handle_slot));
+                    gathered.handle_inputs.push((offset, handle_slot));
                     chains.push(Chain {
-                        position: (offset - 3) as u32,
+                        position: (offset - FIRST_TENSOR) as u32,
                         handle,
                         members: start as u32..members.len() as u32,
                         dtype,
