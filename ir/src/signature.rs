@@ -853,6 +853,31 @@ mod tests {
     }
 
     #[test]
+    fn attr_len_sizes_by_int_or_type_list() {
+        let mut attrs = Attrs::default();
+        attrs.insert("N", AttrValue::I(3));
+        attrs.insert("negative", AttrValue::I(-1));
+        let types = crate::attr::AttrList {
+            types: vec![crate::DType::Float, crate::DType::String],
+            ..Default::default()
+        };
+        attrs.insert("dtypes", AttrValue::List(Box::new(types)));
+        let ints = crate::attr::AttrList {
+            i: vec![1, 2],
+            ..Default::default()
+        };
+        attrs.insert("ints", AttrValue::List(Box::new(ints)));
+        attrs.insert("T", AttrValue::Type(crate::DType::Float));
+        assert_eq!(attr_len(&attrs, "N"), Some(3));
+        assert_eq!(attr_len(&attrs, "dtypes"), Some(2));
+        // Not a size: a negative int, a list of other than types, another kind, no attr.
+        assert_eq!(attr_len(&attrs, "negative"), None);
+        assert_eq!(attr_len(&attrs, "ints"), None);
+        assert_eq!(attr_len(&attrs, "T"), None);
+        assert_eq!(attr_len(&attrs, "missing"), None);
+    }
+
+    #[test]
     fn save_v2_inputs() {
         let dtypes_len = |attr: &str| (attr == "dtypes").then_some(2);
         let save = sig("SaveV2");
