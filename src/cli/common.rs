@@ -14,6 +14,7 @@ use saveplan::session::{
     CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
 };
 use saveplan::trace::spec::SpecFile;
+use saveplan_ir::saver_ops::save_v2;
 
 use super::output::one_line;
 use super::values::{checkpoint_prefix, write_values};
@@ -238,7 +239,14 @@ fn tensor_progress(
     bar.set_message(what);
     let handle = bar.clone();
     let observer = move |event: &StepEvent<'_>| match event.step.op.type_name() {
-        "SaveV2" => handle.inc(event.step.inputs.len().saturating_sub(3) as u64),
+        "SaveV2" => {
+            let tensors = event
+                .step
+                .inputs
+                .len()
+                .saturating_sub(save_v2::FIRST_TENSOR as usize);
+            handle.inc(tensors as u64);
+        }
         "RestoreV2" => handle.inc(event.outputs.len() as u64),
         _ => {}
     };

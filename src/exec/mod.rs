@@ -65,7 +65,7 @@ pub mod kernels;
 pub mod plan;
 pub mod scheduler;
 pub mod step;
-mod sync;
+pub(crate) mod sync;
 pub mod tensor;
 pub mod variables;
 

@@ -313,3 +313,9 @@ pub enum InconsistentKey {
     #[error("saved both whole and in slices")]
     WholeAndSliced,
 }
+
+impl From<EagerError> for SessionError {
+    fn from(err: EagerError) -> SessionError {
+        SessionError::Eager(Box::new(err))
+    }
+}
