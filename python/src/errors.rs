@@ -9,7 +9,7 @@ use std::io::ErrorKind;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use saveplan::bundle::BundleError;
-use saveplan::checkpoint::{CheckpointError, ObjectSpecError, WriteFailure};
+use saveplan::checkpoint::{CheckpointError, ObjectSpecError};
 
 /// The `saveplan.errors` classes an error can become.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,20 +109,20 @@ pub fn checkpoint_kind(err: &CheckpointError) -> Kind {
         CheckpointError::CorruptObjectGraph { .. } | CheckpointError::BadStateFile { .. } => {
             Kind::DataLoss
         }
+        CheckpointError::DeleteCheckpoint(inner) => bundle_kind(inner),
         CheckpointError::ReadStateFile { source, .. }
-        | CheckpointError::CreateDir { source, .. }
-        | CheckpointError::DeleteCheckpoint { source, .. }
         | CheckpointError::WriteStateFile { source, .. } => io_kind(source.kind()),
         CheckpointError::Write { source, .. } | CheckpointError::Read { source, .. } => {
-            write_failure_kind(source)
+            chain_kind(source.as_ref())
         }
+        CheckpointError::ReadValues { source, .. } => chain_kind(source.as_ref()),
         _ => Kind::InvalidArgument,
     }
 }
 
-fn write_failure_kind(failure: &WriteFailure) -> Kind {
-    // Bundle errors anywhere in the chain decide; otherwise a bad argument.
-    let mut source: Option<&dyn Error> = Some(failure);
+/// The kind of the first bundle or IO error in `failure`'s chain; otherwise a bad argument.
+fn chain_kind(failure: &(dyn Error + 'static)) -> Kind {
+    let mut source: Option<&(dyn Error + 'static)> = Some(failure);
     while let Some(err) = source {
         if let Some(bundle) = err.downcast_ref::<BundleError>() {
             return bundle_kind(bundle);
