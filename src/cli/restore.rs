@@ -15,12 +15,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
     Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
+use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
@@ -83,21 +85,35 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if args.read || args.json || args.expect.is_some() {
         anyhow::bail!("--read, --json and --expect need an object spec");
     }
-    // A checkpoint that does not open is left to the restore plan, which reports it.
+    // The prefix is resolved and the checkpoint opened once: the restore plan reads from this
+    // reader. A checkpoint that does not open is left to the restore plan, which reports it.
     let prefix = checkpoint_prefix(Path::new(&args.prefix))?;
-    if let Ok(reader) = BundleReader::open(&prefix)
-        && is_object_based(&reader)
+    let reader = BundleReader::open(&prefix).ok().map(Arc::new);
+    if let Some(reader) = &reader
+        && is_object_based(reader)
     {
-        return restore_names_from_objects(&args, &text, &reader);
+        return restore_names_from_objects(&args, &text, reader);
     }
     let options = SessionOptions {
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
-    let session = spec_session(&args.spec, &text, options)?;
-    restore_to_file(&session, &args.prefix, &args.out)?;
+    let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
+    restore_to_file(&session, &prefix, &args.out)?;
     free_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `session` restoring `prefix` from `reader`, when it opened.
+fn with_reader(session: Session, prefix: &Path, reader: Option<Arc<BundleReader>>) -> Session {
+    match reader {
+        Some(reader) => session.with_io(Box::new(OpenedBundleIo::new(
+            BundleIo::default(),
+            prefix.to_string_lossy(),
+            reader,
+        ))),
+        None => session,
+    }
 }
 
 /// A plain spec on an object-based checkpoint, as a TF1 `Saver` restores one (FORMATS.md
@@ -106,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 fn restore_names_from_objects(
     args: &Args,
     text: &str,
-    reader: &BundleReader,
+    reader: &Arc<BundleReader>,
 ) -> anyhow::Result<std::process::ExitCode> {
     let spec_error = || format!("{}", args.spec.display());
     let mut spec = SpecFile::parse(text).with_context(spec_error)?;
@@ -133,8 +149,9 @@ fn restore_names_from_objects(
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
+    let prefix = reader.prefix().to_path_buf();
     let session = Session::from_spec(&spec, options).with_context(spec_error)?;
-    let prefix = reader.prefix().to_string_lossy();
+    let session = with_reader(session, &prefix, Some(Arc::clone(reader)));
     restore_to_file_as(&session, &prefix, &args.out, &renamed)?;
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -22,7 +22,7 @@ use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_grap
 use saveplan_ir::{Module, SaverNames};
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save, session_error};
-use super::values::{prepare_out, read_values_beside, values_or_earlier_error};
+use super::values::{checkpoint_prefix, prepare_out, read_values_beside, values_or_earlier_error};
 
 /// Arguments of `saveplan run`.
 #[derive(Debug, clap::Args)]
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             let (loaded, targets) = load()?;
             let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
                 .with_context(|| format!("{}", args.graph.display()))?;
-            restore_to_file(&session, prefix, out)?;
+            restore_to_file(&session, &checkpoint_prefix(Path::new(prefix))?, out)?;
             free_at_exit((session, loaded));
         }
     }

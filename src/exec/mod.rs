@@ -73,8 +73,8 @@ pub use backend::{Backend, UnknownBackend};
 pub use error::{ExecError, KernelError};
 pub use executor::Executor;
 pub use io::{
-    BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundles, RestoreRequest, RunIo, SaveGuard,
-    SaveRequest,
+    BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundleIo, OpenedBundles, RestoreRequest,
+    RunIo, SaveGuard, SaveRequest,
 };
 pub use kernels::{Kernel, KernelCx, VariableAttrs};
 pub use plan::{

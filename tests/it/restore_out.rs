@@ -105,3 +105,48 @@ fn a_checkpoint_file_stands_for_its_prefix() {
         assert_eq!(listing(&prefix.with_file_name(file)), expected, "{file}");
     }
 }
+
+/// A session given the open checkpoint (`OpenedBundleIo`) restores from that reader and does
+/// not open the bundle again: the restore works after the files are gone.
+#[test]
+fn a_restore_reads_from_the_reader_it_is_given() {
+    use std::sync::Arc;
+
+    use saveplan::exec::{BundleIo, OpenedBundleIo};
+    use saveplan::session::{Session, SessionOptions};
+    use saveplan::trace::spec::SpecFile;
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    for file in ["ckpt.index", "ckpt.data-00000-of-00001"] {
+        std::fs::copy(
+            fixture("ckpt/c4_two_cpus_one_task").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let text = std::fs::read_to_string(manifest_path("tests/inputs/run/c4_two_cpus_one_task.json"))
+        .unwrap();
+    let spec = SpecFile::parse(&text).unwrap();
+    let reader = Arc::new(BundleReader::open(&prefix).unwrap());
+    let expected = reader.read("a").unwrap();
+    let prefix = prefix.to_str().unwrap();
+    let session = Session::from_spec(&spec, SessionOptions::default())
+        .unwrap()
+        .with_io(Box::new(OpenedBundleIo::new(
+            BundleIo::default(),
+            prefix,
+            reader,
+        )));
+    for file in ["ckpt.index", "ckpt.data-00000-of-00001"] {
+        std::fs::remove_file(dir.path().join(file)).unwrap();
+    }
+    session.restore(prefix).unwrap();
+    let values = session.values().unwrap();
+    let saveplan::bundle::Values::Bytes(bytes) = expected.values else {
+        panic!("a float tensor");
+    };
+    assert_eq!(values["a"].bytes().unwrap(), bytes.as_slice());
+    // Another prefix is not served by the reader.
+    assert!(session.restore(&format!("{prefix}-other")).is_err());
+}
