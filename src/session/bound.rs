@@ -91,7 +91,7 @@ impl Bound {
     fn check_assignment(&self, values: &BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
         // Both maps are sorted by key, so one walk pairs them without lookups.
         let mut given = values.iter().peekable();
-        let mut missing = None;
+        let mut missing = Missing::default();
         for tensor in self.saved.values() {
             // One comparison per pair (they are long, similar strings): the given key is taken
             // when it is not past this tensor's.
@@ -105,18 +105,13 @@ impl Bound {
                     return Err(SessionError::UnknownKey { key: key.clone() });
                 }
                 (Some((_, value)), _) => check_value(tensor, value)?,
-                (None, _) => {
-                    missing.get_or_insert_with(|| tensor.key.clone());
-                }
+                (None, _) => missing.add(&tensor.key),
             }
         }
         if let Some((key, _)) = given.next() {
             return Err(SessionError::UnknownKey { key: key.clone() });
         }
-        match missing {
-            Some(key) => Err(SessionError::MissingValue { key }),
-            None => Ok(()),
-        }
+        missing.result()
     }
 
     /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
@@ -156,13 +151,18 @@ impl Bound {
                 .flat_map(|tensor| tensor.parts.iter().map(move |_| tensor));
             let slots = self.saved_slots();
             let reader = self.variables.reader();
+            let mut missing = Missing::default();
+            let mut last: Option<&str> = None;
             for (tensor, &slot) in owners.zip(slots) {
-                if !reader.is_initialized_at(slot).unwrap_or(false) {
-                    return Err(SessionError::MissingValue {
-                        key: tensor.key.clone(),
-                    });
+                // A tensor of several parts counts once.
+                if last != Some(tensor.key.as_str())
+                    && !reader.is_initialized_at(slot).unwrap_or(false)
+                {
+                    missing.add(&tensor.key);
+                    last = Some(tensor.key.as_str());
                 }
             }
+            return missing.result();
         }
         Ok(())
     }
@@ -269,4 +269,30 @@ fn check_value(tensor: &CheckpointTensor, value: &HostTensor) -> Result<(), Sess
         });
     }
     Ok(())
+}
+
+/// The keys without a value, counted, the first few kept ([`SessionError::MissingValue`]).
+#[derive(Default)]
+struct Missing {
+    keys: Vec<String>,
+    count: usize,
+}
+
+impl Missing {
+    fn add(&mut self, key: &str) {
+        if self.keys.len() < super::error::MISSING_NAMED {
+            self.keys.push(key.to_owned());
+        }
+        self.count += 1;
+    }
+
+    fn result(self) -> Result<(), SessionError> {
+        match self.count {
+            0 => Ok(()),
+            count => Err(SessionError::MissingValue {
+                keys: self.keys,
+                count,
+            }),
+        }
+    }
 }
