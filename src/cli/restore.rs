@@ -216,7 +216,14 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
                 .map(str::trim)
                 .filter(|line| !line.is_empty())
                 .collect();
-            anyhow::bail!("{} failed: {}", assertion.method(), message.join(" "));
+            let mut message = message.join(" ");
+            if !args.read && message.contains("'save_counter:0'") {
+                // TensorFlow's restore() creates the counter too, and fails the same way.
+                message.push_str(
+                    " (restore creates save_counter, which this checkpoint does not hold, as TensorFlow's does; --read restores as Checkpoint.read, without it)",
+                );
+            }
+            anyhow::bail!("{} failed: {message}", assertion.method());
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

@@ -160,6 +160,9 @@ fn read_checkpoint(prefix: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>
         let shape: Vec<u64> = tensor.shape.iter().map(|&dim| dim.max(0) as u64).collect();
         let value = match tensor.values {
             Values::Bytes(bytes) => HostTensor::from_bytes(entry.dtype, shape, bytes),
+            Values::Strings(elements) if entry.dtype == DType::Variant => {
+                HostTensor::from_variants(shape, elements)
+            }
             Values::Strings(strings) => HostTensor::from_strings(shape, strings),
         }
         .with_context(|| format!("{}: tensor `{}`", prefix.display(), entry.key))?;

@@ -150,3 +150,60 @@ fn a_restore_reads_from_the_reader_it_is_given() {
     // Another prefix is not served by the reader.
     assert!(session.restore(&format!("{prefix}-other")).is_err());
 }
+
+/// `save OBJSPEC` takes a values checkpoint holding variant tensors (read as variants, not
+/// strings), and `restore OBJSPEC --expect consumed` of a `write()` checkpoint says why
+/// `save_counter` is unbound and what to use instead.
+#[test]
+fn objspec_round_trip_with_variants_and_the_save_counter_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    let spec = manifest_path("tests/inputs/objects/restore/o7_attributes.json");
+    let original = fixture("obj/o7_non_variable_attributes/ckpt");
+    let output = saveplan(&[
+        "save",
+        spec.to_str().unwrap(),
+        "--values",
+        original.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let ours = BundleReader::open(&prefix).unwrap();
+    let theirs = BundleReader::open(&original).unwrap();
+    for entry in theirs
+        .entries()
+        .iter()
+        .filter(|e| e.key != "_CHECKPOINTABLE_OBJECT_GRAPH")
+    {
+        assert_eq!(
+            ours.read(&entry.key).unwrap(),
+            theirs.read(&entry.key).unwrap(),
+            "{}",
+            entry.key
+        );
+    }
+    let restore = |extra: &[&str]| {
+        let mut args = vec![
+            "restore",
+            spec.to_str().unwrap(),
+            "--prefix",
+            prefix.to_str().unwrap(),
+            "--out",
+        ];
+        let out = dir.path().join("values");
+        args.push(out.to_str().unwrap());
+        args.extend(extra);
+        saveplan(&args)
+    };
+    let output = restore(&["--expect", "consumed"]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--read restores as Checkpoint.read"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let output = restore(&["--expect", "consumed", "--read"]);
+    assert!(output.status.success(), "{output:?}");
+}
