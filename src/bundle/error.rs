@@ -19,6 +19,12 @@ pub enum BundleError {
         #[source]
         source: std::io::Error,
     },
+    /// A URL where a local path is expected ([`super::check_local`]).
+    #[error("{}: a URL, not a local path: checkpoints are read and written on the local file system only (object stores are not supported yet)", path.display())]
+    NotLocal {
+        /// The URL.
+        path: PathBuf,
+    },
     /// Saves kept replacing the checkpoint while it was being opened.
     #[error("{}: the checkpoint changed under the reader {attempts} times in a row (saves are replacing it); try again", path.display())]
     KeptChanging {

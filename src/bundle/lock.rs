@@ -74,6 +74,7 @@ impl SaveLock {
 
 /// Creates the directory of `prefix` and its parents, where missing.
 pub fn create_parent_dir(prefix: &Path) -> Result<()> {
+    super::check_local(prefix)?;
     let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) else {
         return Ok(());
     };

@@ -80,6 +80,26 @@ pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};
 pub use slice::{Extent, ShapeAndSlice, SliceError, TensorSlice};
 pub use writer::{BundleWriter, TensorStream, TensorValues, WriteOptions, check_write_prefix};
 
+/// Refuses a URL (`s3://bucket/ckpt`, `gs://…`, any `scheme://`) where a local path is
+/// expected: the bundle layer reads and writes local files only, and a URL taken as a path
+/// would become a local folder named `s3:`.
+pub fn check_local(path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    let is_url = text.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.len() > 1
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    if is_url {
+        return Err(BundleError::NotLocal {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 /// `ShardedFilename(base, shard, num_shards)`: `base-SSSSS-of-NNNNN` (numbers padded to at least
 /// 5 digits, never truncated).
 pub fn sharded_filename(base: &str, shard: u32, num_shards: u32) -> String {

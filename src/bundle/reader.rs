@@ -136,6 +136,7 @@ impl BundleReader {
     /// the reader holds one whole checkpoint, the old or the new one.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref();
+        super::check_local(prefix)?;
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);

@@ -531,12 +531,14 @@ impl TensorStream<'_> {
 }
 
 /// Checks that a checkpoint can be written at `prefix`: it is not empty (that would write
-/// hidden `.index` and `.data-*` files in the current folder) and not an existing directory
-/// (`out/` would put hidden files inside it), and its `.index` is not a directory either.
+/// hidden `.index` and `.data-*` files in the current folder), not a URL ([`super::check_local`])
+/// and not an existing directory (`out/` would put hidden files inside it), and its `.index` is
+/// not a directory either.
 pub fn check_write_prefix(prefix: &Path) -> Result<()> {
     if prefix.as_os_str().is_empty() {
         return Err(BundleError::EmptyPrefix);
     }
+    super::check_local(prefix)?;
     if prefix.is_dir() {
         return Err(BundleError::PrefixIsDirectory {
             path: prefix.to_path_buf(),

@@ -125,6 +125,7 @@ fn write_outputs(
     phases: &Phases,
     emit: impl Fn(Emit) -> bool,
 ) -> anyhow::Result<()> {
+    saveplan::bundle::check_local(dir)?;
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;

@@ -174,6 +174,7 @@ fn read_checkpoint(prefix: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>
 /// Makes `out` ready to be written before any work is done: its missing folders are created,
 /// and a folder at `out` itself is an error (one line, before a checkpoint is read).
 pub fn prepare_out(out: &Path) -> anyhow::Result<()> {
+    saveplan::bundle::check_local(out)?;
     if out.is_dir() {
         bail!(
             "{}: is a folder, not a file or prefix to write",
@@ -302,5 +303,6 @@ pub(super) fn from_safetensors(dtype: Dtype) -> Option<DType> {
 /// The checkpoint prefix a command-line path stands for: the path itself, or for a directory
 /// or a `checkpoint` state file the latest checkpoint it names.
 pub fn checkpoint_prefix(path: &Path) -> anyhow::Result<PathBuf> {
+    saveplan::bundle::check_local(path)?;
     resolve_prefix(path).map_err(|err| one_line(&err))
 }

@@ -207,3 +207,58 @@ fn objspec_round_trip_with_variants_and_the_save_counter_hint() {
     let output = restore(&["--expect", "consumed", "--read"]);
     assert!(output.status.success(), "{output:?}");
 }
+
+/// A URL given where a path goes is refused with one line and never becomes a local folder
+/// (`s3://b/ckpt` made a folder `s3:` before).
+#[test]
+fn urls_are_refused_and_never_become_local_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = manifest_path("examples/model.json");
+    let values = manifest_path("examples/model.safetensors");
+    let (spec, values) = (spec.to_str().unwrap(), values.to_str().unwrap());
+    let runs: [&[&str]; 6] = [
+        &[
+            "save",
+            spec,
+            "--values",
+            values,
+            "--prefix",
+            "s3://bucket/run/ckpt",
+        ],
+        &[
+            "restore",
+            spec,
+            "--prefix",
+            "s3://b/ckpt",
+            "--out",
+            "x.safetensors",
+        ],
+        &[
+            "restore",
+            spec,
+            "--prefix",
+            "local/ckpt",
+            "--out",
+            "gs://b/x.safetensors",
+        ],
+        &["inspect", "az://b/ckpt"],
+        &["convert", values, "s3://b/ckpt"],
+        &["compile", spec, "-o", "s3://b/plan"],
+    ];
+    for args in runs {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_saveplan"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("a URL, not a local path"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
