@@ -21,7 +21,7 @@
 //! [`Checkpoint::attach`] gives the objects attached later their values from the pending
 //! restores, the newest first.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use saveplan_ir::DType;
 use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph};
@@ -536,13 +536,42 @@ fn read_pairs(
 }
 
 /// Binds checkpoint nodes to our nodes (13.10): breadth-first by local name, then slot
-/// variables through bound optimizers and variables, until nothing more binds.
+/// variables through bound optimizers and variables, until nothing more binds. Our children
+/// and slots are looked up in an index, and each round of slots considers only the slot
+/// references of nodes bound since the last, in their order in the graph: linear in the
+/// graphs.
 fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
+    // Our first child of each name, and our first slot of each (optimizer, variable, name).
+    let mut children: HashMap<(NodeId, &str), NodeId> = HashMap::new();
+    let mut slots: HashMap<(NodeId, NodeId, &str), NodeId> = HashMap::new();
+    for (idx, node) in ours.nodes().iter().enumerate() {
+        let id = NodeId(idx as u32);
+        for child in &node.children {
+            children
+                .entry((id, child.local_name.as_str()))
+                .or_insert(child.node_id);
+        }
+        for slot in &node.slot_variables {
+            slots
+                .entry((id, slot.original_variable_node_id, slot.slot_name.as_str()))
+                .or_insert(slot.slot_variable_node_id);
+        }
+    }
+    // Their slot references by the nodes they depend on: (optimizer, index in its list).
+    let mut depending: Vec<Vec<(usize, usize)>> = vec![Vec::new(); theirs.nodes().len()];
+    for (optimizer, node) in theirs.nodes().iter().enumerate() {
+        for (index, slot) in node.slot_variables.iter().enumerate() {
+            depending[optimizer].push((optimizer, index));
+            depending[slot.original_variable_node_id.index()].push((optimizer, index));
+        }
+    }
     let mut bound: Vec<Option<NodeId>> = vec![None; theirs.nodes().len()];
     let mut taken = vec![false; ours.nodes().len()];
     bound[0] = Some(NodeId::ROOT);
     taken[0] = true;
     let mut queue = VecDeque::from([NodeId::ROOT]);
+    // Nodes bound since the last round of slots.
+    let mut fresh = vec![NodeId::ROOT];
     loop {
         while let Some(their) = queue.pop_front() {
             let our = bound[their.index()].expect("queued nodes are bound");
@@ -550,45 +579,46 @@ fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
                 if bound[edge.node_id.index()].is_some() {
                     continue;
                 }
-                let Some(child) = ours
-                    .node(our)
-                    .children
-                    .iter()
-                    .find(|c| c.local_name == edge.local_name)
-                else {
+                let Some(&child) = children.get(&(our, edge.local_name.as_str())) else {
                     continue;
                 };
-                if taken[child.node_id.index()] {
+                if taken[child.index()] {
                     continue;
                 }
-                bound[edge.node_id.index()] = Some(child.node_id);
-                taken[child.node_id.index()] = true;
+                bound[edge.node_id.index()] = Some(child);
+                taken[child.index()] = true;
                 queue.push_back(edge.node_id);
+                fresh.push(edge.node_id);
             }
         }
-        for (their_optimizer, node) in theirs.nodes().iter().enumerate() {
-            let Some(our_optimizer) = bound[their_optimizer] else {
+        let mut pending: Vec<(usize, usize)> = fresh
+            .drain(..)
+            .flat_map(|node| depending[node.index()].iter().copied())
+            .collect();
+        pending.sort_unstable();
+        pending.dedup();
+        for (their_optimizer, index) in pending {
+            let slot = &theirs.nodes()[their_optimizer].slot_variables[index];
+            let (Some(our_optimizer), Some(our_variable)) = (
+                bound[their_optimizer],
+                bound[slot.original_variable_node_id.index()],
+            ) else {
                 continue;
             };
-            for slot in &node.slot_variables {
-                let Some(our_variable) = bound[slot.original_variable_node_id.index()] else {
-                    continue;
-                };
-                if bound[slot.slot_variable_node_id.index()].is_some() {
-                    continue;
-                }
-                let Some(our_slot) = ours.node(our_optimizer).slot_variables.iter().find(|s| {
-                    s.original_variable_node_id == our_variable && s.slot_name == slot.slot_name
-                }) else {
-                    continue;
-                };
-                if taken[our_slot.slot_variable_node_id.index()] {
-                    continue;
-                }
-                bound[slot.slot_variable_node_id.index()] = Some(our_slot.slot_variable_node_id);
-                taken[our_slot.slot_variable_node_id.index()] = true;
-                queue.push_back(slot.slot_variable_node_id);
+            if bound[slot.slot_variable_node_id.index()].is_some() {
+                continue;
             }
+            let key = (our_optimizer, our_variable, slot.slot_name.as_str());
+            let Some(&our_slot) = slots.get(&key) else {
+                continue;
+            };
+            if taken[our_slot.index()] {
+                continue;
+            }
+            bound[slot.slot_variable_node_id.index()] = Some(our_slot);
+            taken[our_slot.index()] = true;
+            queue.push_back(slot.slot_variable_node_id);
+            fresh.push(slot.slot_variable_node_id);
         }
         if queue.is_empty() {
             return bound;
