@@ -446,10 +446,8 @@ fn fuzz_object_specs() {
     let mut rng = Rng(seed ^ (0x300 << 48));
     for iteration in 0..iterations {
         let text = hostile_spec(&mut rng);
-        let prefix: Option<PathBuf> = (iteration % 5 == 0).then(|| {
-            let prefix = dir.path().join(format!("ckpt{iteration}"));
-            prefix
-        });
+        let prefix: Option<PathBuf> =
+            (iteration % 5 == 0).then(|| dir.path().join(format!("ckpt{iteration}")));
         let outcome = {
             let text = text.clone();
             run_bounded(move || spec_case(&text, prefix.as_deref()))
