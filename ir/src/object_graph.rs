@@ -249,6 +249,67 @@ impl<'a> PathTree<'a> {
     }
 }
 
+/// Lookups into an [`ObjectGraph`] by name, each O(1): a node's first child of a local name, an
+/// optimizer's first slot of a variable and slot name, a node's first attribute of a name.
+/// Matching a graph against another, or paths against a graph, through these costs the paths,
+/// not their product with a node's children.
+#[derive(Clone, Debug, Default)]
+pub struct GraphIndex<'a> {
+    children: rustc_hash::FxHashMap<(NodeId, &'a str), NodeId>,
+    slots: rustc_hash::FxHashMap<(NodeId, NodeId, &'a str), NodeId>,
+    attributes: rustc_hash::FxHashMap<(NodeId, &'a str), &'a Attribute>,
+}
+
+impl<'a> GraphIndex<'a> {
+    /// The index of `graph`.
+    pub fn new(graph: &'a ObjectGraph) -> GraphIndex<'a> {
+        let mut index = GraphIndex::default();
+        for (idx, node) in graph.nodes.iter().enumerate() {
+            let id = NodeId(idx as u32);
+            for child in &node.children {
+                index
+                    .children
+                    .entry((id, child.local_name.as_str()))
+                    .or_insert(child.node_id);
+            }
+            for slot in &node.slot_variables {
+                index
+                    .slots
+                    .entry((id, slot.original_variable_node_id, slot.slot_name.as_str()))
+                    .or_insert(slot.slot_variable_node_id);
+            }
+            for attribute in &node.attributes {
+                index
+                    .attributes
+                    .entry((id, attribute.name.as_str()))
+                    .or_insert(attribute);
+            }
+        }
+        index
+    }
+
+    /// The first child of `parent` named `name`.
+    pub fn child(&self, parent: NodeId, name: &str) -> Option<NodeId> {
+        self.children.get(&(parent, name)).copied()
+    }
+
+    /// The node at `path` from the root, following each name's first child.
+    pub fn node_at<S: AsRef<str>>(&self, path: &[S]) -> Option<NodeId> {
+        path.iter()
+            .try_fold(NodeId::ROOT, |node, name| self.child(node, name.as_ref()))
+    }
+
+    /// The first slot variable `slot_name` of `variable` held by `optimizer`.
+    pub fn slot(&self, optimizer: NodeId, variable: NodeId, slot_name: &str) -> Option<NodeId> {
+        self.slots.get(&(optimizer, variable, slot_name)).copied()
+    }
+
+    /// The first attribute of `node` named `name`.
+    pub fn attribute(&self, node: NodeId, name: &str) -> Option<&'a Attribute> {
+        self.attributes.get(&(node, name)).copied()
+    }
+}
+
 impl ObjectGraph {
     /// A graph of `nodes`, after checking that every id in them names a node.
     pub fn new(nodes: Vec<ObjectNode>) -> Result<ObjectGraph, ObjectGraphError> {

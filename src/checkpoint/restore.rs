@@ -21,10 +21,10 @@
 //! [`Checkpoint::attach`] gives the objects attached later their values from the pending
 //! restores, the newest first.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{Attribute, GraphIndex, NodeId, ObjectGraph};
 
 use super::build::value_keys;
 use super::save::{EagerVariables, SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
@@ -541,22 +541,7 @@ fn read_pairs(
 /// references of nodes bound since the last, in their order in the graph: linear in the
 /// graphs.
 fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
-    // Our first child of each name, and our first slot of each (optimizer, variable, name).
-    let mut children: HashMap<(NodeId, &str), NodeId> = HashMap::new();
-    let mut slots: HashMap<(NodeId, NodeId, &str), NodeId> = HashMap::new();
-    for (idx, node) in ours.nodes().iter().enumerate() {
-        let id = NodeId(idx as u32);
-        for child in &node.children {
-            children
-                .entry((id, child.local_name.as_str()))
-                .or_insert(child.node_id);
-        }
-        for slot in &node.slot_variables {
-            slots
-                .entry((id, slot.original_variable_node_id, slot.slot_name.as_str()))
-                .or_insert(slot.slot_variable_node_id);
-        }
-    }
+    let lookup = GraphIndex::new(ours);
     // Their slot references by the nodes they depend on: (optimizer, index in its list).
     let mut depending: Vec<Vec<(usize, usize)>> = vec![Vec::new(); theirs.nodes().len()];
     for (optimizer, node) in theirs.nodes().iter().enumerate() {
@@ -565,34 +550,21 @@ fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
             depending[slot.original_variable_node_id.index()].push((optimizer, index));
         }
     }
-    let mut bound: Vec<Option<NodeId>> = vec![None; theirs.nodes().len()];
-    let mut taken = vec![false; ours.nodes().len()];
-    bound[0] = Some(NodeId::ROOT);
-    taken[0] = true;
-    let mut queue = VecDeque::from([NodeId::ROOT]);
-    // Nodes bound since the last round of slots.
-    let mut fresh = vec![NodeId::ROOT];
+    let mut binding = Binding {
+        bound: vec![None; theirs.nodes().len()],
+        taken: vec![false; ours.nodes().len()],
+        queue: VecDeque::new(),
+        fresh: Vec::new(),
+    };
+    binding.bind(NodeId::ROOT, Some(NodeId::ROOT));
     loop {
-        while let Some(their) = queue.pop_front() {
-            let our = bound[their.index()].expect("queued nodes are bound");
+        while let Some(their) = binding.queue.pop_front() {
+            let our = binding.bound[their.index()].expect("queued nodes are bound");
             for edge in &theirs.node(their).children {
-                if bound[edge.node_id.index()].is_some() {
-                    continue;
-                }
-                let Some(&child) = children.get(&(our, edge.local_name.as_str())) else {
-                    continue;
-                };
-                if taken[child.index()] {
-                    continue;
-                }
-                bound[edge.node_id.index()] = Some(child);
-                taken[child.index()] = true;
-                queue.push_back(edge.node_id);
-                fresh.push(edge.node_id);
+                binding.bind(edge.node_id, lookup.child(our, &edge.local_name));
             }
         }
-        let mut pending: Vec<(usize, usize)> = fresh
-            .drain(..)
+        let mut pending: Vec<(usize, usize)> = (binding.fresh.drain(..))
             .flat_map(|node| depending[node.index()].iter().copied())
             .collect();
         pending.sort_unstable();
@@ -600,28 +572,39 @@ fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
         for (their_optimizer, index) in pending {
             let slot = &theirs.nodes()[their_optimizer].slot_variables[index];
             let (Some(our_optimizer), Some(our_variable)) = (
-                bound[their_optimizer],
-                bound[slot.original_variable_node_id.index()],
+                binding.bound[their_optimizer],
+                binding.bound[slot.original_variable_node_id.index()],
             ) else {
                 continue;
             };
-            if bound[slot.slot_variable_node_id.index()].is_some() {
-                continue;
-            }
-            let key = (our_optimizer, our_variable, slot.slot_name.as_str());
-            let Some(&our_slot) = slots.get(&key) else {
-                continue;
-            };
-            if taken[our_slot.index()] {
-                continue;
-            }
-            bound[slot.slot_variable_node_id.index()] = Some(our_slot);
-            taken[our_slot.index()] = true;
-            queue.push_back(slot.slot_variable_node_id);
-            fresh.push(slot.slot_variable_node_id);
+            let our_slot = lookup.slot(our_optimizer, our_variable, &slot.slot_name);
+            binding.bind(slot.slot_variable_node_id, our_slot);
         }
-        if queue.is_empty() {
-            return bound;
+        if binding.queue.is_empty() {
+            return binding.bound;
         }
+    }
+}
+
+/// The state of [`bind`]: each checkpoint node's node of ours, ours taken, the nodes whose
+/// children are still to bind, and the nodes bound since the last round of slots.
+struct Binding {
+    bound: Vec<Option<NodeId>>,
+    taken: Vec<bool>,
+    queue: VecDeque<NodeId>,
+    fresh: Vec<NodeId>,
+}
+
+impl Binding {
+    /// Binds `their` to `our`, unless there is no `our` or either is bound already.
+    fn bind(&mut self, their: NodeId, our: Option<NodeId>) {
+        let Some(our) = our else { return };
+        if self.bound[their.index()].is_some() || self.taken[our.index()] {
+            return;
+        }
+        self.bound[their.index()] = Some(our);
+        self.taken[our.index()] = true;
+        self.queue.push_back(their);
+        self.fresh.push(their);
     }
 }

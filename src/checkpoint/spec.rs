@@ -39,7 +39,7 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
+use saveplan_ir::object_graph::{GraphIndex, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
 use super::{
@@ -407,32 +407,8 @@ impl ObjectSpec {
     /// graph's edges and slots, so the cost is the entries' paths, not their product with a
     /// node's children.
     fn keys(&self, graph: &ObjectGraph) -> Result<Vec<String>, ObjectSpecError> {
-        let mut edges: HashMap<(NodeId, &str), NodeId> = HashMap::new();
-        let mut slots: HashMap<(NodeId, NodeId, &str), NodeId> = HashMap::new();
-        let mut attributes: HashMap<(NodeId, &str), &str> = HashMap::new();
-        for (idx, node) in graph.nodes().iter().enumerate() {
-            let id = NodeId(idx as u32);
-            for attribute in &node.attributes {
-                attributes
-                    .entry((id, attribute.name.as_str()))
-                    .or_insert(attribute.checkpoint_key.as_str());
-            }
-            for child in &node.children {
-                edges
-                    .entry((id, child.local_name.as_str()))
-                    .or_insert(child.node_id);
-            }
-            for slot in &node.slot_variables {
-                slots
-                    .entry((id, slot.original_variable_node_id, slot.slot_name.as_str()))
-                    .or_insert(slot.slot_variable_node_id);
-            }
-        }
-        let node_at = |path: &[String]| {
-            path.iter().try_fold(NodeId::ROOT, |node, name| {
-                edges.get(&(node, name.as_str())).copied()
-            })
-        };
+        let lookup = GraphIndex::new(graph);
+        let node_at = |path: &[String]| lookup.node_at(path);
         let mut keys = Vec::with_capacity(self.objects.len());
         for (index, entry) in self.objects.iter().enumerate() {
             if self.is_counter(index)? {
@@ -443,17 +419,15 @@ impl ObjectSpec {
                 None => node_at(&entry.path),
                 Some(slot) => node_at(&slot.optimizer).and_then(|optimizer| {
                     let variable = node_at(&slot.variable)?;
-                    slots
-                        .get(&(optimizer, variable, slot.name.as_str()))
-                        .copied()
+                    lookup.slot(optimizer, variable, &slot.name)
                 }),
             };
             let name = entry.attribute.as_deref().unwrap_or(VARIABLE_VALUE);
             let key = node
-                .and_then(|node| attributes.get(&(node, name)))
-                .map(|key| {
+                .and_then(|node| lookup.attribute(node, name))
+                .map(|attribute| {
                     let suffix = entry.suffix.as_deref().unwrap_or_default();
-                    format!("{key}{suffix}")
+                    format!("{}{suffix}", attribute.checkpoint_key)
                 })
                 .ok_or(ObjectSpecError::PathOrSlot { index })?;
             keys.push(key);

@@ -28,7 +28,7 @@ use saveplan_proto::tensorflow::trackable_object_graph as tog;
 use crate::fuzz::{
     CLI_EVERY, Rng, budget, cli_problem, keep_finding, not_one_line, report, run_bounded, scratch,
 };
-use crate::objects_limits::{Node, VALUE, edge, encoded, variable, write_checkpoint};
+use crate::objects_limits::{Node, VALUE, edge, encoded, slot_ref, variable, write_checkpoint};
 
 /// The key of the variable every fuzzed graph holds.
 const V_KEY: &str = "v/.ATTRIBUTES/VARIABLE_VALUE";
@@ -65,6 +65,14 @@ fn node_id(rng: &mut Rng, n: usize) -> i32 {
     }
 }
 
+/// Adds `node` as a child `name` of the root; its id.
+fn attach(nodes: &mut Vec<Node>, name: &str, node: Node) -> usize {
+    let id = nodes.len();
+    nodes[0].children.push(edge(id as i32, name));
+    nodes.push(node);
+    id
+}
+
 /// A hostile graph: the root's first edge is always `v` (node 1, the variable).
 fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
     let mut nodes = vec![
@@ -99,20 +107,17 @@ fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
                 // Slot variables, each the optimizer and the variable of the next.
                 let links = rng.below(80);
                 what.push(format!("slot chain {links}"));
-                let optimizer = nodes.len();
-                nodes[0].children.push(edge(optimizer as i32, "opt"));
-                nodes.push(Node::default());
+                let optimizer = attach(&mut nodes, "opt", Node::default());
                 let mut previous = (optimizer, 1);
                 for link in 0..links {
                     let id = nodes.len();
                     nodes.push(variable(&format!("slot_{link}")));
-                    nodes[previous.0].slot_variables.push(
-                        tog::trackable_object::SlotVariableReference {
-                            original_variable_node_id: previous.1 as i32,
-                            slot_name: local_name(rng),
-                            slot_variable_node_id: id as i32,
-                        },
-                    );
+                    let name = local_name(rng);
+                    nodes[previous.0].slot_variables.push(slot_ref(
+                        previous.1 as i32,
+                        &name,
+                        id as i32,
+                    ));
                     previous = (id, id);
                 }
             }
@@ -125,11 +130,8 @@ fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
                 for _ in 0..rng.below(3 * n) {
                     let from = rng.below(n);
                     if rng.below(4) == 0 {
-                        let slot = tog::trackable_object::SlotVariableReference {
-                            original_variable_node_id: node_id(rng, n),
-                            slot_name: local_name(rng),
-                            slot_variable_node_id: node_id(rng, n),
-                        };
+                        let (variable, name) = (node_id(rng, n), local_name(rng));
+                        let slot = slot_ref(variable, &name, node_id(rng, n));
                         nodes[from].slot_variables.push(slot);
                     } else {
                         let to = node_id(rng, n);
@@ -144,9 +146,7 @@ fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
                 // A fan-out of thousands of edges, to one node or to many.
                 let fan = rng.below(5_000);
                 what.push(format!("fan-out {fan}"));
-                let hub = nodes.len();
-                nodes[0].children.push(edge(hub as i32, "hub"));
-                nodes.push(Node::default());
+                let hub = attach(&mut nodes, "hub", Node::default());
                 let many = rng.below(2) == 0;
                 for index in 0..fan {
                     let to = if many {
@@ -165,8 +165,6 @@ fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
                 // Many attributes, some sharing `v`'s key or a prefix of it.
                 let count = rng.below(2_000);
                 what.push(format!("attributes {count}"));
-                let id = nodes.len();
-                nodes[0].children.push(edge(id as i32, "attrs"));
                 let mut node = Node::default();
                 for index in 0..count {
                     let key = match rng.below(4) {
@@ -181,7 +179,7 @@ fn hostile_graph(rng: &mut Rng) -> (Vec<Node>, String) {
                             checkpoint_key: key,
                         });
                 }
-                nodes.push(node);
+                attach(&mut nodes, "attrs", node);
             }
             _ => {
                 // Odd has_checkpoint_values and registered savers.

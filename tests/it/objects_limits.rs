@@ -29,6 +29,19 @@ pub fn edge(node_id: i32, name: &str) -> tog::trackable_object::ObjectReference 
     }
 }
 
+/// A reference to slot variable `slot`, slot `name` of `variable`.
+pub fn slot_ref(
+    variable: i32,
+    name: &str,
+    slot: i32,
+) -> tog::trackable_object::SlotVariableReference {
+    tog::trackable_object::SlotVariableReference {
+        original_variable_node_id: variable,
+        slot_name: name.to_owned(),
+        slot_variable_node_id: slot,
+    }
+}
+
 /// A variable's node, its value under `key`.
 pub fn variable(key: &str) -> Node {
     Node {
@@ -77,13 +90,9 @@ pub fn slot_chain(links: usize) -> Vec<Node> {
     for link in 0..links {
         let id = nodes.len() as i32;
         nodes.push(variable(&format!("slot_{link}")));
-        nodes[previous.0 as usize].slot_variables.push(
-            tog::trackable_object::SlotVariableReference {
-                original_variable_node_id: previous.1,
-                slot_name: "m".to_owned(),
-                slot_variable_node_id: id,
-            },
-        );
+        nodes[previous.0 as usize]
+            .slot_variables
+            .push(slot_ref(previous.1, "m", id));
         previous = (id, id);
     }
     nodes
