@@ -1,6 +1,7 @@
 //! Seeded fuzzing of object graphs and object specs, with the budget and seed of `fuzz.rs`
 //! (`SAVEPLAN_FUZZ_ITERATIONS`, `SAVEPLAN_FUZZ_SEED`; a long run is
-//! `SAVEPLAN_FUZZ_ITERATIONS=20000 cargo test --release --test it fuzz_object`).
+//! `SAVEPLAN_FUZZ_ITERATIONS=10000 cargo test --test it fuzz_object -- --nocapture`, about
+//! ten minutes in a debug build).
 //!
 //! Object graphs: hostile graphs (child chains past `MAX_OBJECT_DEPTH`, chains of slot
 //! variables each the optimizer of the next, random edges making cycles, ids naming no node or
