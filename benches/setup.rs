@@ -34,11 +34,13 @@ const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+#[path = "support/inputs.rs"]
+mod inputs;
 #[path = "support/machine.rs"]
 mod machine;
 
+use inputs::{best_of, safetensors_values};
 use machine::Who;
 use saveplan::exec::Backend;
 use saveplan::session::{Session, SessionOptions};
@@ -145,7 +147,11 @@ fn run_cli(cli: &PathBuf, options: &Options) {
     let meta = out.join("meta_graph.pb");
     let prefix = dir.join("ckpt");
     let values = dir.join("values.safetensors");
-    std::fs::write(&values, safetensors_values(options.vars)).expect("write the values");
+    std::fs::write(
+        &values,
+        safetensors_values(options.vars, |index| format!("layer_{index:06}/kernel")),
+    )
+    .expect("write the values");
     let spec8 = dir.join("spec8.json");
     std::fs::write(&spec8, spec_text(options.vars, 8)).expect("write the 8-task spec");
     let out8 = dir.join("plan8");
@@ -196,25 +202,6 @@ fn run_cli(cli: &PathBuf, options: &Options) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A `.safetensors` file of the `n` variables of [`spec_text`] (the format is a little-endian
-/// header length, a JSON header, then the data).
-fn safetensors_values(n: usize) -> Vec<u8> {
-    const N_BYTES: usize = 64 * 4;
-    let header: serde_json::Map<String, Value> = (0..n)
-        .map(|index| {
-            let offsets = [index * N_BYTES, (index + 1) * N_BYTES];
-            let entry = json!({"dtype": "F32", "shape": [64], "data_offsets": offsets});
-            (format!("layer_{index:06}/kernel"), entry)
-        })
-        .collect();
-    let mut header = Value::Object(header).to_string().into_bytes();
-    header.resize(header.len().next_multiple_of(8), b' ');
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&header);
-    bytes.resize(bytes.len() + n * N_BYTES, 0);
-    bytes
-}
-
 /// A spec of `n` float32[64] variables round-robin over `n_tasks` tasks.
 fn spec_text(n: usize, n_tasks: usize) -> String {
     let variables: Vec<Value> = (0..n)
@@ -232,18 +219,6 @@ fn spec_text(n: usize, n_tasks: usize) -> String {
         })
         .collect();
     json!({ "variables": variables }).to_string()
-}
-
-/// The fastest of `repeat` runs.
-fn best_of(repeat: usize, mut run: impl FnMut()) -> Duration {
-    (0..repeat.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            run();
-            start.elapsed()
-        })
-        .min()
-        .unwrap_or_default()
 }
 
 fn parse(args: Vec<String>) -> Result<Options, String> {

@@ -209,32 +209,29 @@ impl Checkpointable for Object {
 }
 
 /// The object graph of everything reachable from `root` (node 0), as TensorFlow serializes it.
+/// Linear in the graph: a node's path is kept as its parent and its local name, and is made
+/// whole only for an error message; [`ObjectGraph::new`]'s caps bound the result.
 pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, CheckpointError> {
     let mut objects: Vec<&dyn Checkpointable> = vec![root];
-    let mut paths: Vec<Vec<String>> = vec![Vec::new()];
+    let mut parents = Parents(vec![None]);
     let mut ids = BTreeMap::from([(root.identity(), NodeId::ROOT)]);
     let mut nodes: Vec<ObjectNode> = Vec::new();
     let mut queue = VecDeque::from([NodeId::ROOT]);
     while let Some(id) = queue.pop_front() {
         let object = objects[id.index()];
-        let mut node = object_node(object, &paths[id.index()])?;
-        for child in object.children() {
-            if node
-                .children
-                .iter()
-                .any(|edge| edge.local_name == child.name)
-            {
-                return Err(CheckpointError::DuplicateChild {
-                    path: path_text(&paths[id.index()]),
-                    name: child.name.into_owned(),
-                });
-            }
+        let mut node = object_node(object, || parents.text(id))?;
+        let children = object.children();
+        if let Some(name) = first_duplicate(children.iter().map(|child| &*child.name)) {
+            return Err(CheckpointError::DuplicateChild {
+                path: parents.text(id),
+                name: name.to_owned(),
+            });
+        }
+        for child in children {
             let child_id = *ids.entry(child.object.identity()).or_insert_with(|| {
                 let child_id = NodeId(objects.len() as u32);
                 objects.push(child.object);
-                let mut path = paths[id.index()].clone();
-                path.push(child.name.to_string());
-                paths.push(path);
+                parents.0.push(Some((id, child.name.to_string())));
                 queue.push_back(child_id);
                 child_id
             });
@@ -245,11 +242,35 @@ pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, Chec
         }
         nodes.push(node);
     }
-    add_slot_variables(&mut nodes, &objects, &paths, &mut ids)?;
-    let mut graph = ObjectGraph::new(nodes).expect("every id was assigned to a node");
+    add_slot_variables(&mut nodes, &objects, &parents, &mut ids)?;
+    let mut graph = ObjectGraph::new(nodes)?;
     graph.fill_checkpoint_keys();
     graph.fill_has_values();
     Ok(graph)
+}
+
+/// Each breadth-first node's parent and local name (`None` for the root): a path is made from
+/// them only for a message.
+struct Parents(Vec<Option<(NodeId, String)>>);
+
+impl Parents {
+    /// The path of `id` as messages print it (`(root).model.kernel`).
+    fn text(&self, id: NodeId) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        let mut at = id;
+        while let Some(Some((parent, name))) = self.0.get(at.index()) {
+            names.push(name);
+            at = *parent;
+        }
+        names.reverse();
+        display_path(&names)
+    }
+}
+
+/// The first name `names` holds twice.
+fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
 }
 
 /// After the breadth-first nodes: for each optimizer in id order, for each slot name in its
@@ -257,7 +278,7 @@ pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, Chec
 fn add_slot_variables(
     nodes: &mut Vec<ObjectNode>,
     objects: &[&dyn Checkpointable],
-    paths: &[Vec<String>],
+    parents: &Parents,
     ids: &mut BTreeMap<ObjectIdentity, NodeId>,
 ) -> Result<(), CheckpointError> {
     for (optimizer, object) in objects.iter().enumerate() {
@@ -269,24 +290,21 @@ fn add_slot_variables(
                 .collect();
             slots.sort_by_key(|(variable, _)| *variable);
             for (variable, slot) in slots {
-                let variable_path = &paths[variable.index()];
                 if let Some(tracked) = ids.get(&slot.identity()) {
                     return Err(CheckpointError::SlotAlreadyTracked {
                         slot_name: group.slot_name.into_owned(),
-                        variable: path_text(variable_path),
-                        tracked_as: paths
-                            .get(tracked.index())
-                            .map_or_else(|| tracked.to_string(), |path| path_text(path)),
+                        variable: parents.text(variable),
+                        tracked_as: if tracked.index() < parents.0.len() {
+                            parents.text(*tracked)
+                        } else {
+                            tracked.to_string()
+                        },
                     });
                 }
                 let slot_id = NodeId(nodes.len() as u32);
                 ids.insert(slot.identity(), slot_id);
-                let slot_path = [
-                    variable_path.as_slice(),
-                    &[format!("<slot {}>", group.slot_name)],
-                ]
-                .concat();
-                nodes.push(object_node(slot, &slot_path)?);
+                let slot_path = || format!("{}.<slot {}>", parents.text(variable), group.slot_name);
+                nodes.push(object_node(slot, slot_path)?);
                 nodes[optimizer].slot_variables.push(SlotVariable {
                     original_variable_node_id: variable,
                     slot_name: group.slot_name.to_string(),
@@ -298,33 +316,30 @@ fn add_slot_variables(
     Ok(())
 }
 
-/// A node with `object`'s attributes (keys filled in later).
+/// A node with `object`'s attributes (keys filled in later); `path` names it in an error.
 fn object_node(
     object: &dyn Checkpointable,
-    path: &[String],
+    path: impl FnOnce() -> String,
 ) -> Result<ObjectNode, CheckpointError> {
-    let mut attributes: Vec<Attribute> = Vec::new();
-    for attribute in object.attributes() {
-        if attributes.iter().any(|seen| seen.name == attribute.name) {
-            return Err(CheckpointError::DuplicateAttribute {
-                path: path_text(path),
-                name: attribute.name,
-            });
-        }
-        attributes.push(Attribute {
+    let attributes: Vec<Attribute> = object
+        .attributes()
+        .into_iter()
+        .map(|attribute| Attribute {
             name: attribute.name,
             full_name: attribute.full_name,
             checkpoint_key: String::new(),
+        })
+        .collect();
+    if let Some(name) = first_duplicate(attributes.iter().map(|attribute| &*attribute.name)) {
+        return Err(CheckpointError::DuplicateAttribute {
+            path: path(),
+            name: name.to_owned(),
         });
     }
     Ok(ObjectNode {
         attributes,
         ..ObjectNode::default()
     })
-}
-
-fn path_text(path: &[String]) -> String {
-    display_path(&path.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).

@@ -102,6 +102,9 @@ pub enum CheckpointError {
     /// Reading the bundle failed.
     #[error(transparent)]
     Bundle(#[from] BundleError),
+    /// The objects make a graph above one of [`ObjectGraph::new`]'s caps.
+    #[error(transparent)]
+    ObjectGraph(#[from] saveplan_ir::object_graph::ObjectGraphError),
     /// An object has two children of one name.
     #[error("object `{path}` has two children named `{name}`")]
     DuplicateChild {

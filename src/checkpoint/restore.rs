@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{Attribute, NodeId, ObjectGraph};
+use saveplan_ir::object_graph::{Attribute, GraphIndex, NodeId, ObjectGraph};
 
 use super::build::value_keys;
 use super::save::{SAVE_COUNTER_KEY, counter_tensor, shape_of, with_save_counter};
@@ -521,62 +521,75 @@ fn read_pairs(
 }
 
 /// Binds checkpoint nodes to our nodes (13.10): breadth-first by local name, then slot
-/// variables through bound optimizers and variables, until nothing more binds.
+/// variables through bound optimizers and variables, until nothing more binds. Our children
+/// and slots are looked up in an index, and each round of slots considers only the slot
+/// references of nodes bound since the last, in their order in the graph: linear in the
+/// graphs.
 fn bind(theirs: &ObjectGraph, ours: &ObjectGraph) -> Vec<Option<NodeId>> {
-    let mut bound: Vec<Option<NodeId>> = vec![None; theirs.nodes().len()];
-    let mut taken = vec![false; ours.nodes().len()];
-    bound[0] = Some(NodeId::ROOT);
-    taken[0] = true;
-    let mut queue = VecDeque::from([NodeId::ROOT]);
+    let lookup = GraphIndex::new(ours);
+    // Their slot references by the nodes they depend on: (optimizer, index in its list).
+    let mut depending: Vec<Vec<(usize, usize)>> = vec![Vec::new(); theirs.nodes().len()];
+    for (optimizer, node) in theirs.nodes().iter().enumerate() {
+        for (index, slot) in node.slot_variables.iter().enumerate() {
+            depending[optimizer].push((optimizer, index));
+            depending[slot.original_variable_node_id.index()].push((optimizer, index));
+        }
+    }
+    let mut binding = Binding {
+        bound: vec![None; theirs.nodes().len()],
+        taken: vec![false; ours.nodes().len()],
+        queue: VecDeque::new(),
+        fresh: Vec::new(),
+    };
+    binding.bind(NodeId::ROOT, Some(NodeId::ROOT));
     loop {
-        while let Some(their) = queue.pop_front() {
-            let our = bound[their.index()].expect("queued nodes are bound");
+        while let Some(their) = binding.queue.pop_front() {
+            let our = binding.bound[their.index()].expect("queued nodes are bound");
             for edge in &theirs.node(their).children {
-                if bound[edge.node_id.index()].is_some() {
-                    continue;
-                }
-                let Some(child) = ours
-                    .node(our)
-                    .children
-                    .iter()
-                    .find(|c| c.local_name == edge.local_name)
-                else {
-                    continue;
-                };
-                if taken[child.node_id.index()] {
-                    continue;
-                }
-                bound[edge.node_id.index()] = Some(child.node_id);
-                taken[child.node_id.index()] = true;
-                queue.push_back(edge.node_id);
+                binding.bind(edge.node_id, lookup.child(our, &edge.local_name));
             }
         }
-        for (their_optimizer, node) in theirs.nodes().iter().enumerate() {
-            let Some(our_optimizer) = bound[their_optimizer] else {
+        let mut pending: Vec<(usize, usize)> = (binding.fresh.drain(..))
+            .flat_map(|node| depending[node.index()].iter().copied())
+            .collect();
+        pending.sort_unstable();
+        pending.dedup();
+        for (their_optimizer, index) in pending {
+            let slot = &theirs.nodes()[their_optimizer].slot_variables[index];
+            let (Some(our_optimizer), Some(our_variable)) = (
+                binding.bound[their_optimizer],
+                binding.bound[slot.original_variable_node_id.index()],
+            ) else {
                 continue;
             };
-            for slot in &node.slot_variables {
-                let Some(our_variable) = bound[slot.original_variable_node_id.index()] else {
-                    continue;
-                };
-                if bound[slot.slot_variable_node_id.index()].is_some() {
-                    continue;
-                }
-                let Some(our_slot) = ours.node(our_optimizer).slot_variables.iter().find(|s| {
-                    s.original_variable_node_id == our_variable && s.slot_name == slot.slot_name
-                }) else {
-                    continue;
-                };
-                if taken[our_slot.slot_variable_node_id.index()] {
-                    continue;
-                }
-                bound[slot.slot_variable_node_id.index()] = Some(our_slot.slot_variable_node_id);
-                taken[our_slot.slot_variable_node_id.index()] = true;
-                queue.push_back(slot.slot_variable_node_id);
-            }
+            let our_slot = lookup.slot(our_optimizer, our_variable, &slot.slot_name);
+            binding.bind(slot.slot_variable_node_id, our_slot);
         }
-        if queue.is_empty() {
-            return bound;
+        if binding.queue.is_empty() {
+            return binding.bound;
         }
+    }
+}
+
+/// The state of [`bind`]: each checkpoint node's node of ours, ours taken, the nodes whose
+/// children are still to bind, and the nodes bound since the last round of slots.
+struct Binding {
+    bound: Vec<Option<NodeId>>,
+    taken: Vec<bool>,
+    queue: VecDeque<NodeId>,
+    fresh: Vec<NodeId>,
+}
+
+impl Binding {
+    /// Binds `their` to `our`, unless there is no `our` or either is bound already.
+    fn bind(&mut self, their: NodeId, our: Option<NodeId>) {
+        let Some(our) = our else { return };
+        if self.bound[their.index()].is_some() || self.taken[our.index()] {
+            return;
+        }
+        self.bound[their.index()] = Some(our);
+        self.taken[our.index()] = true;
+        self.queue.push_back(their);
+        self.fresh.push(their);
     }
 }

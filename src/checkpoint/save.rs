@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{
-    Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, VARIABLE_VALUE,
+    Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectGraphError, ObjectNode,
+    VARIABLE_VALUE,
 };
 
 use super::build::{PYTHON_STATE, value_keys};
@@ -71,6 +72,8 @@ impl Checkpoint {
         }) {
             return Err(CheckpointError::SaveCounterTaken);
         }
+        // The graph a save writes, with `save_counter`, must be within the caps too.
+        try_with_save_counter(&graph)?;
         let owned = value_keys(&graph, &values)?;
         if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
             return Err(CheckpointError::MissingValue {
@@ -478,6 +481,12 @@ pub(super) fn eager_device(key: &str, device: &str) -> Result<String, Checkpoint
 /// `graph` with a `save_counter` variable as the root's last child: its node id is the next
 /// after the root's other children (breadth-first order), later nodes move up by one.
 pub(super) fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
+    try_with_save_counter(graph).expect("Checkpoint::new checked it")
+}
+
+/// [`with_save_counter`], or the cap of [`ObjectGraph::new`] the counter's node and edge
+/// would pass.
+fn try_with_save_counter(graph: &ObjectGraph) -> Result<ObjectGraph, ObjectGraphError> {
     let mut nodes = graph.clone().into_nodes();
     let id = nodes[0]
         .children
@@ -511,10 +520,10 @@ pub(super) fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
         ..ObjectNode::default()
     };
     nodes.insert(id as usize, counter);
-    let mut graph = ObjectGraph::new(nodes).expect("ids were shifted consistently");
+    let mut graph = ObjectGraph::new(nodes)?;
     graph.fill_checkpoint_keys();
     graph.fill_has_values();
-    graph
+    Ok(graph)
 }
 
 fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {

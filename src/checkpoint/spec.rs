@@ -36,15 +36,15 @@
 //! optimizer is built).
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph, VARIABLE_VALUE};
+use saveplan_ir::object_graph::{GraphIndex, ObjectGraph, VARIABLE_VALUE};
 use serde::Deserialize;
 
 use super::{
-    Checkpoint, CheckpointError, Checkpointable, Object, SAVE_COUNTER, SAVE_COUNTER_KEY,
-    build_object_graph, display_path,
+    Checkpoint, CheckpointError, Object, SAVE_COUNTER, SAVE_COUNTER_KEY, build_object_graph,
+    display_path,
 };
 use crate::exec::HostTensor;
 use crate::trace::TraceOptions;
@@ -139,6 +139,23 @@ pub enum ObjectSpecError {
         /// The shape given.
         shape: Vec<i64>,
     },
+    /// A fresh variable would need more host memory than a constant may
+    /// ([`saveplan_ir::MAX_TENSOR_ATTR_BYTES`]); refused before anything is allocated.
+    #[error(
+        "entry {index}: a {dtype} variable of shape {shape:?} would need {}, above the {}-byte limit for constants",
+        match bytes { Some(bytes) => format!("{bytes} bytes"), None => "more than 2^64 bytes".to_owned() },
+        saveplan_ir::MAX_TENSOR_ATTR_BYTES
+    )]
+    TooLarge {
+        /// The entry's index.
+        index: usize,
+        /// The dtype.
+        dtype: DType,
+        /// The shape given.
+        shape: Vec<i64>,
+        /// The host bytes it would need; `None` when that overflows `u64`.
+        bytes: Option<u64>,
+    },
     /// Two entries name one object, or a path goes through a variable.
     #[error("entry {index}: `{path}` is already a {existing}")]
     PathTaken {
@@ -219,6 +236,10 @@ struct TreeNode {
     by_name: BTreeMap<String, usize>,
     /// The entries this node holds the values of (a variable: one).
     variable: Vec<usize>,
+    /// Whether one of them is a variable (the node's only value).
+    is_variable: bool,
+    /// The attribute names and suffixes of the others.
+    values: HashSet<(String, Option<String>)>,
     /// Set when this node is another path to the variable of that entry.
     alias_of: Option<usize>,
 }
@@ -273,19 +294,22 @@ impl ObjectSpec {
             match (&entry.slot, entry.path.is_empty()) {
                 (None, false) => {
                     let node = walk(&mut tree, index, &entry.path)?;
-                    let same_value = |other: &usize| {
-                        let other = &self.objects[*other];
-                        other.attribute.is_none()
-                            || entry.attribute.is_none()
-                            || (other.attribute == entry.attribute && other.suffix == entry.suffix)
+                    // A variable takes the whole node; attributes take their name and suffix.
+                    let tree_node = &mut tree[node];
+                    let clash = match &entry.attribute {
+                        None => !tree_node.variable.is_empty(),
+                        Some(attribute) => {
+                            tree_node.is_variable
+                                || !tree_node
+                                    .values
+                                    .insert((attribute.clone(), entry.suffix.clone()))
+                        }
                     };
-                    if tree[node].variable.iter().any(same_value)
-                        || tree[node].alias_of.is_some()
-                        || !tree[node].children.is_empty()
-                    {
+                    if clash || tree_node.alias_of.is_some() || !tree_node.children.is_empty() {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
-                    tree[node].variable.push(index);
+                    tree_node.is_variable |= entry.attribute.is_none();
+                    tree_node.variable.push(index);
                     for path in &entry.also {
                         let alias = walk(&mut tree, index, path)?;
                         let tree_node = &tree[alias];
@@ -323,6 +347,8 @@ impl ObjectSpec {
         let mut slots: BTreeMap<(usize, String, usize), usize> = BTreeMap::new();
         for (node, tree_node) in tree.iter().enumerate() {
             let mut object: Option<Object> = None;
+            // The attribute names already on `object` (suffixes of one legacy saveable share one).
+            let mut attributes: HashSet<&str> = HashSet::new();
             for &index in &tree_node.variable {
                 let entry = &self.objects[index];
                 object = Some(match &entry.attribute {
@@ -330,14 +356,10 @@ impl ObjectSpec {
                     Some(attribute) => {
                         let object = object.take().unwrap_or_default();
                         let full_name = entry.name.clone().unwrap_or_default();
-                        let known = object
-                            .attributes()
-                            .iter()
-                            .any(|seen| &seen.name == attribute);
-                        if known {
-                            object
-                        } else {
+                        if attributes.insert(attribute.as_str()) {
                             object.attribute(attribute.clone(), full_name)
+                        } else {
+                            object
                         }
                     }
                 });
@@ -383,11 +405,11 @@ impl ObjectSpec {
                 let child = objects[*child].as_ref().expect("children are built first");
                 object = object.child(child_name.clone(), child);
             }
-            for ((optimizer, slot_name, variable), index) in &slots {
-                if *optimizer == node {
-                    let variable = objects[*variable].as_ref().expect("variables are built");
-                    object = object.slot(slot_name, variable, &slot_objects[index]);
-                }
+            // This node's slots: the keys from (node, "", 0) up to the next node's.
+            let own = (node, String::new(), 0)..(node + 1, String::new(), 0);
+            for ((_, slot_name, variable), index) in slots.range(own) {
+                let variable = objects[*variable].as_ref().expect("variables are built");
+                object = object.slot(slot_name, variable, &slot_objects[index]);
             }
             objects[node] = Some(object);
         }
@@ -397,18 +419,12 @@ impl ObjectSpec {
         Ok((graph, keys))
     }
 
-    /// Each entry's checkpoint key in `graph`.
+    /// Each entry's checkpoint key in `graph`: each path followed through an index of the
+    /// graph's edges and slots, so the cost is the entries' paths, not their product with a
+    /// node's children.
     fn keys(&self, graph: &ObjectGraph) -> Result<Vec<String>, ObjectSpecError> {
-        let node_at = |path: &[String]| {
-            path.iter().try_fold(NodeId::ROOT, |node, name| {
-                graph
-                    .node(node)
-                    .children
-                    .iter()
-                    .find(|child| &child.local_name == name)
-                    .map(|child| child.node_id)
-            })
-        };
+        let lookup = GraphIndex::new(graph);
+        let node_at = |path: &[String]| lookup.node_at(path);
         let mut keys = Vec::with_capacity(self.objects.len());
         for (index, entry) in self.objects.iter().enumerate() {
             if self.is_counter(index)? {
@@ -419,22 +435,12 @@ impl ObjectSpec {
                 None => node_at(&entry.path),
                 Some(slot) => node_at(&slot.optimizer).and_then(|optimizer| {
                     let variable = node_at(&slot.variable)?;
-                    graph
-                        .node(optimizer)
-                        .slot_variables
-                        .iter()
-                        .find(|s| {
-                            s.original_variable_node_id == variable && s.slot_name == slot.name
-                        })
-                        .map(|s| s.slot_variable_node_id)
+                    lookup.slot(optimizer, variable, &slot.name)
                 }),
             };
             let name = entry.attribute.as_deref().unwrap_or(VARIABLE_VALUE);
             let key = node
-                .and_then(|node| {
-                    let attributes = &graph.node(node).attributes;
-                    attributes.iter().find(|attribute| attribute.name == name)
-                })
+                .and_then(|node| lookup.attribute(node, name))
                 .map(|attribute| {
                     let suffix = entry.suffix.as_deref().unwrap_or_default();
                     format!("{}{suffix}", attribute.checkpoint_key)
@@ -520,6 +526,27 @@ impl ObjectSpec {
                 .iter()
                 .map(|&dim| u64::try_from(dim).map_err(|_| bad_shape()))
                 .collect::<Result<Vec<u64>, _>>()?;
+            // Bounded as a constant is, before anything is allocated: zeros of a declared
+            // shape cost their full size whatever the checkpoint holds.
+            let bytes = saveplan_ir::Tensor {
+                dtype: if dtype == DType::Variant {
+                    DType::String
+                } else {
+                    dtype
+                },
+                shape: Some(saveplan_ir::Shape::from_dims(&entry.shape)),
+                version_number: 0,
+                values: saveplan_ir::TensorValues::Empty,
+            }
+            .filled_bytes();
+            if bytes.is_none_or(|bytes| bytes > saveplan_ir::MAX_TENSOR_ATTR_BYTES) {
+                return Err(ObjectSpecError::TooLarge {
+                    index,
+                    dtype,
+                    shape: entry.shape.clone(),
+                    bytes,
+                });
+            }
             let count = crate::exec::tensor::element_count(&shape).map_err(|_| bad_shape())?;
             let value = match dtype.element_size() {
                 _ if dtype == DType::String => {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{ObjectGraph, ObjectNode, VARIABLE_VALUE};
+use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
 use serde::Serialize;
 
 use super::save::shape_of;
@@ -407,51 +407,51 @@ impl RestoreMatch {
 
 /// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
 /// first-discovered path's local names joined with `.`; a slot variable
-/// `<optimizer>'s state '<slot>' for <variable>`.
+/// `<optimizer>'s state '<slot>' for <variable>`, its optimizer and variable named by their own
+/// paths (`node N` for one no child edge reaches) where TensorFlow names them recursively: a
+/// chain of slots, each the optimizer of the next, doubled the name per link. Each name is its
+/// parent's and one local name, built once.
 pub(super) fn node_names(graph: &ObjectGraph) -> Vec<String> {
-    let mut names: Vec<String> = graph
-        .paths()
+    let tree = graph.path_tree();
+    let own: Vec<Option<String>> = tree.fold("(root)".to_owned(), |parent, name| {
+        format!("{parent}.{name}")
+    });
+    let own_name = |id: NodeId| own[id.index()].clone().unwrap_or_else(|| id.to_string());
+    let mut names: Vec<String> = own
         .iter()
-        .map(|path| match path {
-            Some(path) => super::display_path(path),
-            None => String::new(),
-        })
+        .map(|name| name.clone().unwrap_or_default())
         .collect();
     for (optimizer, node) in graph.nodes().iter().enumerate() {
         for slot in &node.slot_variables {
             names[slot.slot_variable_node_id.index()] = format!(
                 "{}'s state '{}' for {}",
-                names[optimizer],
+                own_name(NodeId(optimizer as u32)),
                 slot.slot_name,
-                names[slot.original_variable_node_id.index()]
+                own_name(slot.original_variable_node_id)
             );
         }
     }
     names
 }
 
-/// Each node's path as local names; a slot variable's is its variable's path and
-/// `<slot> of <optimizer path>`.
+/// Each node's path as local names; a slot variable's is its variable's own path and
+/// `<slot> of <optimizer path>` (`node N` for an optimizer no child edge reaches).
 pub(super) fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
-    let mut paths: Vec<Vec<String>> = graph
-        .paths()
-        .into_iter()
-        .map(|path| {
-            path.unwrap_or_default()
-                .into_iter()
-                .map(str::to_owned)
-                .collect()
-        })
+    let tree = graph.path_tree();
+    let own_path =
+        |id: NodeId| -> Vec<String> { tree.path(id).into_iter().map(str::to_owned).collect() };
+    let mut paths: Vec<Vec<String>> = (0..graph.nodes().len())
+        .map(|idx| own_path(NodeId(idx as u32)))
         .collect();
     for (optimizer, node) in graph.nodes().iter().enumerate() {
+        let optimizer = NodeId(optimizer as u32);
         for slot in &node.slot_variables {
-            let optimizer_path = super::display_path(
-                &paths[optimizer]
-                    .iter()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>(),
-            );
-            let mut path = paths[slot.original_variable_node_id.index()].clone();
+            let optimizer_path = if tree.is_reached(optimizer) {
+                super::display_path(&tree.path(optimizer))
+            } else {
+                optimizer.to_string()
+            };
+            let mut path = own_path(slot.original_variable_node_id);
             path.push(format!("{} of {optimizer_path}", slot.slot_name));
             paths[slot.slot_variable_node_id.index()] = path;
         }

@@ -34,7 +34,7 @@ const PREFAULT_MIN_BYTES: usize = 64 << 20;
 /// Has the `bytes` of heap a job is about to write populated ahead of it on another core
 /// ([`saveplan::process::prefault_heap`]), when there are enough to gain from it. The thread
 /// is left to finish, or to end with the process.
-fn prefault(bytes: usize) {
+pub fn prefault(bytes: usize) {
     if bytes >= PREFAULT_MIN_BYTES {
         drop(saveplan::process::prefault_heap(bytes));
     }

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
-use saveplan::session::{Plans, SessionOptions};
+use saveplan::session::{Plans, Session, SessionOptions};
 
-use super::common::{ModeArgs, free_at_exit, save, spec_session_with_values};
-use super::values::{read_values, with_values_read_beside};
+use super::common::{ModeArgs, free_at_exit, prefault, save, spec_session_with_values};
+use super::values::with_values_read_beside;
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -66,14 +66,20 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `tf.train.Checkpoint(**children).write(prefix)` for an object spec. A values checkpoint's
-/// own object graph is not a value, nor is its `save_counter` unless the spec lists it.
+/// own object graph is not a value, nor is its `save_counter` unless the spec lists it. As for
+/// a plain spec, the values file is read while the spec parses, the heap the save's trace
+/// writes is populated ahead, and nothing is freed at exit.
 fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> anyhow::Result<()> {
-    let spec = ObjectSpec::parse(text).with_context(|| format!("{}", spec_path.display()))?;
-    let mut values = read_values(values)?;
-    values.remove(OBJECT_GRAPH_KEY);
-    let checkpoint = spec
-        .checkpoint(values)
-        .with_context(|| format!("{}", spec_path.display()))?;
+    let checkpoint = with_values_read_beside(values, |reading| -> anyhow::Result<_> {
+        let spec = ObjectSpec::parse(text).with_context(|| format!("{}", spec_path.display()))?;
+        let options = SessionOptions::default();
+        prefault(Session::trace_heap_estimate(spec.objects.len(), &options));
+        let mut values = reading.wait()?;
+        values.remove(OBJECT_GRAPH_KEY);
+        spec.checkpoint(values)
+            .with_context(|| format!("{}", spec_path.display()))
+    })?;
     checkpoint.write(prefix)?;
+    free_at_exit(checkpoint);
     Ok(())
 }

@@ -5,8 +5,8 @@
 
 use prost::Message as _;
 use saveplan_ir::object_graph::{
-    Attribute, ChildRef, NodeId, ObjectGraph, ObjectGraphError, ObjectNode, RegisteredSaver,
-    SlotVariable,
+    Attribute, ChildRef, MAX_OBJECT_NODES, MAX_OBJECT_REFERENCES, NodeId, ObjectGraph,
+    ObjectGraphError, ObjectNode, RegisteredSaver, SlotVariable,
 };
 use saveplan_proto::tensorflow::{self as pb, trackable_object_graph as tog};
 
@@ -36,8 +36,26 @@ pub fn encode(graph: &ObjectGraph) -> Vec<u8> {
     to_proto(graph).encode_to_vec()
 }
 
-/// Decodes a serialized `TrackableObjectGraph` and checks that every id names a node.
+/// Decodes a serialized `TrackableObjectGraph` and checks that every id names a node. The
+/// nodes and references are counted on the wire first, so a graph above
+/// [`MAX_OBJECT_NODES`] or [`MAX_OBJECT_REFERENCES`] is refused before anything is decoded
+/// (decoding costs some hundred bytes per node or reference, and an empty one is two bytes).
 pub fn decode(bytes: &[u8]) -> Result<ObjectGraph, ObjectGraphDecodeError> {
+    let (mut n_nodes, mut n_references) = (0usize, 0usize);
+    for_each_message(bytes, &mut |field, node| {
+        if field == 1 {
+            n_nodes += 1;
+            for_each_message(node, &mut |field, _| {
+                n_references += usize::from((1..=3).contains(&field));
+            });
+        }
+    });
+    if n_nodes > MAX_OBJECT_NODES {
+        return Err(ObjectGraphError::TooManyNodes { n_nodes }.into());
+    }
+    if n_references > MAX_OBJECT_REFERENCES {
+        return Err(ObjectGraphError::TooManyReferences { n_references }.into());
+    }
     let message =
         pb::TrackableObjectGraph::decode(bytes).map_err(ObjectGraphDecodeError::Protobuf)?;
     let nodes = message
@@ -47,6 +65,18 @@ pub fn decode(bytes: &[u8]) -> Result<ObjectGraph, ObjectGraphDecodeError> {
         .map(|(idx, node)| node_from_proto(idx, node))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ObjectGraph::new(nodes)?)
+}
+
+/// Calls `f` with the field number and bytes of each length-delimited field of the message
+/// `bytes`, skipping the others; stops quietly at the first malformed field (decoding reports
+/// it).
+fn for_each_message(bytes: &[u8], f: &mut dyn FnMut(u32, &[u8])) {
+    let mut rest = bytes;
+    while let Some(field) = super::wire::next_field(&mut rest) {
+        if let Some(payload) = field.payload() {
+            f(field.number, payload);
+        }
+    }
 }
 
 /// One node in protobuf text format, as Python prints a `TrackableObject` (`str(node)`:

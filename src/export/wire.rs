@@ -260,9 +260,9 @@ fn text(bytes: &[u8]) -> Option<&str> {
 }
 
 /// One field as it is on the wire.
-struct RawField<'a> {
+pub(super) struct RawField<'a> {
     /// The field number.
-    number: u32,
+    pub(super) number: u32,
     /// The key and the value, as they are.
     raw: &'a [u8],
     /// The value of a length-delimited field (`None` for any other wire type).
@@ -271,13 +271,13 @@ struct RawField<'a> {
 
 impl<'a> RawField<'a> {
     /// The value of a length-delimited field; `None` for another wire type.
-    fn payload(&self) -> Option<&'a [u8]> {
+    pub(super) fn payload(&self) -> Option<&'a [u8]> {
         self.payload
     }
 }
 
 /// Reads the next field of `input` and advances past it; `None` if it is malformed or a group.
-fn next_field<'a>(input: &mut &'a [u8]) -> Option<RawField<'a>> {
+pub(super) fn next_field<'a>(input: &mut &'a [u8]) -> Option<RawField<'a>> {
     let start = *input;
     let (number, wire_type) = decode_key(input).ok()?;
     let mut payload = None;

@@ -37,6 +37,9 @@ pub struct EagerBuilder<'a> {
     feeds: BTreeMap<String, HostTensor>,
     outputs: FxHashMap<OpId, Vec<HostTensor>>,
     default_device: DeviceSpec,
+    /// The last requested device and what it resolved to: a trace asks for one device op
+    /// after op, and resolving it (parse, merge, print) was a tenth of an eager save.
+    last_device: Option<(std::sync::Arc<str>, String)>,
     /// Why the last op failed to run, until [`EagerBuilder::take_failure`] takes it.
     failure: Option<ExecError>,
 }
@@ -52,6 +55,7 @@ impl<'a> EagerBuilder<'a> {
             outputs: FxHashMap::default(),
             default_device: DeviceSpec::parse(DEFAULT_DEVICE)
                 .expect("the default device is a valid device"),
+            last_device: None,
             failure: None,
         }
     }
@@ -91,9 +95,9 @@ impl<'a> EagerBuilder<'a> {
 
     /// Runs op `id` (already in the graph) on the values of its inputs.
     fn execute(&mut self, id: OpId, inputs: &[(OpId, Port)]) -> Result<(), ExecError> {
+        let device = self.resolve_device(id)?;
         let node = self.graph.op(id);
         let name = node.name.as_str();
-        let device = self.resolve_device(name, &node.device)?;
         let outputs = match &node.op {
             Op::Placeholder => {
                 let value = self.feeds.get(name).cloned().ok_or(ExecError::Unfed {
@@ -138,9 +142,18 @@ impl<'a> EagerBuilder<'a> {
         Ok(())
     }
 
-    /// The canonical device op `name` runs on, as the plan compiler resolves it.
-    fn resolve_device(&self, name: &str, requested: &str) -> Result<String, ExecError> {
-        resolve_device(name, requested, &self.default_device)
+    /// The canonical device op `id` runs on, as the plan compiler resolves it (the last
+    /// resolution again when it asks for the same device).
+    fn resolve_device(&mut self, id: OpId) -> Result<String, ExecError> {
+        let node = self.graph.op(id);
+        if let Some((requested, resolved)) = &self.last_device
+            && **requested == *node.device
+        {
+            return Ok(resolved.clone());
+        }
+        let resolved = resolve_device(&node.name, &node.device, &self.default_device)?;
+        self.last_device = Some((node.device.clone(), resolved.clone()));
+        Ok(resolved)
     }
 }
 

@@ -38,7 +38,7 @@ const CASE_LIMIT: Duration = Duration::from_secs(10);
 const DEFAULT_ITERATIONS: u64 = 150;
 
 /// Every how many iterations a case also runs through the CLI.
-const CLI_EVERY: u64 = 50;
+pub(crate) const CLI_EVERY: u64 = 50;
 
 /// The checkpoint fixtures fuzzed: (case folder, prefix name).
 const BUNDLES: &[(&str, &str)] = &[
@@ -318,7 +318,9 @@ fn mutate_text(rng: &mut Rng, bytes: &[u8]) -> (Vec<u8>, String) {
 }
 
 /// What one case found, if anything.
-fn run_bounded(work: impl FnOnce() -> Vec<String> + Send + 'static) -> Result<Vec<String>, String> {
+pub(crate) fn run_bounded<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = send.send(work());
@@ -362,7 +364,7 @@ fn graph_errors(path: &Path) -> Vec<String> {
 
 /// Runs the CLI with a time bound: `None` when it is fine (exit 0, or exit 1 with one line on
 /// stderr), else what is wrong.
-fn cli_problem(args: &[&str]) -> Option<String> {
+pub(crate) fn cli_problem(args: &[&str]) -> Option<String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_saveplan"))
         .args(args)
         .current_dir(root())
@@ -394,7 +396,7 @@ fn cli_problem(args: &[&str]) -> Option<String> {
 }
 
 /// Where a failing input is kept.
-fn keep_finding(name: &str, files: &[(String, Vec<u8>)]) -> PathBuf {
+pub(crate) fn keep_finding(name: &str, files: &[(String, Vec<u8>)]) -> PathBuf {
     let dir = root().join("target/fuzz-findings").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     for (file, bytes) in files {
@@ -404,7 +406,7 @@ fn keep_finding(name: &str, files: &[(String, Vec<u8>)]) -> PathBuf {
 }
 
 /// The multi-line errors among `errors`.
-fn not_one_line(errors: &[String]) -> Option<String> {
+pub(crate) fn not_one_line(errors: &[String]) -> Option<String> {
     errors
         .iter()
         .find(|error| error.is_empty() || error.contains('\n'))
@@ -416,12 +418,12 @@ fn not_one_line(errors: &[String]) -> Option<String> {
     clippy::print_stderr,
     reason = "the fuzz figures are for the person running it"
 )]
-fn report(line: String) {
+pub(crate) fn report(line: String) {
     eprintln!("{line}");
 }
 
 /// A scratch directory on /dev/shm when there (no disk writes for thousands of cases).
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     match shm.is_dir().then(|| tempfile::tempdir_in(shm)) {
         Some(Ok(dir)) => dir,

@@ -4,6 +4,11 @@
 
 mod support;
 
+/// Counts each thread's allocations, for the scale tests that count work
+/// (`objects_limits`).
+#[global_allocator]
+static ALLOCATOR: objects_limits::Counting = objects_limits::Counting;
+
 mod architecture;
 mod atomic;
 
@@ -32,6 +37,7 @@ mod exec_snapshots;
 mod export_roundtrip;
 mod fuzz;
 mod fuzz_journal;
+mod fuzz_objects;
 mod graph_cli;
 mod import_direct;
 mod objects;
@@ -39,6 +45,7 @@ mod objects_async;
 mod objects_attributes;
 mod objects_cli;
 mod objects_graph_mode;
+mod objects_limits;
 mod objects_manager;
 mod objects_names;
 mod objects_restore;

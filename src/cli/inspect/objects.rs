@@ -11,34 +11,33 @@ use std::fmt::Write as _;
 
 use saveplan::bundle::{BundleReader, Entry};
 use saveplan::checkpoint::{NodeId, ObjectGraph};
-use saveplan_ir::object_graph::object_path;
+use saveplan_ir::object_graph::{PathTree, SlotVariable, object_path};
 
 use super::shape_text;
 
-/// The tree text of `graph`, with dtypes and shapes from `reader`.
+/// The tree text of `graph`, with dtypes and shapes from `reader`. Linear in the graph and its
+/// printed paths, which [`ObjectGraph::new`]'s caps bound.
 pub fn tree(graph: &ObjectGraph, reader: &BundleReader) -> String {
-    let paths: Vec<Option<String>> = graph
-        .paths()
-        .iter()
-        .map(|path| path.as_ref().map(|names| object_path(names)))
-        .collect();
+    let paths = graph.object_paths();
+    let path_tree = graph.path_tree();
     // Every edge that is not a node's first-discovered one, by target.
     let mut also: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
-    let mut tree_edges = vec![Vec::new(); graph.nodes().len()];
-    let mut placed = vec![false; graph.nodes().len()];
-    placed[0] = true;
-    let mut queue = std::collections::VecDeque::from([NodeId::ROOT]);
-    while let Some(id) = queue.pop_front() {
-        for (idx, child) in graph.node(id).children.iter().enumerate() {
-            if placed[child.node_id.index()] {
+    for &id in &path_tree.order {
+        for child in &graph.node(id).children {
+            if !path_tree.is_first_edge(id, child) {
                 also.entry(child.node_id)
                     .or_default()
                     .push(join(paths[id.index()].as_deref(), &child.local_name));
-            } else {
-                placed[child.node_id.index()] = true;
-                queue.push_back(child.node_id);
-                tree_edges[id.index()].push(idx);
             }
+        }
+    }
+    // Each variable's slot variables, optimizers in id order.
+    let mut slots: Vec<Vec<(usize, &SlotVariable)>> = vec![Vec::new(); graph.nodes().len()];
+    let mut is_slot = vec![false; graph.nodes().len()];
+    for (optimizer, node) in graph.nodes().iter().enumerate() {
+        for slot in &node.slot_variables {
+            slots[slot.original_variable_node_id.index()].push((optimizer, slot));
+            is_slot[slot.slot_variable_node_id.index()] = true;
         }
     }
     let printer = Printer {
@@ -46,19 +45,14 @@ pub fn tree(graph: &ObjectGraph, reader: &BundleReader) -> String {
         reader,
         paths: &paths,
         also: &also,
-        tree_edges: &tree_edges,
+        path_tree: &path_tree,
+        slots: &slots,
     };
     let mut out = String::new();
     printer.object(&mut out, NodeId::ROOT, 0);
-    let slots: Vec<NodeId> = graph
-        .nodes()
-        .iter()
-        .flat_map(|node| &node.slot_variables)
-        .map(|slot| slot.slot_variable_node_id)
-        .collect();
     for (idx, _) in graph.nodes().iter().enumerate() {
         let id = NodeId(idx as u32);
-        if !placed[idx] && !slots.contains(&id) {
+        if !path_tree.is_reached(id) && !is_slot[idx] {
             let _ = writeln!(out, "unreachable [{id}]");
             printer.attributes(&mut out, id, 1);
         }
@@ -166,8 +160,10 @@ struct Printer<'a> {
     reader: &'a BundleReader,
     paths: &'a [Option<String>],
     also: &'a BTreeMap<NodeId, Vec<String>>,
-    /// For each node, the indices of its children edges that are first-discovered ones.
-    tree_edges: &'a [Vec<usize>],
+    /// Each node's first-discovered edge.
+    path_tree: &'a PathTree<'a>,
+    /// For each variable, its slot variables and their optimizers.
+    slots: &'a [Vec<(usize, &'a SlotVariable)>],
 }
 
 impl Printer<'_> {
@@ -188,8 +184,8 @@ impl Printer<'_> {
         self.attributes(out, id, depth + 1);
         self.slots_of(out, id, depth + 1);
         let node = self.graph.node(id);
-        for (idx, child) in node.children.iter().enumerate() {
-            if self.tree_edges[id.index()].contains(&idx) {
+        for child in &node.children {
+            if self.path_tree.is_first_edge(id, child) {
                 self.object(out, child.node_id, depth + 1);
             } else {
                 let target = self.paths[child.node_id.index()]
@@ -209,19 +205,14 @@ impl Printer<'_> {
     /// The slot variables whose variable is `id`, from every optimizer.
     fn slots_of(&self, out: &mut String, id: NodeId, depth: usize) {
         let indent = "  ".repeat(depth);
-        for (optimizer, node) in self.graph.nodes().iter().enumerate() {
-            for slot in &node.slot_variables {
-                if slot.original_variable_node_id != id {
-                    continue;
-                }
-                let optimizer_path = self.paths[optimizer].as_deref().unwrap_or("?");
-                let _ = writeln!(
-                    out,
-                    "{indent}slot {} of {optimizer_path} [{}]",
-                    slot.slot_name, slot.slot_variable_node_id
-                );
-                self.attributes(out, slot.slot_variable_node_id, depth + 1);
-            }
+        for &(optimizer, slot) in &self.slots[id.index()] {
+            let optimizer_path = self.paths[optimizer].as_deref().unwrap_or("?");
+            let _ = writeln!(
+                out,
+                "{indent}slot {} of {optimizer_path} [{}]",
+                slot.slot_name, slot.slot_variable_node_id
+            );
+            self.attributes(out, slot.slot_variable_node_id, depth + 1);
         }
     }
 
@@ -234,11 +225,13 @@ impl Printer<'_> {
                 continue;
             }
             // Legacy saveables store several tensors under one key prefix (13.15).
-            let entries: Vec<&Entry> = self
-                .reader
-                .entries()
+            // The entries are sorted by key: those extending `key` follow each other from
+            // where `key` would be.
+            let all = self.reader.entries();
+            let start = all.partition_point(|entry| entry.key.as_str() < key.as_str());
+            let entries: Vec<&Entry> = all[start..]
                 .iter()
-                .filter(|entry| entry.key.starts_with(key.as_str()))
+                .take_while(|entry| entry.key.starts_with(key.as_str()))
                 .collect();
             if entries.is_empty() {
                 let _ = writeln!(out, "{indent}{}: missing ({key})", attribute.name);
