@@ -89,6 +89,20 @@ pub mod process;
 pub mod session;
 pub mod trace;
 
+/// What a framework embedding saveplan uses, in one `use saveplan::prelude::*;`: tensors and
+/// their element types, object-based checkpoints of its own types ([`checkpoint::Saveable`]),
+/// reading values by name, and sessions of spec files.
+pub mod prelude {
+    pub use crate::checkpoint::{
+        Checkpoint, CheckpointError, CheckpointManager, LoadStatus, ManagerOptions, RestoreNode,
+        SaveNode, Saveable, Variable, read_all, read_value, restore_object, save_object,
+    };
+    pub use crate::exec::{HostTensor, TensorElement, TensorError};
+    pub use crate::session::{Session, SessionError, SessionOptions};
+    pub use crate::trace::spec::SpecFile;
+    pub use saveplan_ir::DType;
+}
+
 /// The examples of `README.md` and `docs/`: each page's `rust` blocks compile and run as
 /// doctests, as printed; `tests/it/docs_examples.rs` runs their `console` blocks and checks
 /// that every page is listed here.
@@ -112,6 +126,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/rust-api.md")]
+    struct RustApi;
     #[doc = include_str!("../docs/spec-format.md")]
     struct SpecFormat;
     #[doc = include_str!("../docs/testing.md")]
