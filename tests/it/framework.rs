@@ -9,69 +9,25 @@ use std::path::Path;
 use saveplan::checkpoint::{ObjectSpec, resolve_name};
 use saveplan::prelude::*;
 
-#[derive(Clone, Debug, PartialEq)]
-struct Dense {
-    kernel: HostTensor,
-    bias: HostTensor,
-}
+/// The model of `examples/framework/`, a crate of its own: layers 4 → 3 → 1 and a step.
+#[path = "../../examples/framework/src/model.rs"]
+mod model;
 
-#[derive(Clone, Debug, PartialEq)]
-struct Model {
-    layers: Vec<Dense>,
-    step: Variable,
-}
+use model::{Dense, Model};
 
-impl Saveable for Dense {
-    fn save<'a>(&'a self, node: &mut SaveNode<'a>) {
-        node.child("kernel", &self.kernel);
-        node.child("bias", &self.bias);
-    }
-
-    fn restore(&mut self, node: &mut RestoreNode<'_>) -> Result<(), CheckpointError> {
-        node.child("kernel", &mut self.kernel)?;
-        node.child("bias", &mut self.bias)
-    }
-}
-
-impl Saveable for Model {
-    fn save<'a>(&'a self, node: &mut SaveNode<'a>) {
-        // Listed out of order: the root's children are sorted, as keyword arguments are.
-        node.child("step", &self.step);
-        node.child("layers", &self.layers);
-    }
-
-    fn restore(&mut self, node: &mut RestoreNode<'_>) -> Result<(), CheckpointError> {
-        node.child("layers", &mut self.layers)?;
-        node.child("step", &mut self.step)
-    }
-}
-
-fn dense(shape: [u64; 2], start: f32) -> Dense {
-    let n = (shape[0] * shape[1]) as usize;
-    let kernel: Vec<f32> = (0..n).map(|i| start + i as f32).collect();
-    let bias: Vec<f32> = (0..shape[1]).map(|i| -start - i as f32).collect();
-    Dense {
-        kernel: HostTensor::from_slice(shape.to_vec(), &kernel).unwrap(),
-        bias: HostTensor::from_slice(vec![shape[1]], &bias).unwrap(),
-    }
-}
-
-fn model(start: f32, step: i64) -> Model {
-    Model {
-        layers: vec![dense([3, 2], start), dense([2, 1], start * 10.0)],
-        step: Variable {
-            name: "step".to_owned(),
-            value: HostTensor::scalar(step),
-        },
-    }
+/// The example's model filled from `fill`, at `step`.
+fn model(fill: f32, step: i64) -> Model {
+    let mut model = Model::new(fill).unwrap();
+    model.step.value = HostTensor::scalar(step);
+    model
 }
 
 /// The object spec of the same tree: the checkpoint `tf.train.Checkpoint(layers=[…],
 /// step=tf.Variable(…, name="step"))` writes.
 const SPEC: &str = r#"{"objects": [
-    {"path": ["layers", "0", "kernel"], "dtype": "float32", "shape": [3, 2]},
-    {"path": ["layers", "0", "bias"], "dtype": "float32", "shape": [2]},
-    {"path": ["layers", "1", "kernel"], "dtype": "float32", "shape": [2, 1]},
+    {"path": ["layers", "0", "kernel"], "dtype": "float32", "shape": [4, 3]},
+    {"path": ["layers", "0", "bias"], "dtype": "float32", "shape": [3]},
+    {"path": ["layers", "1", "kernel"], "dtype": "float32", "shape": [3, 1]},
     {"path": ["layers", "1", "bias"], "dtype": "float32", "shape": [1]},
     {"path": ["step"], "dtype": "int64", "shape": [], "name": "step"}
 ]}"#;
@@ -126,7 +82,7 @@ fn a_fresh_instance_restores_every_value_by_object() {
     assert_eq!(fresh, saved);
     assert_eq!(
         fresh.layers[1].kernel.to_vec::<f32>().unwrap(),
-        [10.0, 11.0]
+        [0.0, 1.0, 2.0]
     );
 }
 
@@ -135,12 +91,12 @@ fn a_mismatched_shape_restores_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let written = save_object(&model(1.0, 42), &prefix(dir.path(), "ckpt")).unwrap();
     let mut other = model(0.0, 0);
-    other.layers[0].bias = HostTensor::from_slice(vec![3], &[0.0f32; 3]).unwrap();
+    other.layers[0] = Dense::new(4, 2, 0.0).unwrap();
     let before = other.clone();
     let err = restore_object(&mut other, &written).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "`(root).layers.0.bias`: received incompatible tensor with shape (2,) when attempting to restore variable with shape (3,)"
+        "`(root).layers.0.kernel`: received incompatible tensor with shape (4, 3) when attempting to restore variable with shape (4, 2)"
     );
     assert_eq!(other, before);
 }
@@ -199,7 +155,7 @@ fn values_read_by_key_object_path_or_full_name() {
     assert_eq!(by_key, by_path);
     assert_eq!(by_key, by_attribute);
     assert_eq!(by_key.dtype(), DType::Float);
-    assert_eq!(by_key.shape(), [3, 2]);
+    assert_eq!(by_key.shape(), [4, 3]);
     assert_eq!(
         read_value(&written, "step")
             .unwrap()
@@ -278,4 +234,34 @@ fn inconsistent_objects_are_errors() {
         err.to_string(),
         "object `(root).next` lists `next`, one of the objects it is reached through, as a child"
     );
+}
+
+/// The root's children are `tf.train.Checkpoint`'s keyword arguments, which it sorts; deeper
+/// objects keep the order they list.
+#[test]
+fn the_roots_children_are_sorted_as_keyword_arguments() {
+    struct Pair(HostTensor, Vec<HostTensor>);
+    impl Saveable for Pair {
+        fn save<'a>(&'a self, node: &mut SaveNode<'a>) {
+            node.child("zeta", &self.1);
+            node.child("alpha", &self.0);
+        }
+        fn restore(&mut self, node: &mut RestoreNode<'_>) -> Result<(), CheckpointError> {
+            node.child("zeta", &mut self.1)?;
+            node.child("alpha", &mut self.0)
+        }
+    }
+    let items: Vec<HostTensor> = (0..11).map(HostTensor::scalar).collect();
+    let pair = Pair(HostTensor::scalar(1.5f32), items);
+    let checkpoint = Checkpoint::of(&pair).unwrap();
+    let names = |node: usize| -> Vec<String> {
+        let children = &checkpoint.graph().nodes()[node].children;
+        children
+            .iter()
+            .map(|child| child.local_name.clone())
+            .collect()
+    };
+    assert_eq!(names(0), ["alpha", "zeta"]);
+    let list = checkpoint.graph().nodes()[0].children[1].node_id.index();
+    assert_eq!(names(list)[9..], ["9", "10"]);
 }
