@@ -40,7 +40,9 @@
 //!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the
 //!   graph a checkpoint stores ([`checkpoint::read_object_graph`]) and the latest checkpoint
 //!   of a directory ([`checkpoint::latest_checkpoint`]), writing and restoring by object
-//!   ([`checkpoint::Checkpoint`], asynchronously too) and [`checkpoint::CheckpointManager`].
+//!   ([`checkpoint::Checkpoint`], asynchronously too) and [`checkpoint::CheckpointManager`];
+//!   a framework's own types implement [`checkpoint::Saveable`] to be written and restored by
+//!   object, and [`checkpoint::read_value`] reads a value by key, object path or full name.
 //!   Its graph model and key rules are IR-crate vocabulary ([`saveplan_ir::object_graph`]), its protobuf form is in
 //!   [`export::object_graph`].
 //!
@@ -75,6 +77,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`prelude`] gathers what a framework embedding saveplan uses; [`exec::HostTensor`] reads
+//! and writes elements as Rust types ([`exec::TensorElement`]).
 //!
 //! The same plan as TensorFlow files: [`compile::compile`] then
 //! [`export::encode_meta_graph_def`]; the checkpoint alone: [`bundle::BundleReader`].
