@@ -13,10 +13,11 @@ if [ -n "${SAVEPLAN_BIN:-}" ]; then
     # A binary built already: the docs test (tests/it/docs_examples.rs) runs the script with its own.
     saveplan="$SAVEPLAN_BIN"
 else
-    say "build the release binary"
-    cargo build --release --locked --quiet --bin saveplan
+    say "build the release binary (a first build takes several minutes; cargo shows its progress)"
+    cargo build --release --locked --bin saveplan
     target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
     saveplan="$target_dir/release/saveplan"
+    echo "the binary: $saveplan (\`cargo install --path .\` puts saveplan on your PATH)"
 fi
 fixtures=tests/fixtures/tf-2.21
 

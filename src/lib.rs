@@ -131,6 +131,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/python.md")]
+    struct Python;
     #[doc = include_str!("../docs/rust-api.md")]
     struct RustApi;
     #[doc = include_str!("../docs/spec-format.md")]

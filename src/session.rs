@@ -49,21 +49,20 @@
 //! ```
 
 pub mod bind;
+mod bound;
 pub mod eager;
 pub mod error;
 pub mod function_cache;
+mod keys;
+mod options;
+mod runner;
+mod targets;
 pub mod values;
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::hash::BuildHasher;
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::Mutex;
 
-use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
-use saveplan_ir::{DType, Module, Op, SaverNames, saver_ops, verify_module};
+use saveplan_ir::{Module, SaverNames, verify_module};
 
 pub use bind::Binding;
 pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
@@ -71,72 +70,20 @@ pub use error::{BadCheckpointOp, InconsistentKey, MissingSavePlan, SessionError,
 pub use function_cache::{
     CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
 };
+pub use keys::{CheckpointTensor, Part};
+pub use options::{Mode, Plans, SessionOptions, UnknownMode};
+pub use targets::{infer_targets, meta_graph_targets};
 
-use saveplan_ir::slice::{ShapeAndSlice, SliceError};
-
-use crate::bundle::WriteOptions;
+use crate::exec::sync::lock;
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo,
-    StepEvent, VarKey, VarKeyRef, VarSlot, VariableStore,
+    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, StepEvent, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{TraceOptions, TracedKeys, VariableOps, trace_flat_as, trace_flat_save_as};
-use values::Region;
-
-/// How a session runs its save and restore.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Graph mode, as a TensorFlow session runs a `SaverDef`: the plans are compiled once and
-    /// run with the prefix fed.
-    #[default]
-    Graph,
-    /// Eager TensorFlow's `MultiDeviceSaver`: each call runs its ops as they are traced (one
-    /// task), or traces a function and runs it (several tasks; see [`Session::trace_log`]).
-    /// Only a session made from a spec has the trackables this needs.
-    Eager,
-}
-
-/// How a session runs its plans.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SessionOptions {
-    /// How checkpoint files are written (fsync or not).
-    pub write: WriteOptions,
-    /// The executor: the reference interpreter (default) or the JIT.
-    pub backend: Backend,
-    /// Graph (default) or eager mode.
-    pub mode: Mode,
-    /// Which plans a graph-mode session compiles and binds (default: both). Eager mode
-    /// traces each call and ignores it.
-    pub plans: Plans,
-}
-
-/// The plans a graph-mode [`Session`] compiles and binds keys for. A program that only saves
-/// (the CLI's `save` and `run --save`) or only restores skips the other plan's compile and
-/// binding, about a third of [`Session::new`]'s work at 100,000 variables; the plan left out
-/// fails with [`SessionError::PlanLeftOut`] when asked to run.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Plans {
-    /// The save and the restore plan.
-    #[default]
-    Both,
-    /// The save plan only.
-    SaveOnly,
-    /// The restore plan only.
-    RestoreOnly,
-}
-
-impl Plans {
-    /// Whether the save plan is compiled.
-    pub fn save(self) -> bool {
-        self != Plans::RestoreOnly
-    }
-
-    /// Whether the restore plan is compiled.
-    pub fn restore(self) -> bool {
-        self != Plans::SaveOnly
-    }
-}
+use crate::trace::{VariableOps, trace_flat_as, trace_flat_save_as};
+use bound::Bound;
+use keys::Keys;
+use runner::Runner;
 
 /// A compiled save and restore plan with its variables.
 pub struct Session {
@@ -144,235 +91,6 @@ pub struct Session {
     runner: Runner,
     bound: Bound,
     io: Box<dyn CheckpointIo + Send>,
-}
-
-/// A session's variables and the checkpoint tensors bound to them: the part of a session made
-/// while its plans compile (and given its values then, [`Session::new_with_values`]).
-struct Bound {
-    saved: BTreeMap<String, CheckpointTensor>,
-    restored: BTreeMap<String, CheckpointTensor>,
-    variables: VariableStore,
-    /// The slots of the saved tensors' parts in `variables`, in key and part order; resolved
-    /// by the first [`Session::assign`] or save.
-    saved_slots: OnceLock<Box<[VarSlot]>>,
-    /// The slots of the restored tensors' parts, likewise; resolved by the first
-    /// [`Session::values`].
-    restored_slots: OnceLock<Box<[VarSlot]>>,
-    /// Whether the last [`Session::assign`] gave every saved variable a value.
-    all_assigned: AtomicBool,
-}
-
-impl Bound {
-    /// The session part of `keys`, with no variable set yet.
-    fn new((saved, restored): BoundKeys) -> Bound {
-        Bound {
-            saved,
-            restored,
-            variables: VariableStore::new(),
-            saved_slots: OnceLock::new(),
-            restored_slots: OnceLock::new(),
-            all_assigned: AtomicBool::new(false),
-        }
-    }
-
-    /// [`Session::assign`].
-    fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        // Checked in place first, so that nothing is stored unless all fit; the walk that
-        // stores them then pairs the two maps by position.
-        self.check_assignment(&values)?;
-        self.all_assigned.store(false, Ordering::Release);
-        // Every saved tensor has its value, in key order: the order of the slots.
-        let mut slots = self.saved_slots().iter();
-        // One lock for every put (nothing below touches the store otherwise).
-        let mut writer = self.variables.writer();
-        for ((_, value), tensor) in values.into_iter().zip(self.saved.values()) {
-            let mut value = Some(value);
-            for (index, part) in tensor.parts.iter().enumerate() {
-                let slot = *slots.next().expect("one slot per part");
-                let whole = value.as_ref().expect("taken by the last part only");
-                let part_value = match &part.region {
-                    // The last part takes the value itself: a clone would touch its reference
-                    // counts, a cache miss per variable that is most of assigning a small one.
-                    None if index + 1 == tensor.parts.len() => {
-                        value.take().expect("taken by the last part only")
-                    }
-                    None => whole.clone(),
-                    Some(region) => {
-                        values::extract(whole, region).map_err(|source| SessionError::Tensor {
-                            key: tensor.key.clone(),
-                            source,
-                        })?
-                    }
-                };
-                writer
-                    .put_at(slot, part_value)
-                    .map_err(|source| SessionError::Variable {
-                        key: tensor.key.clone(),
-                        source,
-                    })?;
-            }
-        }
-        drop(writer);
-        self.all_assigned.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Whether `values` gives exactly the saved tensors, each with its dtype and shape: the
-    /// first given key not saved, else the first wrong value, else the first saved key not
-    /// given, is the error.
-    fn check_assignment(&self, values: &BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        // Both maps are sorted by key, so one walk pairs them without lookups.
-        let mut given = values.iter().peekable();
-        let mut missing = None;
-        for tensor in self.saved.values() {
-            // One comparison per pair (they are long, similar strings): the given key is taken
-            // when it is not past this tensor's.
-            let mut order = std::cmp::Ordering::Greater;
-            let taken = given.next_if(|(key, _)| {
-                order = key.as_str().cmp(&tensor.key);
-                order.is_le()
-            });
-            match (taken, order) {
-                (Some((key, _)), std::cmp::Ordering::Less) => {
-                    return Err(SessionError::UnknownKey { key: key.clone() });
-                }
-                (Some((_, value)), _) => check_value(tensor, value)?,
-                (None, _) => {
-                    missing.get_or_insert_with(|| tensor.key.clone());
-                }
-            }
-        }
-        if let Some((key, _)) = given.next() {
-            return Err(SessionError::UnknownKey { key: key.clone() });
-        }
-        match missing {
-            Some(key) => Err(SessionError::MissingValue { key }),
-            None => Ok(()),
-        }
-    }
-
-    /// The slots of the saved tensors' parts (see `saved_slots`). Takes the store's write
-    /// lock the first time: not to be called while holding it.
-    fn saved_slots(&self) -> &[VarSlot] {
-        self.part_slots(&self.saved, &self.saved_slots)
-    }
-
-    /// The slots of the restored tensors' parts, likewise.
-    fn restored_slots(&self) -> &[VarSlot] {
-        self.part_slots(&self.restored, &self.restored_slots)
-    }
-
-    /// The slots of every part of `tensors` in `variables`, in order, resolved once into
-    /// `cell`.
-    fn part_slots<'s>(
-        &'s self,
-        tensors: &BTreeMap<String, CheckpointTensor>,
-        cell: &'s OnceLock<Box<[VarSlot]>>,
-    ) -> &'s [VarSlot] {
-        cell.get_or_init(|| {
-            let parts = tensors.values().flat_map(|tensor| &tensor.parts);
-            self.variables
-                .slots(parts.map(|part| VarKeyRef::from(&part.variable)))
-        })
-    }
-}
-
-/// What runs a session's save and restore.
-enum Runner {
-    /// Graph mode: the compiled save and restore plans (those [`Plans`] asked for).
-    Graph {
-        save: Option<Executor>,
-        restore: Option<Executor>,
-        backend: Backend,
-    },
-    /// Eager mode: the spec's saver and the options it was traced with.
-    Eager {
-        saver: Mutex<EagerSaver>,
-        options: Box<TraceOptions>,
-        backend: Backend,
-    },
-}
-
-/// A checkpoint key and the variables holding it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckpointTensor {
-    /// The checkpoint key.
-    pub key: String,
-    /// Its dtype.
-    pub dtype: DType,
-    /// Its full shape, when the plan fixes it (always for a sliced tensor).
-    pub shape: Option<Vec<u64>>,
-    /// The variables holding it: one for a whole tensor, one per slice otherwise.
-    pub parts: Vec<Part>,
-}
-
-/// One variable holding a checkpoint tensor or a slice of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Part {
-    /// The variable.
-    pub variable: VarKey,
-    /// The slice spec as the plan writes it; empty for a whole tensor.
-    pub slice_spec: String,
-    /// The slice, `(start, length)` per dimension of the full tensor; `None` for a whole one.
-    pub region: Option<Region>,
-}
-
-/// The names a `SaverDef`-carrying meta graph runs.
-pub fn meta_graph_targets(meta: &MetaGraph) -> Result<SaverNames, SessionError> {
-    let saver = meta.saver_def.as_ref().ok_or(SessionError::NoSaverDef)?;
-    Ok(saver.names())
-}
-
-/// Finds the targets of a flat graph without a `SaverDef` (TensorFlow's `flat_graph`, or
-/// ours): the save target is the one top-level `MergeV2Checkpoints` (or, without one, the
-/// one `SaveV2`), the prefix is the one string `Placeholder` it depends on, and the restore
-/// targets are the `AssignVariableOp`s (TF1: `Assign`s) fed by a top-level `RestoreV2`.
-pub fn infer_targets(module: &Module) -> Result<SaverNames, SessionError> {
-    let graph = &module.graph;
-    let find_all = |op: Op| -> Vec<_> {
-        graph
-            .ops()
-            .into_iter()
-            .filter(|&id| graph.op(id).op == op)
-            .collect()
-    };
-    let merges = find_all(Op::MergeV2Checkpoints);
-    let candidates = if merges.is_empty() {
-        find_all(Op::SaveV2)
-    } else {
-        merges
-    };
-    let save = match candidates.as_slice() {
-        [one] => *one,
-        [] => {
-            return Err(SessionError::NoSavePlan(MissingSavePlan::NoSaveOp));
-        }
-        _ => {
-            return Err(SessionError::NoSavePlan(MissingSavePlan::SeveralSaves));
-        }
-    };
-    let string_placeholder = |id| {
-        let node = graph.op(id);
-        node.op == Op::Placeholder
-            && node.attrs.get("dtype") == Some(&saveplan_ir::AttrValue::Type(DType::String))
-    };
-    let mut placeholders: Vec<String> = graph
-        .ancestors([save])
-        .into_iter()
-        .filter(|&id| string_placeholder(id))
-        .map(|id| graph.op(id).name.clone())
-        .collect();
-    placeholders.sort();
-    let [filename] = placeholders.as_slice() else {
-        return Err(SessionError::NoSavePlan(MissingSavePlan::Placeholders {
-            count: placeholders.len(),
-        }));
-    };
-    Ok(SaverNames {
-        filename_tensor_name: format!("{filename}:0"),
-        save_target: graph.op(save).name.clone(),
-        restore_targets: saver_ops::restore_targets(graph),
-    })
 }
 
 /// Whether [`Session::from_spec`] traces the save plan alone: a graph-mode session that only
@@ -709,24 +427,7 @@ impl Session {
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
-        // After a complete `assign` every variable has a value; otherwise check each one.
-        if !self.bound.all_assigned.load(Ordering::Acquire) {
-            // One entry per part, in the slots' order.
-            let owners = self
-                .bound
-                .saved
-                .values()
-                .flat_map(|tensor| tensor.parts.iter().map(move |_| tensor));
-            let slots = self.bound.saved_slots();
-            let reader = self.bound.variables.reader();
-            for (tensor, &slot) in owners.zip(slots) {
-                if !reader.is_initialized_at(slot).unwrap_or(false) {
-                    return Err(SessionError::MissingValue {
-                        key: tensor.key.clone(),
-                    });
-                }
-            }
-        }
+        self.bound.check_initialized()?;
         self.run(Call::Save, prefix, observer)
     }
 
@@ -749,334 +450,22 @@ impl Session {
     /// whose restored slices do not cover its full shape is an error
     /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
-        // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
-        let mut out = Vec::with_capacity(self.bound.restored.len());
-        let slots = self.bound.restored_slots();
-        let mut next_slot = 0;
-        // One lock for every read.
-        let reader = self.bound.variables.reader();
-        for tensor in self.bound.restored.values() {
-            let part_slots = &slots[next_slot..next_slot + tensor.parts.len()];
-            next_slot += tensor.parts.len();
-            let read = |part: &Part, slot: VarSlot| {
-                let value = reader
-                    .get_at(slot)
-                    .map_err(|source| SessionError::Variable {
-                        key: tensor.key.clone(),
-                        source,
-                    })?;
-                // Compared in place: this runs once per restored tensor.
-                let shape_ok = match &part.region {
-                    Some(region) => region
-                        .iter()
-                        .map(|&(_, len)| len as u64)
-                        .eq(value.shape().iter().copied()),
-                    None => tensor
-                        .shape
-                        .as_ref()
-                        .is_none_or(|shape| shape.as_slice() == value.shape()),
-                };
-                if value.dtype() != tensor.dtype || !shape_ok {
-                    let expected_shape: Option<Vec<u64>> = match &part.region {
-                        Some(region) => Some(region.iter().map(|&(_, len)| len as u64).collect()),
-                        None => tensor.shape.clone(),
-                    };
-                    let describe = |dtype: DType, shape: Option<&[u64]>| match shape {
-                        Some(shape) => format!("{dtype} {shape:?}"),
-                        None => dtype.to_string(),
-                    };
-                    return Err(SessionError::RestoredMismatch {
-                        key: tensor.key.clone(),
-                        expected: describe(tensor.dtype, expected_shape.as_deref()),
-                        got: describe(value.dtype(), Some(value.shape())),
-                    });
-                }
-                Ok(value)
-            };
-            let value = match (tensor.parts.as_slice(), &tensor.shape) {
-                ([first, ..], _) if first.region.is_none() => read(first, part_slots[0])?,
-                (parts, Some(shape)) => {
-                    let mut pieces = Vec::with_capacity(parts.len());
-                    for (part, &slot) in parts.iter().zip(part_slots) {
-                        let region = part.region.as_deref().unwrap_or_default();
-                        pieces.push((region, read(part, slot)?));
-                    }
-                    let regions: Vec<&[(i64, i64)]> =
-                        pieces.iter().map(|(region, _)| *region).collect();
-                    let covered =
-                        saveplan_ir::slice::covered_volume(&values::full_region(shape), &regions);
-                    let n_elements = shape.iter().product::<u64>();
-                    if covered != n_elements {
-                        // Never hand back invented zeros for what no slice restored.
-                        return Err(SessionError::SlicesDoNotCover {
-                            key: tensor.key.clone(),
-                            shape: shape.clone(),
-                            covered,
-                            n_elements,
-                        });
-                    }
-                    values::assemble(tensor.dtype, shape, &pieces).map_err(|source| {
-                        SessionError::Tensor {
-                            key: tensor.key.clone(),
-                            source,
-                        }
-                    })?
-                }
-                _ => continue,
-            };
-            out.push((tensor.key.clone(), value));
-        }
-        Ok(BTreeMap::from_iter(out))
+        self.bound.values()
     }
 
-    /// Runs `call` with `prefix`: the compiled plan with the prefix fed, or the eager saver.
+    /// Runs `call` with `prefix` (see [`Runner::run`]).
     fn run(
         &self,
         call: Call,
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
-        /// What runs the call.
-        enum Runs<'s> {
-            Plan(&'s Executor),
-            Eager(&'s Mutex<EagerSaver>, &'s TraceOptions),
-        }
-        // A plan the session left out is refused before anything touches the prefix (a
-        // save's lock cleans up what killed saves left there).
-        let left_out = || SessionError::PlanLeftOut { what: call.name() };
-        let runs = match (&self.runner, call) {
-            (Runner::Graph { save, .. }, Call::Save) => {
-                Runs::Plan(save.as_ref().ok_or_else(left_out)?)
-            }
-            (Runner::Graph { restore, .. }, Call::Restore) => {
-                Runs::Plan(restore.as_ref().ok_or_else(left_out)?)
-            }
-            (Runner::Eager { saver, options, .. }, _) => Runs::Eager(saver, options),
-        };
-        // Held until the save ends: BundleIo's lock on the prefix.
-        let _guard = if call == Call::Save {
-            let guard = self
-                .io
-                .begin_save(prefix)
-                .map_err(|source| SessionError::BadPrefix {
-                    prefix: prefix.to_owned(),
-                    source: Box::new(source),
-                })?;
-            Some(guard)
-        } else {
-            None
-        };
-        // One run's view of the backend: its restore ops share the bundles they open.
-        let io = RunIo::new(self.io.as_ref());
-        let mut cx = RunContext::new(&self.bound.variables).with_io(&io);
-        if let Some(observer) = observer {
-            cx = cx.with_observer(observer);
-        }
-        let plan = match runs {
-            Runs::Plan(plan) => plan,
-            Runs::Eager(saver, options) => {
-                return Ok(lock(saver).call(&cx, call, prefix, options)?);
-            }
-        };
-        plan.run(&cx, vec![HostTensor::string_scalar(prefix)])
-            .map_err(|source| SessionError::Run {
-                what: call.name(),
-                prefix: prefix.to_owned(),
-                source: Box::new(source),
-            })?;
-        Ok(())
+        self.runner.run(
+            call,
+            prefix,
+            &self.bound.variables,
+            self.io.as_ref(),
+            observer,
+        )
     }
-}
-
-impl From<EagerError> for SessionError {
-    fn from(err: EagerError) -> SessionError {
-        SessionError::Eager(Box::new(err))
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Graph => "graph",
-            Mode::Eager => "eager",
-        })
-    }
-}
-
-impl FromStr for Mode {
-    type Err = UnknownMode;
-
-    /// Parses `graph` or `eager`.
-    fn from_str(text: &str) -> Result<Mode, UnknownMode> {
-        match text {
-            "graph" => Ok(Mode::Graph),
-            "eager" => Ok(Mode::Eager),
-            _ => Err(UnknownMode {
-                name: text.to_owned(),
-            }),
-        }
-    }
-}
-
-/// A mode name other than `graph` or `eager`.
-#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
-#[error("unknown mode `{name}` (expected `graph` or `eager`)")]
-pub struct UnknownMode {
-    /// The name given.
-    pub name: String,
-}
-
-/// Locks the eager saver; a poisoned lock is still consistent (its calls do not panic).
-fn lock(saver: &Mutex<EagerSaver>) -> MutexGuard<'_, EagerSaver> {
-    saver
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Checks a value against the tensor the plan saves.
-fn check_value(tensor: &CheckpointTensor, value: &HostTensor) -> Result<(), SessionError> {
-    if value.dtype() != tensor.dtype {
-        return Err(SessionError::DTypeMismatch {
-            key: tensor.key.clone(),
-            expected: tensor.dtype,
-            got: value.dtype(),
-        });
-    }
-    if let Some(shape) = &tensor.shape
-        && value.shape() != shape.as_slice()
-    {
-        return Err(SessionError::ShapeMismatch {
-            key: tensor.key.clone(),
-            expected: shape.clone(),
-            got: value.shape().to_vec(),
-        });
-    }
-    Ok(())
-}
-
-/// The tensors a session's save plan writes and its restore plan reads, by checkpoint key.
-type BoundKeys = (
-    BTreeMap<String, CheckpointTensor>,
-    BTreeMap<String, CheckpointTensor>,
-);
-
-/// How a session finds which variable each checkpoint key of its plans is.
-#[derive(Copy, Clone)]
-enum Keys<'t> {
-    /// By walking the graph from its `SaveV2` and `RestoreV2` ops ([`bind`]).
-    Walk,
-    /// From what the tracer recorded as it traced them.
-    Traced(&'t TracedKeys),
-}
-
-impl Keys<'_> {
-    /// The checkpoint keys of `module`'s save plan (for `save_target`) and restore plan (for
-    /// `restore_targets`), bound to variables; none for a plan left out (`None`). The two
-    /// are independent: done at the same time.
-    fn bind(
-        self,
-        module: &Module,
-        save_target: Option<&str>,
-        restore_targets: Option<&[&str]>,
-    ) -> Result<BoundKeys, SessionError> {
-        let (saved, restored) = rayon::join(
-            || match (save_target, self) {
-                (None, _) => Ok(BTreeMap::new()),
-                (Some(target), Keys::Walk) => group(bind::bind_save(module, &[target])?),
-                (Some(_), Keys::Traced(keys)) => {
-                    group(bind::traced_bindings(&keys.saves, &keys.variables)?)
-                }
-            },
-            || match (restore_targets, self) {
-                (None, _) => Ok(BTreeMap::new()),
-                (Some(targets), Keys::Walk) => group(bind::bind_restore(module, targets)?),
-                (Some(_), Keys::Traced(keys)) => {
-                    group(bind::traced_bindings(&keys.restores, &keys.variables)?)
-                }
-            },
-        );
-        Ok((saved?, restored?))
-    }
-}
-
-/// Groups bindings by checkpoint key, checking that the parts of a key agree.
-fn group(bindings: Vec<Binding>) -> Result<BTreeMap<String, CheckpointTensor>, SessionError> {
-    // The tensors in order of first binding, found by key through a table of their positions
-    // (a key is hashed once and stored once, in its tensor).
-    let mut tensors: Vec<CheckpointTensor> = Vec::with_capacity(bindings.len());
-    let mut by_key: HashTable<usize> = HashTable::with_capacity(bindings.len());
-    let hash = |key: &str| FxBuildHasher.hash_one(key);
-    for binding in bindings {
-        let inconsistent = |reason: InconsistentKey| SessionError::InconsistentKey {
-            key: binding.checkpoint_key.clone(),
-            reason,
-        };
-        let bad_spec = |reason: SliceError| {
-            inconsistent(InconsistentKey::BadSliceSpec {
-                spec: binding.slice_spec.clone(),
-                reason,
-            })
-        };
-        let (shape, region) = if binding.slice_spec.is_empty() {
-            (binding.shape.clone(), None)
-        } else if binding.sliced_by_plan {
-            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(bad_spec)?;
-            (
-                Some(parsed.full_shape.iter().map(|&dim| dim as u64).collect()),
-                None,
-            )
-        } else {
-            let parsed = ShapeAndSlice::parse(&binding.slice_spec).map_err(bad_spec)?;
-            let region = parsed.region().map_err(bad_spec)?;
-            let full: Vec<u64> = parsed.full_shape.iter().map(|&dim| dim as u64).collect();
-            (Some(full), Some(region))
-        };
-        let key_hash = hash(&binding.checkpoint_key);
-        let found = by_key
-            .find(key_hash, |&i| tensors[i].key == binding.checkpoint_key)
-            .copied();
-        let part = Part {
-            variable: binding.variable,
-            slice_spec: match region {
-                Some(_) => binding.slice_spec.clone(),
-                None => String::new(),
-            },
-            region,
-        };
-        let Some(index) = found else {
-            by_key.insert_unique(key_hash, tensors.len(), |&i| hash(&tensors[i].key));
-            tensors.push(CheckpointTensor {
-                key: binding.checkpoint_key,
-                dtype: binding.dtype,
-                shape,
-                parts: vec![part],
-            });
-            continue;
-        };
-        let existing = &mut tensors[index];
-        if existing.dtype != binding.dtype {
-            return Err(inconsistent(InconsistentKey::DTypes {
-                first: existing.dtype,
-                second: binding.dtype,
-            }));
-        }
-        if existing.shape != shape {
-            return Err(inconsistent(InconsistentKey::FullShapes));
-        }
-        if existing.parts[0].region.is_some() != part.region.is_some() {
-            return Err(inconsistent(InconsistentKey::WholeAndSliced));
-        }
-        // A variable the plan slices itself appears once per slice: keep it once.
-        if !existing
-            .parts
-            .iter()
-            .any(|known| known.variable == part.variable && known.region == part.region)
-        {
-            existing.parts.push(part);
-        }
-    }
-    Ok(tensors
-        .into_iter()
-        .map(|tensor| (tensor.key.clone(), tensor))
-        .collect())
 }

@@ -159,13 +159,14 @@ pub enum SignatureError {
     },
 }
 
-/// The value TensorFlow sizes an argument with: an `int` attr's value, or a list attr's
-/// length (`list(type)`); `None` when the attr is missing or of another kind. This is the
-/// `attr_len` every [`OpSignature`] method takes, for an op's own attributes.
+/// The value TensorFlow sizes an argument with: an `int` attr's value, or a `list(type)`
+/// attr's length; `None` when the attr is missing or of another kind (a list holding anything
+/// but types is ill-kinded, which the verifier reports). This is the `attr_len` every
+/// [`OpSignature`] method takes, for an op's own attributes.
 pub fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
     match attrs.get(name)? {
         AttrValue::I(n) => usize::try_from(*n).ok(),
-        AttrValue::List(list) => Some(list.len()),
+        AttrValue::List(list) if list.len() == list.types.len() => Some(list.types.len()),
         _ => None,
     }
 }
@@ -849,6 +850,31 @@ mod tests {
                 "op `RestoreV2`: attr `dtypes` that sizes argument `tensors` is missing".to_owned()
             )
         );
+    }
+
+    #[test]
+    fn attr_len_sizes_by_int_or_type_list() {
+        let mut attrs = Attrs::default();
+        attrs.insert("N", AttrValue::I(3));
+        attrs.insert("negative", AttrValue::I(-1));
+        let types = crate::attr::AttrList {
+            types: vec![crate::DType::Float, crate::DType::String],
+            ..Default::default()
+        };
+        attrs.insert("dtypes", AttrValue::List(Box::new(types)));
+        let ints = crate::attr::AttrList {
+            i: vec![1, 2],
+            ..Default::default()
+        };
+        attrs.insert("ints", AttrValue::List(Box::new(ints)));
+        attrs.insert("T", AttrValue::Type(crate::DType::Float));
+        assert_eq!(attr_len(&attrs, "N"), Some(3));
+        assert_eq!(attr_len(&attrs, "dtypes"), Some(2));
+        // Not a size: a negative int, a list of other than types, another kind, no attr.
+        assert_eq!(attr_len(&attrs, "negative"), None);
+        assert_eq!(attr_len(&attrs, "ints"), None);
+        assert_eq!(attr_len(&attrs, "T"), None);
+        assert_eq!(attr_len(&attrs, "missing"), None);
     }
 
     #[test]

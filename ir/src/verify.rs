@@ -38,7 +38,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::signature::{self, ArgType, ElemType};
+use crate::signature::{self, ArgType, ElemType, attr_len};
 use crate::{
     AttrValue, Attrs, DType, Function, Graph, Input, Library, MAX_TENSOR_ATTR_BYTES, Module, Op,
     OpId, OutputRef, Port, TensorName,
@@ -403,15 +403,6 @@ fn check_op(graph: &Graph, library: &Library, op: OpId, errors: &mut Vec<VerifyE
     check_inputs(graph, op, &inputs, errors);
     check_self_control(graph, op, errors);
     check_call(graph, library, op, errors);
-}
-
-/// The value of an `int` attr or the length of a `list(type)` attr, for sizing arguments.
-fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
-    match attrs.get(name)? {
-        AttrValue::I(n) => usize::try_from(*n).ok(),
-        AttrValue::List(list) if list.len() == list.types.len() => Some(list.types.len()),
-        _ => None,
-    }
 }
 
 /// Invariant 1.

@@ -27,7 +27,8 @@ pub fn latest_checkpoint(dir: &Path) -> Result<PathBuf, CheckpointError> {
 }
 
 /// The checkpoint prefix `path` stands for: the latest checkpoint when `path` is a directory
-/// or a file named `checkpoint` (a state file), else `path` itself.
+/// or a file named `checkpoint` (a state file); the prefix of a checkpoint file named instead
+/// of its prefix (`ckpt-3.index`, `ckpt-3.data-00000-of-00001`); else `path` itself.
 pub fn resolve_prefix(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.is_dir() {
         latest_checkpoint(path)
@@ -36,9 +37,34 @@ pub fn resolve_prefix(path: &Path) -> Result<PathBuf, CheckpointError> {
         && !index_path(path).exists()
     {
         latest_in_state_file(path)
+    } else if let Some(prefix) = prefix_of_file(path) {
+        Ok(prefix)
     } else {
         Ok(path.to_owned())
     }
+}
+
+/// The prefix of the checkpoint whose `.index` or `.data-NNNNN-of-NNNNN` file `path` is, when
+/// `path` is no prefix itself and that checkpoint exists.
+fn prefix_of_file(path: &Path) -> Option<PathBuf> {
+    if index_path(path).exists() || !path.is_file() {
+        return None;
+    }
+    let name = path.file_name()?.to_str()?;
+    let stem = match name.strip_suffix(".index") {
+        Some(stem) => stem,
+        None => {
+            let (stem, shard) = name.rsplit_once(".data-")?;
+            let (a, b) = shard.split_once("-of-")?;
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            if !(digits(a) && digits(b)) {
+                return None;
+            }
+            stem
+        }
+    };
+    let prefix = path.with_file_name(stem);
+    index_path(&prefix).exists().then_some(prefix)
 }
 
 fn latest_in_state_file(state: &Path) -> Result<PathBuf, CheckpointError> {

@@ -49,13 +49,14 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use saveplan_ir::DType;
 
 use super::save::write_state;
 use super::{Checkpoint, CheckpointError, STATE_FILE};
 use crate::exec::HostTensor;
+use crate::exec::sync::lock;
 use crate::export::{CheckpointState, parse_checkpoint_state};
 
 /// Where a [`CheckpointManager`] takes its timestamps from (seconds since the Unix epoch, as
@@ -335,7 +336,7 @@ impl CheckpointManager {
 
 impl Books {
     fn state(&self) -> MutexGuard<'_, Managed> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// The write callback: records `saved` now (a path saved again moves to the end), writes

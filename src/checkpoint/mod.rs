@@ -32,6 +32,7 @@ mod graph_mode;
 mod latest;
 mod manager;
 mod names;
+mod prune;
 mod read;
 mod restore;
 mod save;
@@ -49,6 +50,7 @@ pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
+pub use prune::without_attributes_of;
 pub use read::{read_all, read_value, resolve_name};
 pub use save::{Checkpoint, SAVE_COUNTER, SAVE_COUNTER_KEY, WriteFailure};
 pub use saveplan_ir::object_graph::{

@@ -15,10 +15,11 @@
 //! captured write and then running what follows it (the `checkpoint` state file, the
 //! manager's bookkeeping). Waiting returns its error; dropping it waits for it.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 use crate::bundle::MergeFlags;
+use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::{BundleIo, CheckpointIo, HostTensor, IoError, RestoreRequest, SaveRequest};
 
 use super::{CheckpointError, WriteFailure};
@@ -53,19 +54,13 @@ impl RecordingIo {
     pub fn into_write(self, prefix: &str, io: BundleIo) -> CapturedWrite {
         CapturedWrite {
             prefix: prefix.to_owned(),
-            steps: self
-                .steps
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner),
+            steps: unpoisoned(self.steps.into_inner()),
             io,
         }
     }
 
     fn push(&self, step: Step) {
-        self.steps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(step);
+        lock(&self.steps).push(step);
     }
 }
 
@@ -175,11 +170,7 @@ struct InFlight {
 impl Pending {
     /// Waits for the write in flight; its error, if it failed.
     pub fn wait(&self) -> Result<(), CheckpointError> {
-        let taken = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let taken = lock(&self.in_flight).take();
         match taken {
             None => Ok(()),
             Some(InFlight { prefix, handle }) => handle
@@ -202,10 +193,7 @@ impl Pending {
                 prefix: prefix.to_owned(),
                 source,
             })?;
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(InFlight {
+        *lock(&self.in_flight) = Some(InFlight {
             prefix: prefix.to_owned(),
             handle,
         });

@@ -3,18 +3,19 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Args as ClapArgs;
 use saveplan::analysis::{check_module, check_saver_names};
+use saveplan::checkpoint::ObjectSpec;
 use saveplan::compile::Form;
 use saveplan::export::{self, Loaded};
-use saveplan_ir::{Library, Module, SaverDef};
+use saveplan_ir::{DType, Library, Module, SaverDef};
 
 use super::common::{compile_file, free_at_exit};
 use super::output::{escape_controls, one_line, outln};
 
-/// Check a plan: a spec file (`.json`, checked in its flat form) or a GraphDef, MetaGraphDef
-/// or FunctionDef (`.pb` / `.pbtxt`).
+/// Check a plan: a spec file (`.json`, checked in its flat form), an object spec (its tree,
+/// options, dtypes and shapes) or a GraphDef, MetaGraphDef or FunctionDef (`.pb` / `.pbtxt`).
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The file to check.
@@ -24,6 +25,9 @@ pub struct Args {
 /// Runs `saveplan check`: prints `FILE: <scope>: <problem>` per finding and exits 1 if there
 /// is any, or prints `FILE: ok` and exits 0.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(text) = object_spec_text(&args.file)? {
+        return check_object_spec(&args.file, &text);
+    }
     let (module, saver_def) = read_plan(&args.file)?;
     let mut findings = check_module(&module);
     if let Some(saver_def) = &saver_def {
@@ -40,6 +44,55 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         outln!("{file}: {}", escape_controls(&finding.to_string()))?;
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// The text of `path` when it is an object spec (`.json` with `objects`).
+fn object_spec_text(path: &Path) -> anyhow::Result<Option<String>> {
+    if path.extension().is_none_or(|ext| ext != "json") {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(ObjectSpec::is_object_spec(&text).then_some(text))
+}
+
+/// Checks an object spec as `save OBJSPEC` would take it, before any value is read: its tree
+/// (paths, aliases, slots), options, dtypes and shapes. Prints every problem, one per line,
+/// or `FILE: ok (N objects, M values)`.
+fn check_object_spec(path: &Path, text: &str) -> anyhow::Result<ExitCode> {
+    let file = path.display();
+    let spec = ObjectSpec::parse(text).map_err(|err| one_line(&err))?;
+    let mut problems = Vec::new();
+    for (index, entry) in spec.objects.iter().enumerate() {
+        if DType::parse(&entry.dtype).is_none_or(|dtype| dtype.name().is_none()) {
+            problems.push(format!("entry {index}: unknown dtype `{}`", entry.dtype));
+        }
+        if entry.shape.iter().any(|&dim| dim < 0) {
+            problems.push(format!("entry {index}: invalid shape {:?}", entry.shape));
+        }
+    }
+    if let Err(err) = spec.trace_options() {
+        problems.push(one_line(&err).to_string());
+    }
+    let objects = match spec.object_graph() {
+        Ok((graph, keys)) => Some((graph.nodes().len(), keys.len())),
+        Err(err) => {
+            problems.push(one_line(&err).to_string());
+            None
+        }
+    };
+    match objects {
+        Some((nodes, values)) if problems.is_empty() => {
+            outln!("{file}: ok ({nodes} objects, {values} values)")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            for problem in &problems {
+                outln!("{file}: {}", escape_controls(problem))?;
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 /// The module a file holds, with its `SaverDef` if it has one; a lone function becomes the

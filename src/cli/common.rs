@@ -14,9 +14,10 @@ use saveplan::session::{
     CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
 };
 use saveplan::trace::spec::SpecFile;
+use saveplan_ir::saver_ops::save_v2;
 
 use super::output::one_line;
-use super::values::{checkpoint_prefix, write_safetensors};
+use super::values::write_values;
 
 /// Ends the life of `value` without running its destructor, for what a subcommand holds
 /// until the process exits: a plan of 100,000 variables is millions of small allocations, and
@@ -103,10 +104,10 @@ pub fn save(session: &Session, prefix: &str) -> anyhow::Result<()> {
     })
 }
 
-/// Runs the session's restore plan on `prefix` (or the latest checkpoint of a directory or
-/// state file) and writes the restored values to `out`. The last step of a job: the copy of
-/// the values it writes from is left to the process's exit ([`free_at_exit`]).
-pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::Result<()> {
+/// Runs the session's restore plan on `prefix` (resolved already, by `checkpoint_prefix`) and
+/// writes the restored values to `out`. The last step of a job: the copy of the values it
+/// writes from is left to the process's exit ([`free_at_exit`]).
+pub fn restore_to_file(session: &Session, prefix: &Path, out: &Path) -> anyhow::Result<()> {
     restore_to_file_as(session, prefix, out, &BTreeMap::new())
 }
 
@@ -114,12 +115,11 @@ pub fn restore_to_file(session: &Session, prefix: &str, out: &Path) -> anyhow::R
 /// maps to.
 pub fn restore_to_file_as(
     session: &Session,
-    prefix: &str,
+    prefix: &Path,
     out: &Path,
     names: &BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
-    let resolved = checkpoint_prefix(Path::new(prefix))?;
-    let prefix = resolved.to_string_lossy();
+    let prefix = prefix.to_string_lossy();
     let prefix = prefix.as_ref();
     report_traces(session, |session| {
         with_progress(session.restored_tensors(), "restoring", |observer| {
@@ -131,7 +131,7 @@ pub fn restore_to_file_as(
         .into_iter()
         .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
         .collect();
-    write_safetensors(out, &values)?;
+    write_values(out, &values)?;
     free_at_exit(values);
     Ok(())
 }
@@ -238,7 +238,14 @@ fn tensor_progress(
     bar.set_message(what);
     let handle = bar.clone();
     let observer = move |event: &StepEvent<'_>| match event.step.op.type_name() {
-        "SaveV2" => handle.inc(event.step.inputs.len().saturating_sub(3) as u64),
+        "SaveV2" => {
+            let tensors = event
+                .step
+                .inputs
+                .len()
+                .saturating_sub(save_v2::FIRST_TENSOR as usize);
+            handle.inc(tensors as u64);
+        }
         "RestoreV2" => handle.inc(event.outputs.len() as u64),
         _ => {}
     };

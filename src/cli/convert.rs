@@ -16,12 +16,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use safetensors::tensor::{SafeTensors, TensorView};
 use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
+use saveplan::checkpoint::without_attributes_of;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectGraph, read_object_graph_bytes};
-use saveplan::export::object_graph::decode;
+use saveplan::export::object_graph::{decode, encode};
 
 use super::common::progress_bar;
 use super::output::one_line;
-use super::values::{checkpoint_prefix, from_safetensors, to_safetensors};
+use super::values::{
+    checkpoint_prefix, from_safetensors, prepare_out, set_new_file_mode, to_safetensors,
+};
 
 /// Arguments of `saveplan convert`.
 #[derive(Debug, clap::Args)]
@@ -50,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         .is_some_and(|name| name == "checkpoint");
     let is_safetensors = args.src.extension().is_some_and(|ext| ext == "safetensors")
         || (args.src.is_file() && !index_path(&args.src).exists() && !is_state_file);
-    create_parent(&args.dst)?;
+    prepare_out(&args.dst)?;
     if is_safetensors {
         safetensors_to_checkpoint(&args.src, &args.dst)?;
         return Ok(std::process::ExitCode::SUCCESS);
@@ -66,31 +69,26 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Creates the folders `path` is to be written in.
-fn create_parent(path: &Path) -> anyhow::Result<()> {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => std::fs::create_dir_all(parent)
-            .with_context(|| format!("{}: cannot create folder", parent.display())),
-        _ => Ok(()),
-    }
-}
-
 fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::Result<()> {
     let reader = BundleReader::open(prefix)?;
     let selected =
         |key: &str| args.keys.is_empty() || args.keys.iter().any(|glob| glob_matches(glob, key));
     let mut metadata = HashMap::new();
     let mut keys = Vec::new();
+    // The object graph, and the keys left out: the graph written names none of them.
+    let mut object_graph = None;
+    let mut left_out = std::collections::BTreeSet::new();
     for entry in reader.entries() {
         if !selected(&entry.key) {
+            left_out.insert(entry.key.as_str());
             continue;
         }
         if entry.key == OBJECT_GRAPH_KEY && entry.dtype == DType::String {
             let bytes = read_object_graph_bytes(&reader).map_err(|err| one_line(&err))?;
-            decode(&bytes)
+            let graph = decode(&bytes)
                 .map_err(|err| one_line(&err))
                 .with_context(|| format!("{}: corrupt object graph", prefix.display()))?;
-            metadata.insert(OBJECT_GRAPH_KEY.to_owned(), BASE64.encode(bytes));
+            object_graph = Some((bytes, graph));
             continue;
         }
         if saveplan::bundle::dtype::is_element_list(entry.dtype) {
@@ -99,6 +97,7 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::
                     "saveplan: convert: skipped {} tensor `{}`",
                     entry.dtype, entry.key
                 );
+                left_out.insert(entry.key.as_str());
                 continue;
             }
             bail!(
@@ -115,6 +114,14 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::
             );
         }
         keys.push(entry);
+    }
+    if let Some((bytes, graph)) = object_graph {
+        // Unchanged (byte for byte) unless values it names were left out.
+        let bytes = match without_attributes_of(&graph, &left_out) {
+            Some(pruned) => encode(&pruned),
+            None => bytes,
+        };
+        metadata.insert(OBJECT_GRAPH_KEY.to_owned(), BASE64.encode(bytes));
     }
     let total: u64 = keys
         .iter()
@@ -152,7 +159,7 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::
     safetensors::tensor::serialize_to_file(views, metadata, dst)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot write", dst.display()))?;
-    Ok(())
+    set_new_file_mode(dst)
 }
 
 /// Whether `key` matches `glob`: `*` matches any run of characters, `?` one character.

@@ -15,18 +15,20 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
     Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
+use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
 use super::common::{ModeArgs, free_at_exit, restore_to_file, restore_to_file_as, spec_session};
 use super::output::{one_line, out};
-use super::values::{checkpoint_prefix, write_safetensors};
+use super::values::{checkpoint_prefix, is_safetensors_name, prepare_out, write_values};
 
 /// Arguments of `saveplan restore`.
 #[derive(Debug, clap::Args)]
@@ -41,8 +43,9 @@ pub struct Args {
     /// `checkpoint` state file, meaning its latest checkpoint.
     #[arg(long, value_name = "P")]
     prefix: String,
-    /// The `.safetensors` file to write.
-    #[arg(long, value_name = "FILE")]
+    /// Where to write the restored values: a `.safetensors` file, or any other name as a
+    /// checkpoint prefix (string tensors kept). Missing folders are created.
+    #[arg(long, value_name = "FILE|PREFIX")]
     out: PathBuf,
     /// Object spec only: `Checkpoint.read(P)` instead of `restore(P)` (no `save_counter`).
     #[arg(long)]
@@ -74,27 +77,43 @@ enum Expect {
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&args.spec)
         .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    // Where the values go is checked (and its folders made) before anything is read.
+    prepare_out(&args.out)?;
     if ObjectSpec::is_object_spec(&text) {
         return restore_objects(&args, &text);
     }
     if args.read || args.json || args.expect.is_some() {
         anyhow::bail!("--read, --json and --expect need an object spec");
     }
-    // A checkpoint that does not open is left to the restore plan, which reports it.
+    // The prefix is resolved and the checkpoint opened once: the restore plan reads from this
+    // reader. A checkpoint that does not open is left to the restore plan, which reports it.
     let prefix = checkpoint_prefix(Path::new(&args.prefix))?;
-    if let Ok(reader) = BundleReader::open(&prefix)
-        && is_object_based(&reader)
+    let reader = BundleReader::open(&prefix).ok().map(Arc::new);
+    if let Some(reader) = &reader
+        && is_object_based(reader)
     {
-        return restore_names_from_objects(&args, &text, &reader);
+        return restore_names_from_objects(&args, &text, reader);
     }
     let options = SessionOptions {
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
-    let session = spec_session(&args.spec, &text, options)?;
-    restore_to_file(&session, &args.prefix, &args.out)?;
+    let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
+    restore_to_file(&session, &prefix, &args.out)?;
     free_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `session` restoring `prefix` from `reader`, when it opened.
+fn with_reader(session: Session, prefix: &Path, reader: Option<Arc<BundleReader>>) -> Session {
+    match reader {
+        Some(reader) => session.with_io(Box::new(OpenedBundleIo::new(
+            BundleIo::default(),
+            prefix.to_string_lossy(),
+            reader,
+        ))),
+        None => session,
+    }
 }
 
 /// A plain spec on an object-based checkpoint, as a TF1 `Saver` restores one (FORMATS.md
@@ -103,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 fn restore_names_from_objects(
     args: &Args,
     text: &str,
-    reader: &BundleReader,
+    reader: &Arc<BundleReader>,
 ) -> anyhow::Result<std::process::ExitCode> {
     let spec_error = || format!("{}", args.spec.display());
     let mut spec = SpecFile::parse(text).with_context(spec_error)?;
@@ -130,8 +149,9 @@ fn restore_names_from_objects(
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
+    let prefix = reader.prefix().to_path_buf();
     let session = Session::from_spec(&spec, options).with_context(spec_error)?;
-    let prefix = reader.prefix().to_string_lossy();
+    let session = with_reader(session, &prefix, Some(Arc::clone(reader)));
     restore_to_file_as(&session, &prefix, &args.out, &renamed)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -168,18 +188,21 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
             saveplan::exec::HostTensor::int64_scalar(counter),
         );
     }
-    // Named string and variant tensors (non-variable attributes) have no safetensors type.
-    restored.retain(|key, value| {
-        let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
-        if !fixed {
-            eprintln!(
-                "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it)",
-                value.dtype()
-            );
-        }
-        fixed
-    });
-    write_safetensors(&args.out, &restored)?;
+    // Named string and variant tensors (non-variable attributes) have no safetensors type; a
+    // checkpoint prefix as `--out` keeps them.
+    if is_safetensors_name(&args.out) {
+        restored.retain(|key, value| {
+            let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
+            if !fixed {
+                eprintln!(
+                    "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it; give --out a checkpoint prefix to keep it)",
+                    value.dtype()
+                );
+            }
+            fixed
+        });
+    }
+    write_values(&args.out, &restored)?;
     if let Some(expect) = args.expect {
         let assertion = match expect {
             Expect::Consumed => Assertion::Consumed,

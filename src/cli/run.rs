@@ -22,7 +22,7 @@ use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_grap
 use saveplan_ir::{Module, SaverNames};
 
 use super::common::{BackendArg, free_at_exit, restore_to_file, save, session_error};
-use super::values::{read_values_beside, values_or_earlier_error};
+use super::values::{checkpoint_prefix, prepare_out, read_values_beside, values_or_earlier_error};
 
 /// Arguments of `saveplan run`.
 #[derive(Debug, clap::Args)]
@@ -49,8 +49,9 @@ pub struct Args {
     /// a directory or `checkpoint` state file.
     #[arg(long, value_name = "P", requires = "out")]
     restore: Option<String>,
-    /// The `.safetensors` file the restored values are written to.
-    #[arg(long, value_name = "FILE")]
+    /// Where the restored values are written: a `.safetensors` file, or any other name as a
+    /// checkpoint prefix (string tensors kept). Missing folders are created.
+    #[arg(long, value_name = "FILE|PREFIX")]
     out: Option<PathBuf>,
     #[command(flatten)]
     backend: BackendArg,
@@ -104,10 +105,11 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             free_at_exit((session, loaded));
         }
         Job::Restore { prefix, out } => {
+            prepare_out(out)?;
             let (loaded, targets) = load()?;
             let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
                 .with_context(|| format!("{}", args.graph.display()))?;
-            restore_to_file(&session, prefix, out)?;
+            restore_to_file(&session, &checkpoint_prefix(Path::new(prefix))?, out)?;
             free_at_exit((session, loaded));
         }
     }

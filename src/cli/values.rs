@@ -168,7 +168,53 @@ fn read_checkpoint(prefix: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>
     Ok(out)
 }
 
-/// Writes `tensors` as a `.safetensors` file.
+/// Makes `out` ready to be written before any work is done: its missing folders are created,
+/// and a folder at `out` itself is an error (one line, before a checkpoint is read).
+pub fn prepare_out(out: &Path) -> anyhow::Result<()> {
+    if out.is_dir() {
+        bail!(
+            "{}: is a folder, not a file or prefix to write",
+            out.display()
+        );
+    }
+    match out.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => std::fs::create_dir_all(parent)
+            .with_context(|| format!("{}: cannot create folder", parent.display())),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `out` names a `.safetensors` file (else a checkpoint prefix).
+pub fn is_safetensors_name(out: &Path) -> bool {
+    out.extension().is_some_and(|ext| ext == "safetensors")
+}
+
+/// Writes restored values to `out`: a `.safetensors` file when it is named so, else a
+/// checkpoint prefix (one shard, string tensors kept; written under the prefix's save lock,
+/// as a save is).
+pub fn write_values(out: &Path, tensors: &BTreeMap<String, HostTensor>) -> anyhow::Result<()> {
+    if is_safetensors_name(out) {
+        return write_safetensors(out, tensors);
+    }
+    let _lock = saveplan::bundle::SaveLock::acquire(out)?;
+    let mut writer = saveplan::bundle::BundleWriter::create(out)?;
+    let mut shape = Vec::new();
+    for (key, tensor) in tensors {
+        shape.clear();
+        shape.extend(tensor.shape().iter().map(|&dim| dim as i64));
+        let values = match (tensor.bytes(), tensor.strings()) {
+            (Some(bytes), _) => saveplan::bundle::TensorValues::Bytes(bytes),
+            (None, Some(strings)) => saveplan::bundle::TensorValues::Strings(strings),
+            (None, None) => bail!("tensor `{key}` holds resource handles, not values"),
+        };
+        writer.add_with_spec(key, tensor.dtype(), &shape, "", values)?;
+    }
+    writer.finish()?;
+    Ok(())
+}
+
+/// Writes `tensors` as a `.safetensors` file, with the mode a new file gets (`0666` less the
+/// umask), not the private mode of the temporary file it is written through.
 pub fn write_safetensors(
     path: &Path,
     tensors: &BTreeMap<String, HostTensor>,
@@ -192,6 +238,28 @@ pub fn write_safetensors(
     }
     safetensors::tensor::serialize_to_file(views, None, path)
         .with_context(|| format!("{}: cannot write", path.display()))?;
+    set_new_file_mode(path)
+}
+
+/// Gives `path` the permissions a newly created file gets: `0666` less the process's umask.
+#[cfg(unix)]
+pub fn set_new_file_mode(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // Linux reports the umask in /proc without changing it; elsewhere assume the usual 022.
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("Umask:"))?;
+            u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+        })
+        .unwrap_or(0o022);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666 & !umask))
+        .with_context(|| format!("{}: cannot set permissions", path.display()))
+}
+
+/// Gives `path` the permissions a newly created file gets (nothing to do here).
+#[cfg(not(unix))]
+pub fn set_new_file_mode(_path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 

@@ -6,12 +6,14 @@
 
 use std::sync::Arc;
 #[cfg(feature = "jit")]
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use super::backend::Backend;
 use super::error::ExecError;
 use super::plan::CompiledPlan;
 use super::step::RunContext;
+#[cfg(feature = "jit")]
+use super::sync::lock;
 use super::tensor::HostTensor;
 
 /// A compiled plan prepared for one backend: compile once, run many times.
@@ -76,7 +78,7 @@ impl Executor {
         if let Some(code) = jit.code.get() {
             return Ok(code);
         }
-        let _lowering = jit.lowering.lock().unwrap_or_else(PoisonError::into_inner);
+        let _lowering = lock(&jit.lowering);
         if let Some(code) = jit.code.get() {
             return Ok(code);
         }

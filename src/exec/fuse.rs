@@ -1,7 +1,6 @@
 //! The fusion pass run at the end of plan compilation, and how a fused step runs. The
-//! compilation entry points ([`CompiledPlan::compile`], [`CompiledPlan::compile_function`])
-//! live here: `super::plan` compiles one step per op and knows nothing of this pass, so the
-//! plan types do not depend on the pass that rewrites them.
+//! compiler ([`CompiledPlan::compile`], [`CompiledPlan::compile_function`]) compiles one step
+//! per op, then runs this pass; the plan types ([`super::plan`]) know nothing of it.
 //!
 //! A checkpoint plan of N variables is mostly per-variable steps: a save reads each variable
 //! (`ReadVariableOp`, maybe through `Identity`) only to feed one `SaveV2`, a restore hands each
@@ -67,7 +66,6 @@ use rustc_hash::FxHashSet;
 
 use super::error::ExecError;
 use super::kernels::{self, Kernel, NamesCache, state};
-use saveplan_ir::Verified;
 
 use super::plan::{
     Chain, CompiledPlan, Fused, Handle, Kind, Queue, SlotId, Step, StepId, Steps, Work,
@@ -78,39 +76,6 @@ use super::variables::{SlotCache, VarKeyRef, VarSlot, VariableReader};
 
 /// The first saved tensor among a `SaveV2`'s inputs (after prefix, names and slices).
 const FIRST_TENSOR: usize = saveplan_ir::saver_ops::save_v2::FIRST_TENSOR as usize;
-
-/// The entry points of plan compilation: [`super::plan`]'s compiler, then this pass.
-impl CompiledPlan {
-    /// Compiles the top-level graph of `module` for `targets` (`op:N` fetches a tensor, `op`
-    /// only runs the op), with `feeds` (`op:N` or `op`) given at each run. The module was
-    /// verified where it entered ([`saveplan_ir::verify_module`]); compiling relies on the
-    /// verifier's invariants (dense input slots, outputs that exist, no cycle, called
-    /// functions in the library) instead of checking them again.
-    ///
-    /// The variable ops around each `SaveV2` and `RestoreV2` are folded into it
-    /// (this module's pass); [`CompiledPlan::compile_unfused`] leaves them as steps.
-    pub fn compile(
-        module: Verified<'_>,
-        targets: &[&str],
-        feeds: &[&str],
-    ) -> Result<CompiledPlan, ExecError> {
-        let mut plan = CompiledPlan::compile_unfused(module, targets, feeds)?;
-        fuse(&mut plan);
-        Ok(plan)
-    }
-
-    /// Compiles the library function `function` of `module` on its own, as a concrete function
-    /// is called eagerly: the feeds are its arguments in order, the fetches its outputs in
-    /// order, and its control outputs and stateful ops always run.
-    pub fn compile_function(
-        module: Verified<'_>,
-        function: &str,
-    ) -> Result<CompiledPlan, ExecError> {
-        let mut plan = CompiledPlan::compile_function_unfused(module, function)?;
-        fuse(&mut plan);
-        Ok(plan)
-    }
-}
 
 /// Slot and step facts the pass looks up, each a vector indexed by slot or step.
 struct Facts {
@@ -315,7 +280,7 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
     let mut chains = Vec::new();
     let mut members = Vec::new();
     let mut gathered = Gathered::new();
-    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(3) {
+    'inputs: for (offset, &slot) in step.inputs.iter().enumerate().skip(FIRST_TENSOR) {
         let start = members.len();
         let mut current = slot;
         let mut next = head;
@@ -356,11 +321,9 @@ fn plan_save(steps: &[Step], facts: &Facts, head: usize) -> Option<Group> {
                         Handle::Input(_) => candidate.inputs[0],
                         Handle::Member => step.inputs[0],
                     };
-                    gathered
-                        .handle_inputs
-                        .push((FIRST_TENSOR + offset - 3, handle_slot));
+                    gathered.handle_inputs.push((offset, handle_slot));
                     chains.push(Chain {
-                        position: (offset - 3) as u32,
+                        position: (offset - FIRST_TENSOR) as u32,
                         handle,
                         members: start as u32..members.len() as u32,
                         dtype,
@@ -779,6 +742,8 @@ fn run_member(
 
 #[cfg(test)]
 mod tests {
+    use saveplan_ir::Verified;
+
     use super::*;
     use crate::trace::spec::SpecFile;
     use crate::trace::trace_flat;

@@ -314,6 +314,67 @@ impl CheckpointIo for BundleIo {
     }
 }
 
+/// [`BundleIo`] with one checkpoint open already (a caller that read its index first, say to
+/// see whether it is object-based): restores of that prefix read from the open reader, so the
+/// bundle is not opened and checked again; everything else is [`BundleIo`]'s.
+pub struct OpenedBundleIo {
+    io: BundleIo,
+    prefix: String,
+    reader: Arc<BundleReader>,
+}
+
+impl OpenedBundleIo {
+    /// `io`, with `reader` (opened at `prefix`) serving the restores of `prefix`.
+    pub fn new(io: BundleIo, prefix: impl Into<String>, reader: Arc<BundleReader>) -> Self {
+        OpenedBundleIo {
+            io,
+            prefix: prefix.into(),
+            reader,
+        }
+    }
+}
+
+impl CheckpointIo for OpenedBundleIo {
+    fn save(&self, prefix: &str, tensors: &[SaveRequest<'_>]) -> Result<(), IoError> {
+        self.io.save(prefix, tensors)
+    }
+
+    fn restore(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+    ) -> Result<Vec<HostTensor>, IoError> {
+        if prefix == self.prefix {
+            return restore_from(&self.reader, tensors);
+        }
+        self.io.restore(prefix, tensors)
+    }
+
+    fn restore_in_run(
+        &self,
+        prefix: &str,
+        tensors: &[RestoreRequest<'_>],
+        opened: &OpenedBundles,
+    ) -> Result<Vec<HostTensor>, IoError> {
+        if prefix == self.prefix {
+            return restore_from(&self.reader, tensors);
+        }
+        self.io.restore_in_run(prefix, tensors, opened)
+    }
+
+    fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {
+        self.io.merge(sources, destination, flags)
+    }
+
+    fn check_save_prefix(&self, prefix: &str) -> Result<(), IoError> {
+        self.io.check_save_prefix(prefix)
+    }
+
+    fn begin_save(&self, prefix: &str) -> Result<SaveGuard, IoError> {
+        self.io.begin_save(prefix)
+    }
+}
+
 /// What `RestoreV2` returns for `tensors` from the open bundle `reader`.
 pub fn restore_from(
     reader: &BundleReader,

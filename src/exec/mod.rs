@@ -65,7 +65,7 @@ pub mod kernels;
 pub mod plan;
 pub mod scheduler;
 pub mod step;
-mod sync;
+pub(crate) mod sync;
 pub mod tensor;
 mod typed;
 pub mod variables;
@@ -74,8 +74,8 @@ pub use backend::{Backend, UnknownBackend};
 pub use error::{ExecError, KernelError};
 pub use executor::Executor;
 pub use io::{
-    BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundles, RestoreRequest, RunIo, SaveGuard,
-    SaveRequest,
+    BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundleIo, OpenedBundles, RestoreRequest,
+    RunIo, SaveGuard, SaveRequest,
 };
 pub use kernels::{Kernel, KernelCx, VariableAttrs};
 pub use plan::{

@@ -21,6 +21,7 @@ use hashbrown::hash_table::Entry;
 use rustc_hash::FxBuildHasher;
 use saveplan_ir::DType;
 
+use super::sync::{lock, unpoisoned};
 use super::tensor::{HostTensor, ResourceHandle};
 
 /// Identifies a variable: the `container` and `shared_name` of its `VarHandleOp`.
@@ -439,19 +440,14 @@ impl VariableStore {
         self.len() == 0
     }
 
-    /// Locks the table for reading. A poisoned lock is still consistent, because no code
-    /// panics while holding it.
+    /// Locks the table for reading, poisoned or not.
     fn read(&self) -> RwLockReadGuard<'_, Table> {
-        self.table
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        unpoisoned(self.table.read())
     }
 
-    /// Locks the table for writing (see [`VariableStore::read`] on poisoning).
+    /// Locks the table for writing, poisoned or not.
     fn write(&self) -> RwLockWriteGuard<'_, Table> {
-        self.table
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        unpoisoned(self.table.write())
     }
 }
 
@@ -591,14 +587,14 @@ pub(crate) struct SlotCache(Mutex<Option<Arc<[VarSlot]>>>);
 
 impl Clone for SlotCache {
     fn clone(&self) -> SlotCache {
-        SlotCache(Mutex::new(self.lock().clone()))
+        SlotCache(Mutex::new(lock(&self.0).clone()))
     }
 }
 
 impl SlotCache {
     /// The slots resolved in `store`, if the last resolution was in it.
     pub(crate) fn get(&self, store: &VariableStore) -> Option<Arc<[VarSlot]>> {
-        self.lock()
+        lock(&self.0)
             .as_ref()
             .filter(|slots| slots.first().is_some_and(|&slot| store.owns(slot)))
             .cloned()
@@ -606,13 +602,6 @@ impl SlotCache {
 
     /// Records `slots` (all of one store) as the resolved list.
     pub(crate) fn set(&self, slots: Arc<[VarSlot]>) {
-        *self.lock() = Some(slots);
-    }
-
-    /// Locks the cache (a poisoned lock holds a complete value or none).
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<[VarSlot]>>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *lock(&self.0) = Some(slots);
     }
 }

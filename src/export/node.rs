@@ -7,10 +7,8 @@ use std::mem::Discriminant;
 use prost::Message;
 use rustc_hash::FxHashMap;
 use saveplan_ir::device::DeviceSpec;
-use saveplan_ir::signature::{self, SignatureError};
-use saveplan_ir::{
-    AttrValue, Attrs, Graph, NodeDebugInfo, Op, OpId, OutputRef, Port, Stride, TensorName,
-};
+use saveplan_ir::signature::{self, SignatureError, attr_len};
+use saveplan_ir::{Attrs, Graph, NodeDebugInfo, Op, OpId, OutputRef, Port, Stride, TensorName};
 use saveplan_proto::tensorflow as pb;
 
 use super::attr::{encode_attr_value, export_attrs, import_attrs};
@@ -520,15 +518,6 @@ fn format_input(
             Ok(format!("{name}:{arg}:{index}"))
         }
         (Syntax::FunctionBody, Port::Named { arg, index }) => Ok(format!("{name}:{arg}:{index}")),
-    }
-}
-
-/// The size an attr gives an argument: the value of an `int` attr or the length of a list.
-fn attr_len(attrs: &Attrs, name: &str) -> Option<usize> {
-    match attrs.get(name)? {
-        AttrValue::I(value) => usize::try_from(*value).ok(),
-        AttrValue::List(list) => Some(list.len()),
-        _ => None,
     }
 }
 

@@ -286,29 +286,20 @@ impl<'m> Walker<'m> {
         let graph = self.frames[frame].graph;
         let node = graph.op(id);
         let limit = dtype_list(node)?.len();
-        let names = self
-            .const_strings(frame, id, save_v2::TENSOR_NAMES, limit)
+        // Input `input` as at most `limit` UTF-8 strings, if it is a constant (through
+        // `Identity`).
+        let strings = |input| {
+            let (frame, src, _) = self.source(frame, id, input).ok()?;
+            saver_ops::const_strings(self.frames[frame].graph.op(src), limit)
+        };
+        let names = strings(save_v2::TENSOR_NAMES)
             .ok_or_else(|| bad_op(node, BadCheckpointOp::NamesNotConstant))?;
-        let slices = self
-            .const_strings(frame, id, save_v2::SHAPE_AND_SLICES, limit)
+        let slices = strings(save_v2::SHAPE_AND_SLICES)
             .ok_or_else(|| bad_op(node, BadCheckpointOp::SlicesNotConstant))?;
         if names.len() != slices.len() {
             return Err(bad_op(node, BadCheckpointOp::LengthsDiffer));
         }
         Ok((names, slices))
-    }
-
-    /// Input `input` of op `id` as at most `limit` UTF-8 strings, if it is a constant
-    /// (through `Identity`).
-    fn const_strings(
-        &self,
-        frame: usize,
-        id: OpId,
-        input: u32,
-        limit: usize,
-    ) -> Option<Vec<String>> {
-        let (frame, src, _) = self.source(frame, id, input).ok()?;
-        saver_ops::const_strings(self.frames[frame].graph.op(src), limit)
     }
 
     /// The op producing input `input` of `id`, looking through `Identity`-like ops and

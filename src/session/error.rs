@@ -98,11 +98,13 @@ pub enum SessionError {
         #[source]
         source: Box<ExecError>,
     },
-    /// A value for a key the plan saves is missing.
-    #[error("no value for checkpoint key `{key}`")]
+    /// Values for keys the plan saves are missing (all of them counted, the first few named).
+    #[error("no value for {}", missing_keys(keys, *count))]
     MissingValue {
-        /// The key.
-        key: String,
+        /// The first few keys without a value, in key order.
+        keys: Vec<String>,
+        /// How many keys have no value.
+        count: usize,
     },
     /// A value for a key the plan does not save.
     #[error("value `{key}` is not a checkpoint key of the plan")]
@@ -312,4 +314,25 @@ pub enum InconsistentKey {
     /// Saved whole by one op and in slices by another.
     #[error("saved both whole and in slices")]
     WholeAndSliced,
+}
+
+impl From<EagerError> for SessionError {
+    fn from(err: EagerError) -> SessionError {
+        SessionError::Eager(Box::new(err))
+    }
+}
+
+/// How many keys a [`SessionError::MissingValue`] names.
+pub(super) const MISSING_NAMED: usize = 3;
+
+/// "checkpoint key `a`", or "3 checkpoint keys: `a`, `b`, `c`" (with ", …" past the named ones).
+fn missing_keys(keys: &[String], count: usize) -> String {
+    let named: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
+    match count {
+        1 => format!("checkpoint key {}", named.join("")),
+        _ => {
+            let more = if count > keys.len() { ", …" } else { "" };
+            format!("{count} checkpoint keys: {}{more}", named.join(", "))
+        }
+    }
 }

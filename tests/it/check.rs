@@ -168,3 +168,38 @@ fn v1_saver_meta_file_is_read() {
     assert!(text.contains("VariableV2"), "{text}");
     assert!(text.contains("SaveV2"), "{text}");
 }
+
+/// `check` takes object specs too: the spec tree, options, dtypes and shapes, every problem
+/// on its own line (exit 1), or `ok` with the counts (exit 0).
+#[test]
+fn check_takes_object_specs() {
+    let good = manifest_path("tests/inputs/objects/restore/o7_attributes.json");
+    let output = saveplan(&["check", good.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.ends_with(": ok (7 objects, 7 values)\n"), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"objects": [{"path": ["a"], "dtype": "floaty", "shape": [-1]},
+                        {"path": ["a", "b"], "dtype": "float32", "shape": [1]}]}"#,
+    )
+    .unwrap();
+    let output = saveplan(&["check", bad.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let problems: Vec<&str> = stdout
+        .lines()
+        .map(|line| line.split_once(": ").unwrap().1)
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "entry 0: unknown dtype `floaty`",
+            "entry 0: invalid shape [-1]",
+            "entry 1: `(root).a` is already a variable"
+        ]
+    );
+}

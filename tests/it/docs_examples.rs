@@ -286,8 +286,10 @@ fn json_examples_are_specs() {
 }
 
 /// Every page's `rust` blocks are doctests: `src/lib.rs` includes each page. The blocks of a
-/// page are `console` (run above), `rust`, `json` (specs) or `text` (synopses and plain
-/// output, not examples); a block without a language would be taken for Rust by rustdoc.
+/// page are `console` (run above), `rust`, `json` (specs), `python` (run by the Python
+/// package's suite, `python/tests/core/test_docs_examples.py`, which needs the package built)
+/// or `text` (synopses and plain output, not examples); a block without a language would be
+/// taken for Rust by rustdoc.
 #[test]
 fn every_page_is_a_doctest_and_every_block_has_a_kind() {
     let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
@@ -298,7 +300,7 @@ fn every_page_is_a_doctest_and_every_block_has_a_kind() {
             wrong.push(format!("src/lib.rs does not include {page} as a doctest"));
         }
         for block in blocks(&text) {
-            if !["console", "rust", "json", "text"].contains(&block.lang.as_str()) {
+            if !["console", "rust", "json", "python", "text"].contains(&block.lang.as_str()) {
                 wrong.push(format!(
                     "{page}:{}: a block of kind {:?}",
                     block.line, block.lang

@@ -44,6 +44,7 @@ mod objects_manager;
 mod objects_names;
 mod objects_restore;
 mod objects_save;
+mod restore_out;
 mod run_cli;
 mod session;
 mod setup_perf;

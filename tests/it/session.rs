@@ -222,7 +222,7 @@ fn bad_values_are_refused() {
     let err = session.save("/nonexistent/ckpt").unwrap_err();
     assert_eq!(
         error_chain(&err, ErrorForm::OneLine),
-        "no value for checkpoint key `part`"
+        "no value for 2 checkpoint keys: `part`, `w`"
     );
 }
 
@@ -274,11 +274,24 @@ fn failed_save_keeps_the_previous_checkpoint() {
         assert_eq!(read_checkpoint(&prefix), old);
     }
 
+    // Every missing value is counted in one error, the first few named.
     let unassigned = spec_session("trace/g3_two_tasks.json");
-    assert!(matches!(
-        unassigned.save(&prefix_text),
-        Err(SessionError::MissingValue { .. })
-    ));
+    let n_keys = unassigned.saved_tensors().len();
+    match unassigned.save(&prefix_text) {
+        Err(err @ SessionError::MissingValue { .. }) => {
+            let SessionError::MissingValue { keys, count } = &err else {
+                unreachable!()
+            };
+            assert_eq!(*count, n_keys);
+            assert_eq!(keys.len(), n_keys.min(3));
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("no value for {n_keys} checkpoint keys: `")),
+                "{err}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(read_checkpoint(&prefix), old);
 
     // A file where the temporary directory should go makes every SaveV2 fail. (The failed

@@ -1,0 +1,45 @@
+"""Every `python` block of README.md and docs/*.md runs as printed, in a fresh folder, with the
+installed package; a block preceded by `<!-- docs-examples: not run: REASON -->` is skipped
+with its reason (fragments, and recipes that need PyTorch, JAX or TensorFlow)."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+MARKER = re.compile(r"<!-- docs-examples: not run: (.*) -->")
+
+
+def python_blocks():
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    for page in pages:
+        lines = page.read_text().splitlines()
+        at = 0
+        while at < len(lines):
+            if lines[at].strip() == "```python":
+                start = at + 1
+                end = next(i for i in range(start, len(lines)) if lines[i].strip() == "```")
+                reason = MARKER.match(lines[at - 1].strip()) if at > 0 else None
+                name = "%s:%d" % (page.relative_to(ROOT), at + 1)
+                yield pytest.param("\n".join(lines[start:end]), reason and reason.group(1), id=name)
+                at = end
+            at += 1
+
+
+BLOCKS = list(python_blocks())
+
+
+def test_the_readme_has_a_python_example_that_runs():
+    readme = [block for block in BLOCKS if block.id.startswith("README.md:")]
+    assert readme and all(block.values[1] is None for block in readme), readme
+
+
+@pytest.mark.parametrize("code,not_run", BLOCKS)
+def test_python_block_runs_as_printed(code, not_run, tmp_path, monkeypatch, capsys):
+    if not_run:
+        pytest.skip(not_run)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "<docs>", "exec"), {"__name__": "__docs__"})
+    assert capsys.readouterr().out.strip(), "the example prints what it shows"

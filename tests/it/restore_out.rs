@@ -1,0 +1,152 @@
+//! Where restored values go (`restore --out`, `run --restore --out`): a `.safetensors` file or a
+//! checkpoint prefix (string tensors kept), its folders made and its name checked before
+//! anything is read, written with the mode a new file gets; and checkpoint files named in place
+//! of their prefix (`ckpt.index`, `ckpt.data-00000-of-00001`).
+
+use std::path::Path;
+
+use saveplan::bundle::BundleReader;
+
+use crate::support::{fixture, manifest_path, saveplan};
+
+fn restore_o7(out: &Path) -> std::process::Output {
+    saveplan(&[
+        "restore",
+        manifest_path("tests/inputs/objects/restore/o7_attributes.json")
+            .to_str()
+            .unwrap(),
+        "--prefix",
+        fixture("obj/o7_non_variable_attributes/ckpt")
+            .to_str()
+            .unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
+/// The process's umask, as Linux reports it (022 elsewhere).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("Umask:"))?;
+            u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+        })
+        .unwrap_or(0o022)
+}
+
+#[test]
+fn out_as_a_prefix_keeps_strings_and_out_folders_are_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("new/folder/values");
+    let output = restore_o7(&prefix);
+    assert!(output.status.success(), "{output:?}");
+    let reader = BundleReader::open(&prefix).unwrap();
+    let original = BundleReader::open(fixture("obj/o7_non_variable_attributes/ckpt")).unwrap();
+    // Every restored value, strings and variants included, as the checkpoint holds it.
+    for entry in reader.entries() {
+        assert_eq!(
+            reader.read(&entry.key).unwrap(),
+            original.read(&entry.key).unwrap(),
+            "{}",
+            entry.key
+        );
+    }
+    assert_eq!(reader.entries().len(), 7);
+
+    let file = dir.path().join("other/new/values.safetensors");
+    let output = restore_o7(&file);
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("give --out a checkpoint prefix to keep it"),
+        "{stderr}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask(), "{mode:o}");
+    }
+}
+
+#[test]
+fn a_folder_as_out_is_refused_before_anything_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = saveplan(&[
+        "restore",
+        manifest_path("tests/inputs/run/c4_two_cpus_one_task.json")
+            .to_str()
+            .unwrap(),
+        "--prefix",
+        dir.path().join("no/such/ckpt").to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("is a folder, not a file or prefix to write"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_checkpoint_file_stands_for_its_prefix() {
+    let prefix = fixture("ckpt/c4_two_cpus_one_task/ckpt");
+    let listing = |path: &Path| {
+        let output = saveplan(&["inspect", path.to_str().unwrap()]);
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let expected = listing(&prefix);
+    for file in ["ckpt.index", "ckpt.data-00000-of-00001"] {
+        assert_eq!(listing(&prefix.with_file_name(file)), expected, "{file}");
+    }
+}
+
+/// A session given the open checkpoint (`OpenedBundleIo`) restores from that reader and does
+/// not open the bundle again: the restore works after the files are gone.
+#[test]
+fn a_restore_reads_from_the_reader_it_is_given() {
+    use std::sync::Arc;
+
+    use saveplan::exec::{BundleIo, OpenedBundleIo};
+    use saveplan::session::{Session, SessionOptions};
+    use saveplan::trace::spec::SpecFile;
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt");
+    for file in ["ckpt.index", "ckpt.data-00000-of-00001"] {
+        std::fs::copy(
+            fixture("ckpt/c4_two_cpus_one_task").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let text = std::fs::read_to_string(manifest_path("tests/inputs/run/c4_two_cpus_one_task.json"))
+        .unwrap();
+    let spec = SpecFile::parse(&text).unwrap();
+    let reader = Arc::new(BundleReader::open(&prefix).unwrap());
+    let expected = reader.read("a").unwrap();
+    let prefix = prefix.to_str().unwrap();
+    let session = Session::from_spec(&spec, SessionOptions::default())
+        .unwrap()
+        .with_io(Box::new(OpenedBundleIo::new(
+            BundleIo::default(),
+            prefix,
+            reader,
+        )));
+    for file in ["ckpt.index", "ckpt.data-00000-of-00001"] {
+        std::fs::remove_file(dir.path().join(file)).unwrap();
+    }
+    session.restore(prefix).unwrap();
+    let values = session.values().unwrap();
+    let saveplan::bundle::Values::Bytes(bytes) = expected.values else {
+        panic!("a float tensor");
+    };
+    assert_eq!(values["a"].bytes().unwrap(), bytes.as_slice());
+    // Another prefix is not served by the reader.
+    assert!(session.restore(&format!("{prefix}-other")).is_err());
+}
