@@ -95,7 +95,7 @@ pub mod session;
 pub mod trace;
 
 /// What a framework embedding saveplan uses, in one `use saveplan::prelude::*;`: tensors and
-/// their element types, object-based checkpoints of its own types ([`checkpoint::Saveable`]),
+/// their element types (`f16` and `bf16` are the `half` crate's), object-based checkpoints of its own types ([`checkpoint::Saveable`]),
 /// reading values by name, and sessions of spec files.
 pub mod prelude {
     pub use crate::checkpoint::{
@@ -105,6 +105,7 @@ pub mod prelude {
     pub use crate::exec::{HostTensor, TensorElement, TensorError};
     pub use crate::session::{Session, SessionError, SessionOptions};
     pub use crate::trace::spec::SpecFile;
+    pub use half::{bf16, f16};
     pub use saveplan_ir::DType;
 }
 
