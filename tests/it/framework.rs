@@ -265,3 +265,27 @@ fn the_roots_children_are_sorted_as_keyword_arguments() {
     let list = checkpoint.graph().nodes()[0].children[1].node_id.index();
     assert_eq!(names(list)[9..], ["9", "10"]);
 }
+
+/// A restored value is a view into the data file: after a one-byte tensor, a float32 tensor
+/// starts at an odd offset, so it cannot be borrowed as `&[f32]` there, and `to_vec` copies it.
+/// (Elsewhere than on Unix restores copy, into aligned buffers.)
+#[cfg(unix)]
+#[test]
+fn a_misaligned_view_is_refused_and_copied_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = vec![
+        HostTensor::scalar(7u8),
+        HostTensor::from_slice(vec![3], &[1.5f32, -2.0, 4.0]).unwrap(),
+    ];
+    let written = save_object(&values, &prefix(dir.path(), "ckpt")).unwrap();
+    let floats = read_value(&written, "1").unwrap();
+    assert!(floats.is_mapped());
+    let err = floats.as_slice::<f32>().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot view the elements of a float32 tensor in place: its bytes are not aligned for the element type"
+    );
+    assert_eq!(floats.to_vec::<f32>().unwrap(), [1.5, -2.0, 4.0]);
+    let byte = read_value(&written, "0").unwrap();
+    assert_eq!(byte.as_slice::<u8>().unwrap(), [7]);
+}
