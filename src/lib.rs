@@ -40,7 +40,9 @@
 //!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the
 //!   graph a checkpoint stores ([`checkpoint::read_object_graph`]) and the latest checkpoint
 //!   of a directory ([`checkpoint::latest_checkpoint`]), writing and restoring by object
-//!   ([`checkpoint::Checkpoint`], asynchronously too) and [`checkpoint::CheckpointManager`].
+//!   ([`checkpoint::Checkpoint`], asynchronously too) and [`checkpoint::CheckpointManager`];
+//!   a framework's own types implement [`checkpoint::Saveable`] to be written and restored by
+//!   object, and [`checkpoint::read_value`] reads a value by key, object path or full name.
 //!   Its graph model and key rules are IR-crate vocabulary ([`saveplan_ir::object_graph`]), its protobuf form is in
 //!   [`export::object_graph`].
 //!
@@ -76,6 +78,9 @@
 //! # }
 //! ```
 //!
+//! [`prelude`] gathers what a framework embedding saveplan uses; [`exec::HostTensor`] reads
+//! and writes elements as Rust types ([`exec::TensorElement`]).
+//!
 //! The same plan as TensorFlow files: [`compile::compile`] then
 //! [`export::encode_meta_graph_def`]; the checkpoint alone: [`bundle::BundleReader`].
 
@@ -88,6 +93,21 @@ pub mod export;
 pub mod process;
 pub mod session;
 pub mod trace;
+
+/// What a framework embedding saveplan uses, in one `use saveplan::prelude::*;`: tensors and
+/// their element types (`f16` and `bf16` are the `half` crate's), object-based checkpoints of its own types ([`checkpoint::Saveable`]),
+/// reading values by name, and sessions of spec files.
+pub mod prelude {
+    pub use crate::checkpoint::{
+        Checkpoint, CheckpointError, CheckpointManager, LoadStatus, ManagerOptions, RestoreNode,
+        SaveNode, Saveable, Variable, read_all, read_value, restore_object, save_object,
+    };
+    pub use crate::exec::{HostTensor, TensorElement, TensorError};
+    pub use crate::session::{Session, SessionError, SessionOptions};
+    pub use crate::trace::spec::SpecFile;
+    pub use half::{bf16, f16};
+    pub use saveplan_ir::DType;
+}
 
 /// The examples of `README.md` and `docs/`: each page's `rust` blocks compile and run as
 /// doctests, as printed; `tests/it/docs_examples.rs` runs their `console` blocks and checks
@@ -114,6 +134,8 @@ mod doc_examples {
     struct Objects;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
+    #[doc = include_str!("../docs/rust-api.md")]
+    struct RustApi;
     #[doc = include_str!("../docs/spec-format.md")]
     struct SpecFormat;
     #[doc = include_str!("../docs/testing.md")]

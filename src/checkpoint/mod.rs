@@ -27,11 +27,13 @@
 //! ```
 
 mod build;
+mod framework;
 mod graph_mode;
 mod latest;
 mod manager;
 mod names;
 mod prune;
+mod read;
 mod restore;
 mod save;
 mod spec;
@@ -43,11 +45,13 @@ use std::path::{Path, PathBuf};
 pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
 };
+pub use framework::{RestoreNode, SaveNode, Saveable, Variable, restore_object, save_object};
 pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use names::full_name_keys;
 pub use prune::without_attributes_of;
+pub use read::{read_all, read_value, resolve_name};
 pub use save::{Checkpoint, SAVE_COUNTER, SAVE_COUNTER_KEY, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
@@ -341,6 +345,42 @@ pub enum CheckpointError {
         /// The IO error.
         #[source]
         source: std::io::Error,
+    },
+    /// A [`Saveable`] asked, while restoring, for a child or attribute it did not list when
+    /// saved.
+    #[error("object `{path}` saved no child or attribute named `{name}`")]
+    NotSaved {
+        /// The object's path (`(root).model`).
+        path: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// A [`Saveable`] lists one of the objects it is a child of as its child.
+    #[error("object `{path}` lists `{name}`, one of the objects it is reached through, as a child")]
+    Cycle {
+        /// The object's path.
+        path: String,
+        /// The child's name.
+        name: String,
+    },
+    /// A tensor of the wrong kind (a framework's [`Saveable::restore`] reading its values).
+    #[error(transparent)]
+    Tensor(#[from] crate::exec::TensorError),
+    /// A name that is no key, object path or full name of a checkpoint's values.
+    #[error("{prefix}: no value named `{name}` (by key, object path or full name)")]
+    NoSuchValue {
+        /// The checkpoint prefix.
+        prefix: String,
+        /// The name given.
+        name: String,
+    },
+    /// A name that means several values of a checkpoint.
+    #[error("`{name}` names several values: {}", candidates.join(", "))]
+    AmbiguousName {
+        /// The name given.
+        name: String,
+        /// The keys of the values it names.
+        candidates: Vec<String>,
     },
 }
 

@@ -67,6 +67,7 @@ pub mod scheduler;
 pub mod step;
 pub(crate) mod sync;
 pub mod tensor;
+mod typed;
 pub mod variables;
 
 pub use backend::{Backend, UnknownBackend};
@@ -82,6 +83,7 @@ pub use plan::{
 };
 pub use step::{RunContext, StepEvent};
 pub use tensor::{HostTensor, ResourceHandle, TensorData, TensorError, Value};
+pub use typed::TensorElement;
 pub use variables::{
     VarKey, VarKeyRef, VarSlot, VariableError, VariableReader, VariableStore, VariableWriter,
 };

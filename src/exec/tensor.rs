@@ -149,6 +149,30 @@ pub enum TensorError {
         /// The values stored.
         n_values: usize,
     },
+    /// Elements read as a Rust type of another dtype ([`HostTensor::to_vec`]).
+    #[error("a {dtype} tensor cannot be read as {requested} elements")]
+    ElementType {
+        /// The tensor's dtype.
+        dtype: DType,
+        /// The dtype of the type asked for.
+        requested: DType,
+    },
+    /// Elements that cannot be viewed in place ([`HostTensor::as_slice`]).
+    #[error("cannot view the elements of a {dtype} tensor in place: {reason}")]
+    NoView {
+        /// The dtype.
+        dtype: DType,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// A conversion some values would not survive ([`HostTensor::cast`]).
+    #[error("cannot cast a {from} tensor to {to} without loss")]
+    LossyCast {
+        /// The tensor's dtype.
+        from: DType,
+        /// The dtype asked for.
+        to: DType,
+    },
     /// A constant whose values are stored in a field that does not fit its dtype.
     #[error("a {dtype} constant cannot store its values in `{field}`")]
     ValuesMismatch {

@@ -35,6 +35,7 @@ mod exec_kernels;
 mod exec_plan;
 mod exec_snapshots;
 mod export_roundtrip;
+mod framework;
 mod fuzz;
 mod fuzz_journal;
 mod fuzz_objects;
