@@ -375,7 +375,7 @@ pub enum CheckpointError {
         name: String,
     },
     /// A name that means several values of a checkpoint.
-    #[error("`{name}` names several values: {}", candidates.join(", "))]
+    #[error("`{name}` names {} values: {}{}", candidates.len(), candidates[..candidates.len().min(5)].join(", "), if candidates.len() > 5 { ", …" } else { "" })]
     AmbiguousName {
         /// The name given.
         name: String,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph, VARIABLE_VALUE};
+use saveplan_ir::object_graph::{GraphIndex, OBJECT_GRAPH_KEY, ObjectGraph, VARIABLE_VALUE};
 
 use super::{CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
@@ -61,19 +61,29 @@ pub fn resolve_name(reader: &BundleReader, name: &str) -> Result<String, Checkpo
     }
 }
 
-/// The keys of the values `name` names in `graph` as an object path or a full name, sorted.
+/// The keys of the values `name` names in `graph` as an object path (along any of an object's
+/// paths: an object shared by two parents is found by both) or a full name, sorted.
 fn name_candidates(graph: &ObjectGraph, name: &str) -> Vec<String> {
+    let index = GraphIndex::new(graph);
     let parts: Vec<&str> = name.split('/').collect();
     let mut keys = Vec::new();
-    for (node, path) in graph.nodes().iter().zip(graph.paths()) {
+    // The object at the path: its variable's value.
+    if let Some(attribute) =
+        (index.node_at(&parts)).and_then(|node| index.attribute(node, VARIABLE_VALUE))
+    {
+        keys.push(attribute.checkpoint_key.clone());
+    }
+    // The object at all but the last name: its attribute of that name.
+    if let Some((last, rest)) = parts.split_last()
+        && let Some(attribute) = index
+            .node_at(rest)
+            .and_then(|node| index.attribute(node, last))
+    {
+        keys.push(attribute.checkpoint_key.clone());
+    }
+    for node in graph.nodes() {
         for attribute in &node.attributes {
-            let by_path = path.as_ref().is_some_and(|path| {
-                (attribute.name == VARIABLE_VALUE && *path == parts)
-                    || parts.split_last().is_some_and(|(last, rest)| {
-                        *last == attribute.name && path.as_slice() == rest
-                    })
-            });
-            if by_path || attribute.full_name == name {
+            if attribute.full_name == name {
                 keys.push(attribute.checkpoint_key.clone());
             }
         }

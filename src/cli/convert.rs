@@ -16,8 +16,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use safetensors::tensor::{SafeTensors, TensorView};
 use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
-use saveplan::checkpoint::without_attributes_of;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectGraph, read_object_graph_bytes};
+use saveplan::checkpoint::{resolve_name, without_attributes_of};
 use saveplan::export::object_graph::{decode, encode};
 
 use super::common::progress_bar;
@@ -39,7 +39,8 @@ pub struct Args {
     #[arg(long)]
     skip_strings: bool,
     /// Checkpoint to safetensors: convert only the keys matching this glob (`*` any run of
-    /// characters, `/` included; `?` one character). Repeatable. The object graph is kept only
+    /// characters, `/` included; `?` one character), or the value a name without wildcards
+    /// names (a key, an object path or a full name). Repeatable. The object graph is kept only
     /// if a glob matches `_CHECKPOINTABLE_OBJECT_GRAPH`.
     #[arg(long = "keys", value_name = "GLOB")]
     keys: Vec<String>,
@@ -71,8 +72,15 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 
 fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::Result<()> {
     let reader = BundleReader::open(prefix)?;
+    // A pattern without wildcards may name a value by object path or full name too.
+    let patterns = (args.keys.iter())
+        .map(|pattern| match pattern.contains(['*', '?']) {
+            true => Ok(pattern.clone()),
+            false => resolve_name(&reader, pattern).map_err(|err| one_line(&err)),
+        })
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let selected =
-        |key: &str| args.keys.is_empty() || args.keys.iter().any(|glob| glob_matches(glob, key));
+        |key: &str| patterns.is_empty() || patterns.iter().any(|glob| glob_matches(glob, key));
     let mut metadata = HashMap::new();
     let mut keys = Vec::new();
     // The object graph, and the keys left out: the graph written names none of them.

@@ -14,10 +14,10 @@ mod objects;
 use saveplan::bundle::{
     BundleReader, DType, Element, Entry, Tensor, Values, decode_element, element_json,
 };
-use saveplan::checkpoint::read_object_graph;
+use saveplan::checkpoint::{read_object_graph, resolve_name};
 use serde_json::{Value, json};
 
-use super::output::out;
+use super::output::{one_line, out};
 use super::values::checkpoint_prefix;
 
 /// Arguments of `saveplan inspect`.
@@ -30,8 +30,10 @@ pub struct Args {
     /// with `--objects` the object graph's nodes.
     #[arg(long)]
     json: bool,
-    /// Print the values of this tensor instead of the listing.
-    #[arg(long, value_name = "KEY", conflicts_with = "objects")]
+    /// Print the values of this tensor instead of the listing: a checkpoint key, or in an
+    /// object-based checkpoint an object path (`model/dense/kernel`) or a variable's full name
+    /// (an ambiguous name lists its candidates).
+    #[arg(long, value_name = "NAME", conflicts_with = "objects")]
     tensor: Option<String>,
     /// Print the object graph of an object-based checkpoint: objects by path, their tensors
     /// with dtype and shape, slot variables under their variable.
@@ -56,7 +58,8 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let out = match (&args.tensor, args.json) {
-        (Some(key), json) => {
+        (Some(name), json) => {
+            let key = &resolve_name(&reader, name).map_err(|err| one_line(&err))?;
             let tensor = reader.read(key)?;
             if json {
                 format!(

@@ -98,7 +98,7 @@ fn inspect_tensor_prints_values() {
     );
     let missing = saveplan(&["inspect", "--tensor", "nope", path_arg(&c1)]);
     assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("`nope` not found"));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no value named `nope`"));
 }
 
 fn load_values(case: &str) -> serde_json::Value {

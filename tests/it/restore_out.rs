@@ -262,3 +262,34 @@ fn urls_are_refused_and_never_become_local_paths() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `inspect --tensor` takes a key, an object path along any of an object's paths (o1's
+/// `encoder/kernel` is stored under its shorter path `shared`) or a full name; a name meaning
+/// several values is one line counting and naming them.
+#[test]
+fn inspect_tensor_takes_object_paths_and_full_names() {
+    let prefix = fixture("obj/o1_module_tree/write/ckpt");
+    let prefix = prefix.to_str().unwrap();
+    let first_line = |name: &str| {
+        let output = saveplan(&["inspect", prefix, "--tensor", name]);
+        let text =
+            String::from_utf8(output.stdout).unwrap() + &String::from_utf8(output.stderr).unwrap();
+        (
+            output.status.success(),
+            text.lines().next().unwrap_or_default().to_owned(),
+        )
+    };
+    let shared = first_line("shared/.ATTRIBUTES/VARIABLE_VALUE");
+    assert!(shared.0, "{shared:?}");
+    assert_eq!(first_line("shared"), shared);
+    assert_eq!(first_line("encoder/kernel"), shared);
+    let (ok, line) = first_line("Variable");
+    assert!(!ok);
+    assert!(
+        line.starts_with("error: `Variable` names 8 values: "),
+        "{line}"
+    );
+    let (ok, line) = first_line("no/such/thing");
+    assert!(!ok);
+    assert!(line.contains("no value named `no/such/thing`"), "{line}");
+}
