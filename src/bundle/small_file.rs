@@ -1,6 +1,6 @@
 //! Small files replaced whole, outside a bundle's journaled commit: the `checkpoint` state
 //! file. A write goes to a temporary name next to the file, `.<name>.tmp<pid>-<n>`, is synced
-//! if asked, and is renamed into place, every step through [`super::fsops`] (so the failpoint
+//! if asked, and is renamed into place, every step through `bundle::fsops` (so the failpoint
 //! tests reach it): the file is always the old one or the new one, whole. The temporary files
 //! that killed writers left (their process is gone) are deleted by the next write.
 
