@@ -15,8 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
-
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::{Attrs, Graph, Module, Op, OpId, Port, VerifyErrors, Versions, verify_module};
 
@@ -35,7 +33,8 @@ pub struct EagerBuilder<'a> {
     graph: Graph,
     run: RunContext<'a>,
     feeds: BTreeMap<String, HostTensor>,
-    outputs: FxHashMap<OpId, Vec<HostTensor>>,
+    /// Each op's outputs once it ran, by [`OpId::index`] (ops are numbered as they are added).
+    outputs: Vec<Option<Vec<HostTensor>>>,
     default_device: DeviceSpec,
     /// The last requested device and what it resolved to: a trace asks for one device op
     /// after op, and resolving it (parse, merge, print) was a tenth of an eager save.
@@ -52,7 +51,7 @@ impl<'a> EagerBuilder<'a> {
             graph: Graph::new(),
             run,
             feeds,
-            outputs: FxHashMap::default(),
+            outputs: Vec::new(),
             default_device: DeviceSpec::parse(DEFAULT_DEVICE)
                 .expect("the default device is a valid device"),
             last_device: None,
@@ -85,7 +84,7 @@ impl<'a> EagerBuilder<'a> {
 
     /// The outputs op `id` produced, when it ran.
     pub fn outputs(&self, id: OpId) -> Option<&[HostTensor]> {
-        self.outputs.get(&id).map(Vec::as_slice)
+        self.outputs.get(id.index())?.as_deref()
     }
 
     /// The ops that ran, in order, as a graph.
@@ -117,7 +116,8 @@ impl<'a> EagerBuilder<'a> {
                     let value = match port {
                         Port::Index(index) => self
                             .outputs
-                            .get(src)
+                            .get(src.index())
+                            .and_then(Option::as_ref)
                             .and_then(|outputs| outputs.get(*index as usize)),
                         Port::Named { .. } => None,
                     };
@@ -138,7 +138,10 @@ impl<'a> EagerBuilder<'a> {
                 kernel.run(&cx, &values).map_err(op_error)?
             }
         };
-        self.outputs.insert(id, outputs);
+        if self.outputs.len() <= id.index() {
+            self.outputs.resize_with(id.index() + 1, || None);
+        }
+        self.outputs[id.index()] = Some(outputs);
         Ok(())
     }
 
