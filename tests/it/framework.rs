@@ -170,7 +170,7 @@ fn values_read_by_key_object_path_or_full_name() {
     );
     assert_eq!(
         err.to_string(),
-        "`Variable` names several values: layers/0/bias/.ATTRIBUTES/VARIABLE_VALUE, \
+        "`Variable` names 4 values: layers/0/bias/.ATTRIBUTES/VARIABLE_VALUE, \
          layers/0/kernel/.ATTRIBUTES/VARIABLE_VALUE, layers/1/bias/.ATTRIBUTES/VARIABLE_VALUE, \
          layers/1/kernel/.ATTRIBUTES/VARIABLE_VALUE"
     );
