@@ -11,7 +11,7 @@
 //! flips, spans overwritten, inserted or deleted, truncation).
 //!
 //! The suite runs a small budget; a long run is
-//! `SAVEPLAN_FUZZ_ITERATIONS=100000 cargo test --release --test it fuzz` (iterations per
+//! `SAVEPLAN_FUZZ_ITERATIONS=100000 cargo test --test it fuzz` (iterations per
 //! target; `SAVEPLAN_FUZZ_SEED` picks the seed). A failure prints the seed, the iteration and
 //! the mutation, and keeps the input under `target/fuzz-findings/`, to be copied into
 //! `tests/inputs/graph/err/` (graph files) with its snapshot.
