@@ -23,7 +23,7 @@ use saveplan::export::object_graph::{decode, encode};
 use super::common::progress_bar;
 use super::output::one_line;
 use super::values::{
-    checkpoint_prefix, from_safetensors, prepare_out, set_new_file_mode, to_safetensors,
+    checkpoint_prefix, from_safetensors, prepare_out, serialize_to_file, to_safetensors,
 };
 
 /// Arguments of `saveplan convert`.
@@ -164,10 +164,7 @@ fn checkpoint_to_safetensors(prefix: &Path, dst: &Path, args: &Args) -> anyhow::
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let metadata = (!metadata.is_empty()).then_some(metadata);
-    safetensors::tensor::serialize_to_file(views, metadata, dst)
-        .map_err(|err| one_line(&err))
-        .with_context(|| format!("{}: cannot write", dst.display()))?;
-    set_new_file_mode(dst)
+    serialize_to_file(views, metadata, dst)
 }
 
 /// Whether `key` matches `glob`: `*` matches any run of characters, `?` one character.

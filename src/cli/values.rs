@@ -240,8 +240,34 @@ pub fn write_safetensors(
             TensorView::new(dtype, shape, bytes).with_context(|| format!("tensor `{key}`"))?;
         views.push((key.clone(), view));
     }
-    safetensors::tensor::serialize_to_file(views, None, path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    serialize_to_file(views, None, path)
+}
+
+/// Writes a `.safetensors` file of `views` (and `metadata`) at `path`, with the mode a new file
+/// gets. A failure is `PATH: cannot write: CAUSE`, the cause said once: the safetensors
+/// crate's error repeats its IO error and the temporary file's name in its sources.
+pub fn serialize_to_file<'a>(
+    views: Vec<(String, TensorView<'a>)>,
+    metadata: Option<std::collections::HashMap<String, String>>,
+    path: &Path,
+) -> anyhow::Result<()> {
+    if let Err(err) = safetensors::tensor::serialize_to_file(views, metadata, path) {
+        // An IO error is said by its kind: its message names the temporary file.
+        let mut cause: &(dyn std::error::Error + 'static) = &err;
+        loop {
+            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                bail!(
+                    "{}: cannot write: {}",
+                    path.display(),
+                    std::io::Error::from(io.kind())
+                );
+            }
+            match cause.source() {
+                Some(source) => cause = source,
+                None => bail!("{}: cannot write: {err}", path.display()),
+            }
+        }
+    }
     set_new_file_mode(path)
 }
 

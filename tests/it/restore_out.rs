@@ -293,3 +293,27 @@ fn inspect_tensor_takes_object_paths_and_full_names() {
     assert!(!ok);
     assert!(line.contains("no value named `no/such/thing`"), "{line}");
 }
+
+/// A `.safetensors` output that cannot be written says why once, without the temporary
+/// file's name (the safetensors crate's error repeated its IO error and that name).
+#[test]
+fn a_safetensors_write_failure_is_said_once() {
+    let prefix = fixture("ckpt/c4_two_cpus_one_task/ckpt");
+    // procfs refuses new files, even to root.
+    let output = saveplan(&[
+        "convert",
+        prefix.to_str().unwrap(),
+        "/proc/values.safetensors",
+    ]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: /proc/values.safetensors: cannot write: "),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(".tmp") && !stderr.contains("at path"),
+        "{stderr}"
+    );
+}
