@@ -56,6 +56,7 @@ pub const MAX_OBJECT_PATH_BYTES: u64 = 1 << 28;
 
 /// The id of a node: its index in [`ObjectGraph::nodes`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
 pub struct NodeId(pub u32);
 
 impl NodeId {
@@ -76,12 +77,14 @@ impl std::fmt::Display for NodeId {
 
 /// A checkpoint's object graph (`TrackableObjectGraph`). Every id in it names a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ObjectGraph {
     nodes: Vec<ObjectNode>,
 }
 
 /// One object (`TrackableObject`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ObjectNode {
     /// Named edges to children, in the object's own order.
     pub children: Vec<ChildRef>,
@@ -90,6 +93,7 @@ pub struct ObjectNode {
     /// On an optimizer: its slot variables.
     pub slot_variables: Vec<SlotVariable>,
     /// The registered saver that saves this object, if any.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub registered_saver: Option<RegisteredSaver>,
     /// Whether the object or anything reachable from it has values; `None` when the field was
     /// absent (TensorFlow 2.21 always writes it, see [`ObjectGraph::computed_has_values`]).
@@ -98,6 +102,7 @@ pub struct ObjectNode {
 
 /// A named edge to a child (`ObjectReference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ChildRef {
     /// The child.
     pub node_id: NodeId,
@@ -107,6 +112,7 @@ pub struct ChildRef {
 
 /// One saved tensor of an object (`SerializedTensor`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Attribute {
     /// The attribute name (`VARIABLE_VALUE` for a variable).
     pub name: String,
@@ -118,6 +124,7 @@ pub struct Attribute {
 
 /// A slot variable of an optimizer (`SlotVariableReference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct SlotVariable {
     /// The variable the slot belongs to.
     pub original_variable_node_id: NodeId,
@@ -129,6 +136,7 @@ pub struct SlotVariable {
 
 /// A saver registered for an object (`RegisteredSaver`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RegisteredSaver {
     /// The registered name of the saver.
     pub name: String,

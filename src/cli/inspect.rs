@@ -47,10 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if args.objects {
         let graph = read_object_graph(&reader)?;
         let out = if args.json {
-            format!(
-                "{}\n",
-                serde_json::to_string_pretty(&objects::json(&graph))?
-            )
+            format!("{}\n", objects::json(&graph)?)
         } else {
             objects::tree(&graph, &reader)
         };

@@ -358,6 +358,7 @@ fn the_ir_and_proto_crates_depend_on_nothing_of_ours() {
         "petgraph",
         "rayon",
         "rustc-hash",
+        "serde",
         "smallvec",
         "thiserror",
     ];

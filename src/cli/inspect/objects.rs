@@ -61,90 +61,16 @@ pub fn tree(graph: &ObjectGraph, reader: &BundleReader) -> String {
 }
 
 /// `--objects --json`: `{"nodes": [...]}`, one object per node in node order, every field
-/// present, in the protobuf's field order.
-pub fn json(graph: &ObjectGraph) -> GraphJson<'_> {
-    let nodes = graph
-        .nodes()
-        .iter()
-        .zip(graph.computed_has_values())
-        .map(|(node, computed)| NodeJson {
-            children: node
-                .children
-                .iter()
-                .map(|child| ChildJson {
-                    node_id: child.node_id.0,
-                    local_name: &child.local_name,
-                })
-                .collect(),
-            attributes: node
-                .attributes
-                .iter()
-                .map(|attribute| AttributeJson {
-                    name: &attribute.name,
-                    full_name: &attribute.full_name,
-                    checkpoint_key: &attribute.checkpoint_key,
-                })
-                .collect(),
-            slot_variables: node
-                .slot_variables
-                .iter()
-                .map(|slot| SlotJson {
-                    original_variable_node_id: slot.original_variable_node_id.0,
-                    slot_name: &slot.slot_name,
-                    slot_variable_node_id: slot.slot_variable_node_id.0,
-                })
-                .collect(),
-            registered_saver: node.registered_saver.as_ref().map(|saver| SaverJson {
-                name: &saver.name,
-                object_name: &saver.object_name,
-            }),
-            has_checkpoint_values: node.has_checkpoint_values.unwrap_or(computed),
-        })
-        .collect();
-    GraphJson { nodes }
-}
-
-/// `inspect --objects --json`.
-#[derive(serde::Serialize)]
-pub struct GraphJson<'a> {
-    nodes: Vec<NodeJson<'a>>,
-}
-
-/// One node; `registered_saver` only when set, `has_checkpoint_values` computed when absent.
-#[derive(serde::Serialize)]
-struct NodeJson<'a> {
-    children: Vec<ChildJson<'a>>,
-    attributes: Vec<AttributeJson<'a>>,
-    slot_variables: Vec<SlotJson<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    registered_saver: Option<SaverJson<'a>>,
-    has_checkpoint_values: bool,
-}
-
-#[derive(serde::Serialize)]
-struct ChildJson<'a> {
-    node_id: u32,
-    local_name: &'a str,
-}
-
-#[derive(serde::Serialize)]
-struct AttributeJson<'a> {
-    name: &'a str,
-    full_name: &'a str,
-    checkpoint_key: &'a str,
-}
-
-#[derive(serde::Serialize)]
-struct SlotJson<'a> {
-    original_variable_node_id: u32,
-    slot_name: &'a str,
-    slot_variable_node_id: u32,
-}
-
-#[derive(serde::Serialize)]
-struct SaverJson<'a> {
-    name: &'a str,
-    object_name: &'a str,
+/// present in the protobuf's field order (the IR's own `Serialize`), `registered_saver` only
+/// when set, `has_checkpoint_values` computed where the checkpoint left it out.
+pub fn json(graph: &ObjectGraph) -> anyhow::Result<String> {
+    let computed = graph.computed_has_values();
+    let mut nodes = graph.nodes().to_vec();
+    for (node, computed) in nodes.iter_mut().zip(computed) {
+        node.has_checkpoint_values.get_or_insert(computed);
+    }
+    let graph = ObjectGraph::new(nodes)?;
+    Ok(serde_json::to_string_pretty(&graph)?)
 }
 
 fn join(parent: Option<&str>, local_name: &str) -> String {
