@@ -215,9 +215,8 @@ impl BundleReader {
 
 /// Asks the kernel to back the pages of `out` now, in one call, with transparent huge pages
 /// where it can, instead of one 4 KiB page fault at a time as the read first touches them (a
-/// fresh 64 MiB buffer is 16384 faults otherwise). On `big` this took the copying read from
-/// ≈1.0 s to ≈0.3–0.5 s. Only hints: errors (e.g. kernels before 5.14 without
-/// `MADV_POPULATE_WRITE`) are ignored.
+/// fresh 64 MiB buffer is 16384 faults otherwise; docs/benchmarks.md has the figures). Only
+/// hints: errors (e.g. kernels before 5.14 without `MADV_POPULATE_WRITE`) are ignored.
 #[cfg(target_os = "linux")]
 pub(super) fn prefault(out: &mut [u8]) {
     let page = 4096;
