@@ -39,8 +39,9 @@ PYO3_PYTHON="${PYO3_PYTHON:-python3}" cargo clippy --manifest-path python/Cargo.
 
 step "build the wheel (pip wheel ./python)"
 python3 -m venv "$work/venv"
-# JAX runs the JAX recipe of docs/python.md (tests/core/test_docs_examples.py).
-"$work/venv/bin/pip" install "${pip_quiet[@]}" numpy ml_dtypes pytest jax
+# JAX and PyTorch run the recipes of docs/python.md (tests/core/test_docs_examples.py) and
+# the BERT conversion script (tests/core/test_recipes.py).
+"$work/venv/bin/pip" install "${pip_quiet[@]}" numpy ml_dtypes pytest jax torch
 "$work/venv/bin/pip" wheel "${pip_quiet[@]}" --no-deps --wheel-dir "$work/wheels" ./python
 wheel="$(ls "$work"/wheels/saveplan-*.whl)"
 echo "$(basename "$wheel")"

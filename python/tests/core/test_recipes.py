@@ -52,3 +52,30 @@ def test_bert_names_and_kernels(tmp_prefix):
     np.testing.assert_array_equal(
         state["cls.seq_relationship.weight"], tensors["cls/seq_relationship/output_weights"]
     )
+
+
+def test_the_script_writes_a_state_dict_pytorch_loads(tmp_path):
+    """The script end to end, as its docstring runs it: PyTorch loads the `.bin` it writes and
+    holds the transposed kernels."""
+    import subprocess
+    import sys
+
+    import torch
+
+    rng = np.random.default_rng(1)
+    kernel = rng.standard_normal((4, 6)).astype(np.float32)
+    prefix = str(tmp_path / "bert_model.ckpt")
+    saveplan.save(prefix, {
+        "bert/encoder/layer_0/attention/self/query/kernel": kernel,
+        "bert/encoder/layer_0/attention/self/query/bias": np.arange(6, dtype=np.float32),
+        "global_step": np.int64(3),
+    })
+    out = tmp_path / "pytorch_model.bin"
+    done = subprocess.run([sys.executable, str(SCRIPT), prefix, str(out)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == f"wrote 2 tensors to {out}"
+    state = torch.load(out)
+    assert sorted(state) == ["bert.encoder.layer.0.attention.self.query.bias",
+                             "bert.encoder.layer.0.attention.self.query.weight"]
+    assert torch.equal(state["bert.encoder.layer.0.attention.self.query.weight"],
+                       torch.from_numpy(kernel.T.copy()))
