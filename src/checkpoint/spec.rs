@@ -34,6 +34,14 @@
 //! one object hangs under two parents, and Keras 3 needs it (a model's weights are also its
 //! optimizer's `_trainable_variables`; TensorFlow binds them through the model before the
 //! optimizer is built).
+//!
+//! Nodes without values and edges in any order (what `saveplan spec` writes, see
+//! [`super::object_spec_of`]): `{"path": […], "object": true}` declares an object holding no
+//! values (a module, list or dict; its children are declared by their own entries), and
+//! `{"path": […], "same_as": […]}` makes `path` another path to the object declared at
+//! `same_as`, that edge taking this entry's place among its parent's children. A top-level
+//! `"root": true` is `tf.train.Checkpoint(root=module)`: the root's children are not sorted
+//! and it has a `root` edge to itself after them.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
