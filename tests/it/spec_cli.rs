@@ -225,3 +225,57 @@ fn object_and_same_as_entries_are_checked() {
         one_line_error(&String::from_utf8(save.stderr).unwrap(), expected);
     }
 }
+
+#[test]
+fn save_and_restore_read_the_spec_from_standard_input() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let fixture = "tests/fixtures/tf-2.21/obj/o2_optimizer/keras/ckpt-1";
+    let spec = saveplan(&["spec", fixture]);
+    assert!(spec.status.success());
+    let out = tempfile::tempdir().unwrap();
+    let written = out.path().join("q");
+    let restored = out.path().join("r.safetensors");
+    let runs: [&[&str]; 2] = [
+        &[
+            "save",
+            "-",
+            "--values",
+            fixture,
+            "--prefix",
+            written.to_str().unwrap(),
+        ],
+        &[
+            "restore",
+            "-",
+            "--prefix",
+            written.to_str().unwrap(),
+            "--out",
+            restored.to_str().unwrap(),
+            "--expect",
+            "consumed",
+        ],
+    ];
+    for args in runs {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_saveplan"))
+            .args(args)
+            .current_dir(root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&spec.stdout).unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read(written.with_extension("index")).unwrap(),
+        std::fs::read(format!("{}/{fixture}.index", root().display())).unwrap()
+    );
+    assert!(restored.exists());
+}
