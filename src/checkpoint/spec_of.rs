@@ -199,9 +199,9 @@ fn attribute_entries(
         && reader.entry(&attribute.checkpoint_key).is_some()
     {
         let mut entry = entry_of(&attribute.checkpoint_key)?;
-        entry.name = Some(attribute.full_name.clone());
-        if path == [SAVE_COUNTER] && id.index() != 0 {
-            entry.name = None;
+        // The checkpoint's own counter is written under its own name, whatever an entry says.
+        if path != [SAVE_COUNTER] {
+            entry.name = Some(attribute.full_name.clone());
         }
         return Ok(vec![entry]);
     }
