@@ -45,8 +45,9 @@ fn build(
         held.push(hold(&key, dtype, values)?);
         entries.push(ObjectEntry {
             path: path.clone(),
+            object: false,
             dtype: dtype_name.clone(),
-            shape: shape.clone(),
+            shape: Some(shape.clone()),
             device: None,
             name: None,
             slot: slot.as_ref().map(|(variable, optimizer, name)| SlotSpec {
@@ -57,11 +58,13 @@ fn build(
             attribute: None,
             suffix: None,
             also: also.clone(),
+            same_as: None,
         });
     }
     let spec = ObjectSpec {
         objects: entries,
         options: None,
+        root: false,
     };
     let (_, keys) = spec.object_graph().map_err(|err| from_spec(py, err))?;
     let mut values = BTreeMap::new();
@@ -306,6 +309,7 @@ impl Manager {
         let empty = ObjectSpec {
             objects: Vec::new(),
             options: None,
+            root: false,
         };
         py.detach(|| {
             let checkpoint = checkpoint_of(&empty, BTreeMap::new(), None)?;

@@ -37,6 +37,7 @@ mod read;
 mod restore;
 mod save;
 mod spec;
+mod spec_of;
 mod status;
 mod writer;
 
@@ -57,6 +58,7 @@ pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
 pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
+pub use spec_of::{object_spec_of, plain_spec_of};
 pub use status::{
     Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
     RestoreReport, TensorType, ValueStatus,
@@ -80,6 +82,14 @@ pub enum CheckpointError {
     NameBased {
         /// The checkpoint prefix.
         prefix: PathBuf,
+    },
+    /// A spec cannot describe a checkpoint so that saving its values writes it again.
+    #[error("{}: no spec writes this checkpoint again: {reason}", prefix.display())]
+    NoSpec {
+        /// The checkpoint prefix.
+        prefix: PathBuf,
+        /// What a spec cannot say.
+        reason: String,
     },
     /// The `_CHECKPOINTABLE_OBJECT_GRAPH` tensor is not a string scalar.
     #[error(

@@ -34,13 +34,21 @@
 //! one object hangs under two parents, and Keras 3 needs it (a model's weights are also its
 //! optimizer's `_trainable_variables`; TensorFlow binds them through the model before the
 //! optimizer is built).
+//!
+//! Nodes without values and edges in any order (what `saveplan spec` writes, see
+//! [`super::object_spec_of`]): `{"path": […], "object": true}` declares an object holding no
+//! values (a module, list or dict; its children are declared by their own entries), and
+//! `{"path": […], "same_as": […]}` makes `path` another path to the object declared at
+//! `same_as`, that edge taking this entry's place among its parent's children. A top-level
+//! `"root": true` is `tf.train.Checkpoint(root=module)`: the root's children are not sorted
+//! and it has a `root` edge to itself after them.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use saveplan_ir::DType;
 use saveplan_ir::object_graph::{GraphIndex, ObjectGraph, VARIABLE_VALUE};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     Checkpoint, CheckpointError, Object, SAVE_COUNTER, SAVE_COUNTER_KEY, build_object_graph,
@@ -51,56 +59,73 @@ use crate::trace::TraceOptions;
 use crate::trace::spec::{OptionsSpec, SpecFile};
 
 /// A parsed object spec.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectSpec {
     /// The variables, in order.
     pub objects: Vec<ObjectEntry>,
     /// `CheckpointOptions`; `null` or absent for the defaults.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<OptionsSpec>,
+    /// `tf.train.Checkpoint(root=module)`: the root is the module, its children keep their
+    /// order of first appearance (not sorted) and it has a `root` edge to itself, after them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub root: bool,
 }
 
 /// One variable of an object spec.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectEntry {
     /// The local names from the checkpoint to the variable; empty for a slot variable.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path: Vec<String>,
-    /// The dtype by TensorFlow name (`float32`, `int64`, …).
+    /// A node that holds no values (a module, list or dict, possibly with no children):
+    /// then `dtype`, `shape`, `name`, `attribute`, `suffix` and `slot` are absent, and the
+    /// objects below it are declared by their own entries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub object: bool,
+    /// The dtype by TensorFlow name (`float32`, `int64`, …); required but for `object`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dtype: String,
-    /// The shape.
-    pub shape: Vec<i64>,
+    /// The shape; required but for `object`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<i64>>,
     /// The device; the local CPU when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
     /// The variable's name (`full_name`); `Variable` when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Set for a slot variable (then `path` is empty).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<SlotSpec>,
     /// A named tensor of the object at `path` instead of a variable: the attribute name as
     /// the object graph stores it (`_serialize_to_tensors` names escaped once, `py_state`,
     /// a legacy saveable's name such as `table`). Several entries may name attributes of one
     /// object. Absent: the object is a variable (`VARIABLE_VALUE`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribute: Option<String>,
     /// For a legacy saveable whose bundle keys extend its checkpoint key (`-keys`,
     /// `-values` of a `MutableHashTable`'s `table`, `_STATE` of an iterator's `ITERATOR`):
     /// this value's suffix. One entry per suffix.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suffix: Option<String>,
     /// More paths to the same variable (an object reached several ways, as Keras 3 models
     /// and optimizers share their weights): one node, an edge from each parent. Its key
-    /// uses the first-discovered path, as TensorFlow's does.
-    #[serde(default)]
+    /// uses the first-discovered path, as TensorFlow's does. On an `object` entry: more
+    /// paths to that module.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Vec<String>>,
+    /// This entry's `path` is another path to the object at this path, declared by another
+    /// entry (an `also` given at its own place, so that the edge takes that place among its
+    /// parent's children); the entry then has no other field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<Vec<String>>,
 }
 
 /// Which slot a slot variable is.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlotSpec {
     /// The path of the variable it is a slot of.
@@ -223,6 +248,34 @@ pub enum ObjectSpecError {
         /// The entry's index.
         index: usize,
     },
+    /// An entry holding a value has no `shape`.
+    #[error("entry {index}: no `shape` (only an `object` entry has none)")]
+    MissingShape {
+        /// The entry's index.
+        index: usize,
+    },
+    /// An `object` entry with a value's fields, or without a path.
+    #[error(
+        "entry {index}: an `object` or `same_as` entry has a `path` and no `dtype`, `shape`, `name`, `device`, `attribute`, `suffix` or `slot` (nor `also`, with `same_as`)"
+    )]
+    ObjectWithValues {
+        /// The entry's index.
+        index: usize,
+    },
+    /// A `same_as` path no entry declares.
+    #[error("entry {index}: `same_as` names `{path}`, which no entry declares")]
+    NoSuchObject {
+        /// The entry's index.
+        index: usize,
+        /// The path named.
+        path: String,
+    },
+    /// An `also` path inside the module it names.
+    #[error("`{path}` is another path to a module it is inside of")]
+    Cycle {
+        /// The alias's path.
+        path: String,
+    },
     /// Building the object graph or the checkpoint failed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -240,8 +293,25 @@ struct TreeNode {
     is_variable: bool,
     /// The attribute names and suffixes of the others.
     values: HashSet<(String, Option<String>)>,
-    /// Set when this node is another path to the variable of that entry.
+    /// Set when this node is another path to the variable or module of that entry.
     alias_of: Option<usize>,
+    /// Declared by an `object` entry (a module, which may have children).
+    declared: bool,
+}
+
+impl ObjectEntry {
+    /// Whether the entry declares a value (not an `object` or `same_as` entry).
+    pub fn holds_value(&self) -> bool {
+        !self.object && self.same_as.is_none()
+    }
+
+    /// The shape of entry `index` (which holds a value); [`ObjectSpecError::MissingShape`]
+    /// when absent.
+    pub fn dims(&self, index: usize) -> Result<&[i64], ObjectSpecError> {
+        self.shape
+            .as_deref()
+            .ok_or(ObjectSpecError::MissingShape { index })
+    }
 }
 
 impl ObjectSpec {
@@ -262,12 +332,13 @@ impl ObjectSpec {
     /// Whether entry `index` is the checkpoint's own `save_counter` (path `["save_counter"]`,
     /// an int64 scalar; anything else at that path is an error): written and restored as the
     /// counter, not as a child of the root.
-    fn is_counter(&self, index: usize) -> Result<bool, ObjectSpecError> {
+    pub(super) fn is_counter(&self, index: usize) -> Result<bool, ObjectSpecError> {
         let entry = &self.objects[index];
         if entry.slot.is_some() || entry.path != [SAVE_COUNTER] {
             return Ok(false);
         }
-        if entry.dtype != "int64" || !entry.shape.is_empty() || entry.attribute.is_some() {
+        let scalar = entry.shape.as_ref().is_some_and(Vec::is_empty);
+        if entry.dtype != "int64" || !scalar || entry.attribute.is_some() || entry.object {
             return Err(ObjectSpecError::Counter { index });
         }
         Ok(true)
@@ -291,6 +362,10 @@ impl ObjectSpec {
             if self.is_counter(index)? {
                 continue;
             }
+            if !entry.holds_value() {
+                self.declare_object(&mut tree, index)?;
+                continue;
+            }
             match (&entry.slot, entry.path.is_empty()) {
                 (None, false) => {
                     let node = walk(&mut tree, index, &entry.path)?;
@@ -305,7 +380,11 @@ impl ObjectSpec {
                                     .insert((attribute.clone(), entry.suffix.clone()))
                         }
                     };
-                    if clash || tree_node.alias_of.is_some() || !tree_node.children.is_empty() {
+                    if clash
+                        || tree_node.alias_of.is_some()
+                        || tree_node.declared
+                        || !tree_node.children.is_empty()
+                    {
                         return Err(taken(&tree, index, &entry.path, node));
                     }
                     tree_node.is_variable |= entry.attribute.is_none();
@@ -313,10 +392,7 @@ impl ObjectSpec {
                     for path in &entry.also {
                         let alias = walk(&mut tree, index, path)?;
                         let tree_node = &tree[alias];
-                        if tree_node.alias_of.is_some()
-                            || !tree_node.variable.is_empty()
-                            || !tree_node.children.is_empty()
-                        {
+                        if !is_fresh(tree_node) {
                             return Err(taken(&tree, index, path, alias));
                         }
                         tree[alias].alias_of = Some(index);
@@ -332,7 +408,9 @@ impl ObjectSpec {
             }
         }
         // The checkpoint's keyword arguments are set in sorted order.
-        tree[0].children.sort_by(|a, b| a.0.cmp(&b.0));
+        if !self.root {
+            tree[0].children.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         // Pass 2: the objects, leaves first, then modules from the deepest.
         let name = |index: usize| {
             self.objects[index]
@@ -366,13 +444,6 @@ impl ObjectSpec {
             }
             objects[node] = object;
         }
-        for node in 0..tree.len() {
-            if let Some(index) = tree[node].alias_of {
-                let entry = &self.objects[index];
-                let primary = find(&tree, &entry.path).expect("pass 1 created it");
-                objects[node] = objects[primary].clone();
-            }
-        }
         for (index, entry) in self.objects.iter().enumerate() {
             let Some(slot) = &entry.slot else { continue };
             let variable = find(&tree, &slot.variable)
@@ -396,22 +467,65 @@ impl ObjectSpec {
             }
             slot_objects.insert(index, Object::variable(name(index)));
         }
-        for node in (0..tree.len()).rev() {
-            if objects[node].is_some() {
-                continue;
+        // Pass 3: modules and aliases, each after what it refers to (its children; an
+        // alias's object), depth first; an alias inside the module it names is a cycle.
+        let mut expanded = vec![false; tree.len()];
+        for start in (0..tree.len()).rev() {
+            let mut stack = vec![start];
+            while let Some(&node) = stack.last() {
+                if objects[node].is_some() {
+                    stack.pop();
+                    continue;
+                }
+                let target = |index: usize| {
+                    let entry = &self.objects[index];
+                    let path = entry.same_as.as_ref().unwrap_or(&entry.path);
+                    find(&tree, path).ok_or_else(|| ObjectSpecError::NoSuchObject {
+                        index,
+                        path: path_text(path),
+                    })
+                };
+                let pending: Vec<usize> = match tree[node].alias_of {
+                    Some(index) => vec![target(index)?],
+                    None => tree[node]
+                        .children
+                        .iter()
+                        .map(|(_, child)| *child)
+                        .collect(),
+                }
+                .into_iter()
+                .filter(|&dep| objects[dep].is_none())
+                .collect();
+                if !pending.is_empty() {
+                    if std::mem::replace(&mut expanded[node], true) {
+                        return Err(ObjectSpecError::Cycle {
+                            path: path_text(&tree_path(&tree, node)),
+                        });
+                    }
+                    stack.extend(pending);
+                    continue;
+                }
+                stack.pop();
+                if let Some(index) = tree[node].alias_of {
+                    objects[node] = objects[target(index)?].clone();
+                    continue;
+                }
+                let mut object = Object::new();
+                for (child_name, child) in &tree[node].children {
+                    let child = objects[*child].as_ref().expect("children are built first");
+                    object = object.child(child_name.clone(), child);
+                }
+                if node == 0 && self.root {
+                    object = object.child_self("root");
+                }
+                // This node's slots: the keys from (node, "", 0) up to the next node's.
+                let own = (node, String::new(), 0)..(node + 1, String::new(), 0);
+                for ((_, slot_name, variable), index) in slots.range(own) {
+                    let variable = objects[*variable].as_ref().expect("variables are built");
+                    object = object.slot(slot_name, variable, &slot_objects[index]);
+                }
+                objects[node] = Some(object);
             }
-            let mut object = Object::new();
-            for (child_name, child) in &tree[node].children {
-                let child = objects[*child].as_ref().expect("children are built first");
-                object = object.child(child_name.clone(), child);
-            }
-            // This node's slots: the keys from (node, "", 0) up to the next node's.
-            let own = (node, String::new(), 0)..(node + 1, String::new(), 0);
-            for ((_, slot_name, variable), index) in slots.range(own) {
-                let variable = objects[*variable].as_ref().expect("variables are built");
-                object = object.slot(slot_name, variable, &slot_objects[index]);
-            }
-            objects[node] = Some(object);
         }
         let root = objects[0].take().expect("the root is built");
         let graph = build_object_graph(&root)?;
@@ -419,9 +533,52 @@ impl ObjectSpec {
         Ok((graph, keys))
     }
 
-    /// Each entry's checkpoint key in `graph`: each path followed through an index of the
-    /// graph's edges and slots, so the cost is the entries' paths, not their product with a
-    /// node's children.
+    /// Declares the module of `object` entry `index` and its other paths (pass 1).
+    fn declare_object(
+        &self,
+        tree: &mut Vec<TreeNode>,
+        index: usize,
+    ) -> Result<(), ObjectSpecError> {
+        let entry = &self.objects[index];
+        if entry.same_as.is_some() && (entry.object || !entry.also.is_empty()) {
+            return Err(ObjectSpecError::ObjectWithValues { index });
+        }
+        let holds_values = !entry.dtype.is_empty()
+            || entry.shape.is_some()
+            || entry.name.is_some()
+            || entry.attribute.is_some()
+            || entry.suffix.is_some()
+            || entry.slot.is_some()
+            || entry.device.is_some();
+        if holds_values || entry.path.is_empty() {
+            return Err(ObjectSpecError::ObjectWithValues { index });
+        }
+        let node = walk(tree, index, &entry.path)?;
+        if entry.same_as.is_some() {
+            if !is_fresh(&tree[node]) {
+                return Err(taken(tree, index, &entry.path, node));
+            }
+            tree[node].alias_of = Some(index);
+            return Ok(());
+        }
+        let tree_node = &tree[node];
+        if !tree_node.variable.is_empty() || tree_node.alias_of.is_some() || tree_node.declared {
+            return Err(taken(tree, index, &entry.path, node));
+        }
+        tree[node].declared = true;
+        for path in &entry.also {
+            let alias = walk(tree, index, path)?;
+            if !is_fresh(&tree[alias]) {
+                return Err(taken(tree, index, path, alias));
+            }
+            tree[alias].alias_of = Some(index);
+        }
+        Ok(())
+    }
+
+    /// Each entry's checkpoint key in `graph` (`""` for an `object` entry): each path followed
+    /// through an index of the graph's edges and slots, so the cost is the entries' paths, not
+    /// their product with a node's children.
     fn keys(&self, graph: &ObjectGraph) -> Result<Vec<String>, ObjectSpecError> {
         let lookup = GraphIndex::new(graph);
         let node_at = |path: &[String]| lookup.node_at(path);
@@ -429,6 +586,10 @@ impl ObjectSpec {
         for (index, entry) in self.objects.iter().enumerate() {
             if self.is_counter(index)? {
                 keys.push(SAVE_COUNTER_KEY.to_owned());
+                continue;
+            }
+            if !entry.holds_value() {
+                keys.push(String::new());
                 continue;
             }
             let node = match &entry.slot {
@@ -460,24 +621,28 @@ impl ObjectSpec {
     ) -> Result<Checkpoint, ObjectSpecError> {
         let (graph, keys) = self.object_graph()?;
         for (index, (entry, key)) in self.objects.iter().zip(&keys).enumerate() {
+            if !entry.holds_value() {
+                continue;
+            }
+            let entry_shape = entry.dims(index)?;
             let dtype =
                 DType::parse(&entry.dtype).ok_or_else(|| ObjectSpecError::UnknownDType {
                     index,
                     dtype: entry.dtype.clone(),
                 })?;
-            if entry.shape.iter().any(|&dim| dim < 0) {
+            if entry_shape.iter().any(|&dim| dim < 0) {
                 return Err(ObjectSpecError::BadShape {
                     index,
-                    shape: entry.shape.clone(),
+                    shape: entry_shape.to_vec(),
                 });
             }
             if let Some(value) = values.get(key) {
                 let shape: Vec<i64> = value.shape().iter().map(|&dim| dim as i64).collect();
-                if value.dtype() != dtype || shape != entry.shape {
+                if value.dtype() != dtype || shape != entry_shape {
                     return Err(ObjectSpecError::ValueType {
                         key: key.clone(),
                         dtype,
-                        shape: entry.shape.clone(),
+                        shape: entry_shape.to_vec(),
                         found_dtype: value.dtype(),
                         found_shape: value.shape().to_vec(),
                     });
@@ -512,6 +677,10 @@ impl ObjectSpec {
         let (_, keys) = self.object_graph()?;
         let mut values = BTreeMap::new();
         for (index, (entry, key)) in self.objects.iter().zip(keys).enumerate() {
+            if !entry.holds_value() {
+                continue;
+            }
+            let entry_shape = entry.dims(index)?;
             let dtype =
                 DType::parse(&entry.dtype).ok_or_else(|| ObjectSpecError::UnknownDType {
                     index,
@@ -519,10 +688,9 @@ impl ObjectSpec {
                 })?;
             let bad_shape = || ObjectSpecError::BadShape {
                 index,
-                shape: entry.shape.clone(),
+                shape: entry_shape.to_vec(),
             };
-            let shape = entry
-                .shape
+            let shape = entry_shape
                 .iter()
                 .map(|&dim| u64::try_from(dim).map_err(|_| bad_shape()))
                 .collect::<Result<Vec<u64>, _>>()?;
@@ -534,7 +702,7 @@ impl ObjectSpec {
                 } else {
                     dtype
                 },
-                shape: Some(saveplan_ir::Shape::from_dims(&entry.shape)),
+                shape: Some(saveplan_ir::Shape::from_dims(entry_shape)),
                 version_number: 0,
                 values: saveplan_ir::TensorValues::Empty,
             }
@@ -543,7 +711,7 @@ impl ObjectSpec {
                 return Err(ObjectSpecError::TooLarge {
                     index,
                     dtype,
-                    shape: entry.shape.clone(),
+                    shape: entry_shape.to_vec(),
                     bytes,
                 });
             }
@@ -589,7 +757,7 @@ fn check_declared(
     let declared: std::collections::BTreeSet<&str> = keys
         .iter()
         .map(String::as_str)
-        .filter(|key| *key != SAVE_COUNTER_KEY)
+        .filter(|key| *key != SAVE_COUNTER_KEY && !key.is_empty())
         .collect();
     let missing: Vec<&str> = declared
         .iter()
@@ -635,6 +803,32 @@ fn walk(tree: &mut Vec<TreeNode>, index: usize, path: &[String]) -> Result<usize
         };
     }
     Ok(node)
+}
+
+/// Whether nothing was declared at a node yet (no values, alias, children or `object` entry).
+fn is_fresh(node: &TreeNode) -> bool {
+    node.variable.is_empty()
+        && node.alias_of.is_none()
+        && !node.declared
+        && node.children.is_empty()
+}
+
+/// The path of a node of the tree, for a message.
+fn tree_path(tree: &[TreeNode], node: usize) -> Vec<String> {
+    // Each node's parent, found from the children lists (only for an error).
+    let mut path = Vec::new();
+    let mut at = node;
+    while let Some((parent, name)) = (tree.iter().enumerate()).find_map(|(parent, n)| {
+        n.children
+            .iter()
+            .find(|(_, c)| *c == at)
+            .map(|(name, _)| (parent, name))
+    }) {
+        path.push(name.clone());
+        at = parent;
+    }
+    path.reverse();
+    path
 }
 
 fn find(tree: &[TreeNode], path: &[String]) -> Option<usize> {

@@ -64,18 +64,28 @@ fn check_object_spec(path: &Path, text: &str) -> anyhow::Result<ExitCode> {
     let spec = ObjectSpec::parse(text).map_err(|err| one_line(&err))?;
     let mut problems = Vec::new();
     for (index, entry) in spec.objects.iter().enumerate() {
+        if !entry.holds_value() {
+            continue;
+        }
         if DType::parse(&entry.dtype).is_none_or(|dtype| dtype.name().is_none()) {
             problems.push(format!("entry {index}: unknown dtype `{}`", entry.dtype));
         }
-        if entry.shape.iter().any(|&dim| dim < 0) {
-            problems.push(format!("entry {index}: invalid shape {:?}", entry.shape));
+        match entry.dims(index) {
+            Ok(shape) if shape.iter().any(|&dim| dim < 0) => {
+                problems.push(format!("entry {index}: invalid shape {shape:?}"));
+            }
+            Ok(_) => {}
+            Err(err) => problems.push(err.to_string()),
         }
     }
     if let Err(err) = spec.trace_options() {
         problems.push(one_line(&err).to_string());
     }
     let objects = match spec.object_graph() {
-        Ok((graph, keys)) => Some((graph.nodes().len(), keys.len())),
+        Ok((graph, keys)) => Some((
+            graph.nodes().len(),
+            keys.iter().filter(|key| !key.is_empty()).count(),
+        )),
         Err(err) => {
             problems.push(one_line(&err).to_string());
             None

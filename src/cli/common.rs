@@ -40,6 +40,18 @@ pub fn prefault(bytes: usize) {
     }
 }
 
+/// The text of the spec file at `path`, or of standard input for `-` (so that
+/// `saveplan spec P | saveplan save - …` works); an error names the file.
+pub fn read_spec_text(path: &Path) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if path == Path::new("-") {
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("standard input: cannot read the spec")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+}
+
 /// Reads, parses and compiles a spec file; errors name the file and fit on one line.
 pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
     let text = std::fs::read_to_string(path)

@@ -14,6 +14,7 @@ mod recover;
 mod restore;
 mod run;
 mod save;
+mod spec;
 mod values;
 mod verify;
 
@@ -50,6 +51,8 @@ enum Command {
     /// Trace a spec, restore a TF checkpoint and write the values as .safetensors; with an
     /// object spec restore by object (report, --expect).
     Restore(restore::Args),
+    /// Print the spec of a checkpoint (an object spec by object), which `save` writes again byte for byte.
+    Spec(spec::Args),
     /// Run the save or restore plan of a MetaGraphDef / GraphDef (ours or TensorFlow's).
     Run(run::Args),
 }
@@ -69,6 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Check(args) => check::run(args),
         Command::Save(args) => save::run(args),
         Command::Restore(args) => restore::run(args),
+        Command::Spec(args) => spec::run(args),
         Command::Run(args) => run::run(args),
     }
 }

@@ -38,6 +38,7 @@ pub struct Args {
     /// variable `name` when the checkpoint has no object graph (a TF1 `Saver` checkpoint). A
     /// plain spec on an object-based checkpoint finds each key missing from it as an
     /// attribute's `full_name` (as a TF1 `Saver` does) and keeps the spec's keys in the output.
+    /// `-` reads the spec from standard input.
     spec: PathBuf,
     /// The checkpoint prefix to read (the path without `.index`), or a directory or
     /// `checkpoint` state file, meaning its latest checkpoint.
@@ -75,8 +76,7 @@ enum Expect {
 
 /// Runs `saveplan restore`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let text = std::fs::read_to_string(&args.spec)
-        .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    let text = super::common::read_spec_text(&args.spec)?;
     // Where the values go is checked (and its folders made) before anything is read.
     prepare_out(&args.out)?;
     if ObjectSpec::is_object_spec(&text) {

@@ -22,7 +22,8 @@ use super::values::with_values_read_beside;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The spec file (JSON: variables and options), or an object spec (JSON: `objects`, the
-    /// variables of a `tf.train.Checkpoint` tree by path, and options).
+    /// variables of a `tf.train.Checkpoint` tree by path, and options); `-` reads it from
+    /// standard input (`saveplan spec P | saveplan save - --values P --prefix Q`).
     spec: PathBuf,
     /// The values: a `.safetensors` file keyed by checkpoint key, or a checkpoint prefix
     /// (a directory or `checkpoint` state file: its latest checkpoint).
@@ -37,8 +38,7 @@ pub struct Args {
 
 /// Runs `saveplan save`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let text = std::fs::read_to_string(&args.spec)
-        .with_context(|| format!("{}: cannot read", args.spec.display()))?;
+    let text = super::common::read_spec_text(&args.spec)?;
     if ObjectSpec::is_object_spec(&text) {
         save_objects(&args.spec, &text, &args.values, &args.prefix)?;
         return Ok(std::process::ExitCode::SUCCESS);

@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 
 use saveplan_ir::DType;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     ConstError, Init, MaxShardSize, ReadKind, SaveableTensor, Scalar, ShardByTask, TraceError,
@@ -42,17 +42,17 @@ use super::{
 };
 
 /// A parsed spec file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct SpecFile {
     /// The serialized tensors, in saver order.
     pub variables: Vec<VariableSpec>,
     /// `CheckpointOptions`; `null` or absent for the defaults.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<OptionsSpec>,
 }
 
 /// One entry of `variables`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct VariableSpec {
     /// The checkpoint key.
     pub checkpoint_key: String,
@@ -61,33 +61,33 @@ pub struct VariableSpec {
     /// The shape of the variable (of the slice, when sliced).
     pub shape: Vec<i64>,
     /// The device string.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub device: String,
     /// The slice spec; `""` for a whole tensor.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub slice_spec: String,
     /// The `VarHandleOp` name; the checkpoint key when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Initial values (numbers, bools or strings, nested or flat).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<serde_json::Value>,
     /// How the saved tensor is read; when absent, as TensorFlow reads it: a slice of a
     /// partitioned variable (a non-empty `slice_spec`) when the save runs
     /// ([`ReadSpec::Saveable`]), anything else in the graph ([`ReadSpec::Graph`]).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read: Option<ReadSpec>,
     /// A trackable id grouping variables restored together.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trackable: Option<String>,
     /// The component devices of a variable on a parallel device (see
     /// [`super::parallel_variable`]); `device` and `slice_spec` must then be empty.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_devices: Option<Vec<String>>,
 }
 
 /// The `read` field of a variable.
-#[derive(Copy, Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ReadSpec {
     /// [`ReadKind::Graph`].
@@ -98,7 +98,7 @@ pub enum ReadSpec {
 
 /// The `options` object (TensorFlow's `CheckpointOptions`). An unknown field is an error (a
 /// misspelt option must not be ignored).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptionsSpec {
     /// `experimental_io_device`.

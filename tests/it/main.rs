@@ -55,6 +55,7 @@ mod restore_out;
 mod run_cli;
 mod session;
 mod setup_perf;
+mod spec_cli;
 mod trace;
 mod trace_perf;
 mod verify_fixtures;
