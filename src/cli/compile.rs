@@ -30,7 +30,8 @@ use super::output::one_line;
 /// The most ops a `plan.dot` may draw: Graphviz's `dot` takes minutes to hours beyond this.
 pub const MAX_DOT_OPS: usize = 10_000;
 
-/// Compile a spec file into a MetaGraphDef and SaverDef (and, with `--emit`, text forms).
+/// Compile a spec file into a MetaGraphDef and SaverDef (and, with `--emit`, text forms), or an
+/// object spec into the graph-mode write and restore of its `tf.train.Checkpoint`.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The spec file (JSON: `variables` and `options`, see `docs/spec-format.md`), or an
@@ -161,6 +162,8 @@ fn compile_objects(
     emit: impl Fn(Emit) -> bool,
 ) -> anyhow::Result<ExitCode> {
     let in_spec = || args.spec.display().to_string();
+    let phases = Phases::new();
+    phases.enter("tracing the graph-mode plan");
     let checkpoint = (spec.fresh_checkpoint())
         .map_err(|err| one_line(&err))
         .with_context(in_spec)?;
@@ -181,9 +184,9 @@ fn compile_objects(
     std::fs::create_dir_all(dir)
         .map_err(|err| one_line(&err))
         .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
-    write_meta_graph(dir, &meta_graph, &Phases(None), &emit)?;
+    write_meta_graph(dir, &meta_graph, &phases, &emit)?;
     let object_graph = export::object_graph::encode(write.object_graph());
-    write_text(&dir.join(OBJECT_GRAPH_FILE), |out| {
+    write_file(&dir.join(OBJECT_GRAPH_FILE), |out| {
         out.write_all(&object_graph)
     })?;
     let entry_points = EntryPoints {
@@ -200,11 +203,11 @@ fn compile_objects(
         },
         variables: write.variables(),
     };
-    write_text(&dir.join("entry_points.json"), |out| {
+    write_file(&dir.join("entry_points.json"), |out| {
         serde_json::to_writer_pretty(&mut *out, &entry_points)?;
         out.write_all(b"\n")
     })?;
-    write_module_text(dir, &meta_graph.module, &Phases(None), &emit)?;
+    write_module_text(dir, &meta_graph.module, &phases, &emit)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -330,19 +333,19 @@ fn write_module_text(
 ) -> anyhow::Result<()> {
     if emit(Emit::Txt) {
         phases.enter("writing plan.txt");
-        write_text(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
+        write_file(&dir.join("plan.txt"), |out| write!(out, "{module}"))?;
     }
     if emit(Emit::Dot) {
         phases.enter("writing plan.dot");
-        write_text(&dir.join("plan.dot"), |out| {
+        write_file(&dir.join("plan.dot"), |out| {
             out.write_all(saveplan_ir::dot::to_dot(module).as_bytes())
         })?;
     }
     Ok(())
 }
 
-/// Writes a text file through a buffer.
-fn write_text(
+/// Writes a file through a buffer.
+fn write_file(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {

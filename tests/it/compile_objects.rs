@@ -317,3 +317,34 @@ fn object_specs_compile_only_to_the_flat_form() {
     );
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
 }
+
+/// Initial values are stored in full, as TensorFlow stores `np.zeros`: a variable whose zeros
+/// would pass protobuf's 2 GiB limit is refused in one line before anything is written.
+#[test]
+fn object_specs_too_large_to_initialize_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("huge.json");
+    std::fs::write(
+        &spec,
+        r#"{"objects": [{"path": ["v"], "dtype": "float32", "shape": [1000000000]}]}"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = saveplan(&[
+        "compile",
+        spec.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: {}: entry 0: a float32 variable of shape [1000000000] would need \
+             4000000000 bytes, above the 2147483648-byte limit for constants",
+            spec.display()
+        )
+    );
+    assert!(!out_dir.exists());
+}
