@@ -93,17 +93,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let phases = Phases::new();
     phases.enter("tracing and verifying the plan");
     let plan = compile_file(&args.spec, form)?;
-    let n_ops = plan.meta_graph.module.graph.len();
-    if emit(Emit::Dot) && n_ops > MAX_DOT_OPS {
-        anyhow::bail!(
-            "{}: plan.dot: the plan has {n_ops} ops, more than Graphviz lays out ({MAX_DOT_OPS}); \
-             leave `dot` out of --emit",
-            args.spec.display()
-        );
-    }
+    check_dot_size(&args.spec, &plan.meta_graph.module, emit(Emit::Dot))?;
     write_outputs(&args.output, &plan, &phases, emit)?;
     free_at_exit(plan);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a `plan.dot` of more ops than Graphviz lays out, before anything is written.
+fn check_dot_size(spec: &Path, module: &saveplan_ir::Module, dot: bool) -> anyhow::Result<()> {
+    let n_ops = module.graph.len();
+    if dot && n_ops > MAX_DOT_OPS {
+        anyhow::bail!(
+            "{}: plan.dot: the plan has {n_ops} ops, more than Graphviz lays out ({MAX_DOT_OPS}); \
+             leave `dot` out of --emit",
+            spec.display()
+        );
+    }
+    Ok(())
 }
 
 /// The object spec `path` holds, if it is one (`.json` with `objects`); other files, and
@@ -170,14 +176,7 @@ fn compile_objects(
     let write = (checkpoint.graph_mode())
         .map_err(|err| one_line(&err))
         .with_context(in_spec)?;
-    let n_ops = write.module().graph.len();
-    if emit(Emit::Dot) && n_ops > MAX_DOT_OPS {
-        anyhow::bail!(
-            "{}: plan.dot: the plan has {n_ops} ops, more than Graphviz lays out ({MAX_DOT_OPS}); \
-             leave `dot` out of --emit",
-            args.spec.display()
-        );
-    }
+    check_dot_size(&args.spec, write.module(), emit(Emit::Dot))?;
     let meta_graph = object_meta_graph(&write);
     let dir = &args.output;
     saveplan::bundle::check_local(dir)?;

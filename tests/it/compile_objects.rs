@@ -38,22 +38,21 @@ fn object_inputs() -> Vec<PathBuf> {
     inputs
 }
 
-/// Runs `saveplan compile SPEC -o DIR --emit ARGS` and asserts it succeeds.
-fn compile(spec: &Path, dir: &Path, emit: &str) {
-    let out = saveplan(&[
-        "compile",
-        spec.to_str().unwrap(),
-        "-o",
-        dir.to_str().unwrap(),
-        "--emit",
-        emit,
-    ]);
+/// Runs `saveplan ARGS`, asserts it succeeds and returns its stdout.
+fn saveplan_ok(args: &[&str]) -> String {
+    let out = saveplan(args);
     assert!(
         out.status.success(),
-        "{}: {}",
-        spec.display(),
+        "saveplan {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `saveplan compile SPEC -o DIR --emit ARGS` and asserts it succeeds.
+fn compile(spec: &Path, dir: &Path, emit: &str) {
+    let (spec, dir) = (spec.to_str().unwrap(), dir.to_str().unwrap());
+    saveplan_ok(&["compile", spec, "-o", dir, "--emit", emit]);
 }
 
 /// The module of `DIR/meta_graph.pb`, which must have no SaverDef.
@@ -135,14 +134,8 @@ fn compiled_object_specs_check_and_snapshot() {
             ]
         );
         let meta = dir.path().join("meta_graph.pb");
-        let out = saveplan(&["check", meta.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
         assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
+            saveplan_ok(&["check", meta.to_str().unwrap()]),
             format!("{}: ok\n", meta.display())
         );
         // The emitted graph is the library's graph-mode graph of the spec's fresh checkpoint.
@@ -268,7 +261,7 @@ fn emitted_plans_write_what_save_writes() {
         let values = dir.path().join("zeros");
         checkpoint.write(values.to_str().unwrap()).unwrap();
         let saved = dir.path().join("saved");
-        let out = saveplan(&[
+        saveplan_ok(&[
             "save",
             spec.to_str().unwrap(),
             "--values",
@@ -276,11 +269,6 @@ fn emitted_plans_write_what_save_writes() {
             "--prefix",
             saved.to_str().unwrap(),
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         assert_eq!(fixture_values(&ours), fixture_values(&saved));
         let (declared, _) = spec_file.object_graph().unwrap();
         if full_names(&declared) == full_names(write.object_graph()) {
