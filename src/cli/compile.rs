@@ -179,10 +179,7 @@ fn compile_objects(
     check_dot_size(&args.spec, write.module(), emit(Emit::Dot))?;
     let meta_graph = object_meta_graph(&write);
     let dir = &args.output;
-    saveplan::bundle::check_local(dir)?;
-    std::fs::create_dir_all(dir)
-        .map_err(|err| one_line(&err))
-        .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
+    create_output_dir(dir)?;
     write_meta_graph(dir, &meta_graph, &phases, &emit)?;
     let object_graph = export::object_graph::encode(write.object_graph());
     write_file(&dir.join(OBJECT_GRAPH_FILE), |out| {
@@ -275,10 +272,7 @@ fn write_outputs(
     phases: &Phases,
     emit: impl Fn(Emit) -> bool,
 ) -> anyhow::Result<()> {
-    saveplan::bundle::check_local(dir)?;
-    std::fs::create_dir_all(dir)
-        .map_err(|err| one_line(&err))
-        .with_context(|| format!("{}: cannot create output directory", dir.display()))?;
+    create_output_dir(dir)?;
     write_meta_graph(dir, &plan.meta_graph, phases, &emit)?;
     let saver_def = plan
         .meta_graph
@@ -292,6 +286,14 @@ fn write_outputs(
     )
     .map_err(|err| one_line(&err))?;
     write_module_text(dir, &plan.meta_graph.module, phases, &emit)
+}
+
+/// Creates the output directory `dir` (a local path) if it is missing.
+fn create_output_dir(dir: &Path) -> anyhow::Result<()> {
+    saveplan::bundle::check_local(dir)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|err| one_line(&err))
+        .with_context(|| format!("{}: cannot create output directory", dir.display()))
 }
 
 /// Writes `meta_graph.pb` and `meta_graph.pbtxt` into `dir`, as `emit` asks.
