@@ -123,7 +123,10 @@ fn group(tracer: &mut Tracer, name: &str, ops: &[OpId]) -> Result<OpId, TraceErr
     }
     let no_op = |tracer: &mut Tracer, name: String, device: &str, deps: &[OpId]| {
         let id = tracer.op(name, Op::NoOp, device, Attrs::new(), [])?;
-        for &dep in deps {
+        // A `GraphDef` TensorFlow writes lists control inputs sorted by name.
+        let mut deps = deps.to_vec();
+        deps.sort_by(|&a, &b| tracer.graph.op(a).name.cmp(&tracer.graph.op(b).name));
+        for dep in deps {
             tracer.graph.mark_manual_control(dep);
             tracer.graph.control(dep, id);
         }

@@ -100,4 +100,48 @@ def tf_checkpoint_restores_through_the_compiled_restore_ops():
             np.testing.assert_array_equal(value, expected[key], err_msg=key)
 
 
+@check
+def tf_exports_the_same_meta_graph_in_graph_mode():
+    """TensorFlow's own `export_meta_graph` after a graph-mode `write` and `read` of the tree
+    (without the slot: slot creation differs in a `tf.Graph`) has as many nodes, the same
+    variables, `init` and write, the same `variables` collections and no `SaverDef`."""
+    plain = {"objects": [o for o in SPEC["objects"] if "slot" not in o]}
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = os.path.join(tmp, "spec.json")
+        with open(spec, "w") as f:
+            json.dump(plain, f)
+        out = os.path.join(tmp, "out")
+        run_saveplan("compile", spec, "-o", out)
+        ours = tf.compat.v1.MetaGraphDef()
+        with open(os.path.join(out, "meta_graph.pb"), "rb") as f:
+            ours.ParseFromString(f.read())
+        graph = tf.Graph()
+        with graph.as_default():
+            children, _ = spec_tree(slot=False)
+            checkpoint = tf.train.Checkpoint(**children)
+            init = tf.compat.v1.global_variables_initializer()
+            with tf.compat.v1.Session() as sess, sess.as_default():
+                sess.run(init)
+                prefix = checkpoint.write(os.path.join(tmp, "ckpt"))
+                checkpoint.read(prefix).run_restore_ops()
+            theirs = tf.compat.v1.train.export_meta_graph()
+        assert not ours.HasField("saver_def") and not theirs.HasField("saver_def")
+        assert ours.collection_def == theirs.collection_def, (ours.collection_def,
+                                                              theirs.collection_def)
+        for node in theirs.graph_def.node:
+            # `export_meta_graph` adds the shapes it inferred; the graph itself has none.
+            node.ClearField("experimental_debug_info")
+            node.attr.pop("_output_shapes", None)
+        assert len(ours.graph_def.node) == len(theirs.graph_def.node)
+        # Up to the read: TensorFlow restores the keys in the order of the object graph it
+        # reads, the compiled plan in the order of its variables.
+        with open(os.path.join(out, "entry_points.json")) as f:
+            read_prefix = json.load(f)["read"]["prefix_tensor"].split(":")[0]
+        names = [node.name for node in theirs.graph_def.node]
+        end = names.index(read_prefix)
+        assert end > len(plain["objects"]) * 5, end
+        for mine, tfs in zip(ours.graph_def.node[:end], theirs.graph_def.node[:end]):
+            assert mine == tfs, (mine, tfs)
+
+
 main()
