@@ -122,7 +122,7 @@ pub fn compile(spec: &SpecFile, form: Form) -> Result<Compilation, CompileError>
     );
     verified.map_err(CompileError::Verify)?;
     let variables = variables?;
-    let meta_graph = export::assemble_meta_graph(module, saver_def, &variables);
+    let meta_graph = export::assemble_meta_graph(module, Some(saver_def), &variables);
     Ok(Compilation { form, meta_graph })
 }
 

@@ -41,7 +41,8 @@ enum Command {
     Convert(convert::Args),
     /// Compare two checkpoints or .safetensors files key by key (exit 0 equal, 1 different, 2 error).
     Diff(diff::Args),
-    /// Compile a spec file into a MetaGraphDef and SaverDef (--emit: their text, IR text, DOT).
+    /// Compile a spec file into a MetaGraphDef and SaverDef (--emit: their text, IR text, DOT), or
+    /// an object spec into its graph-mode write and restore (MetaGraphDef and entry points).
     Compile(compile::Args),
     /// Check a plan (spec, GraphDef, MetaGraphDef or FunctionDef) and report every problem.
     Check(check::Args),

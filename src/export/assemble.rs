@@ -7,7 +7,7 @@
 //!   `tests/fixtures/tf-2.21/meta/`); `tensorflow_version` is [`TENSORFLOW_VERSION`];
 //!   `tensorflow_git_version` says who wrote the file, `saveplan <version>`, since no
 //!   TensorFlow build did.
-//! * `saver_def`: as given.
+//! * `saver_def`: as given (none for an object-based plan).
 //! * `collection_def`: `variables` and `trainable_variables`, one serialized `VariableDef` per
 //!   variable (resource, trainable), as TensorFlow's own `export_meta_graph` writes them.
 
@@ -56,11 +56,11 @@ pub struct SaveSlice {
 }
 
 /// The [`MetaGraph`] of a compiled plan: `module` with its stripped op list and versions, the
-/// `saver_def`, and the `variables` and `trainable_variables` collections of `variables` (in
+/// `saver_def` (none for an object-based plan, which makes no `tf.train.Saver`), and the `variables` and `trainable_variables` collections of `variables` (in
 /// the given order).
 pub fn assemble_meta_graph(
     module: Module,
-    saver_def: SaverDef,
+    saver_def: Option<SaverDef>,
     variables: &[VariableEntry],
 ) -> MetaGraph {
     // Every variable is trainable: both collections list them all, encoded once. The op
@@ -79,7 +79,7 @@ pub fn assemble_meta_graph(
     ]);
     MetaGraph {
         meta_info_def: Some(meta_info_def),
-        saver_def: Some(saver_def),
+        saver_def,
         collection_def,
         module,
         ..MetaGraph::default()

@@ -3,10 +3,12 @@
 //! and initialized there (FORMATS.md 13.6, fixture `obj/o9_write_graphs/graph_mode`).
 //!
 //! In order: every variable as [`trace_flat`](super::trace_flat) creates it, the `init` group
-//! of their `Assign`s (`global_variables_initializer()`), the saved constants (the object
+//! of their `Assign`s (`global_variables_initializer()`, control inputs sorted by name as in
+//! every `GraphDef` TensorFlow writes), the saved constants (the object
 //! graph: a `Const` fed at run time), the prefix `Const` on `/device:CPU:0` (fed), the
 //! `MultiDeviceSaver` save plan, `Identity(prefix, ^merge)` (what `write` returns), then the
-//! restore's prefix `Const "model"` on `/device:CPU:0` (fed) and its restore plan.
+//! restore's prefix `Const "model"` on `/device:CPU:0` (fed) and its restore plan, each task's
+//! keys in key order (`read()` restores sorted keys; the write saves in trackable order).
 
 use std::collections::BTreeMap;
 
@@ -48,7 +50,7 @@ pub fn trace_graph_mode_write(
     trackables: &[Trackable],
     options: &TraceOptions,
 ) -> Result<GraphModeTrace, TraceError> {
-    let inputs = Inputs::collect(trackables, options)?;
+    let mut inputs = Inputs::collect(trackables, options)?;
     let n_tensors = inputs.tensors.len();
     let mut tracer = Tracer::with_capacity(VarSource::Local(Vec::new()), n_tensors);
     let is_constant = |index: usize| inputs.tensors[index].variable.read == ReadKind::Constant;
@@ -79,6 +81,7 @@ pub fn trace_graph_mode_write(
     tracer.graph.mark_manual_control(merge);
     tracer.graph.control(merge, returned);
     let restore_prefix = string_constant(&mut tracer, READ_PREFIX_VALUE)?;
+    inputs.sort_tasks_by_key();
     let restore_ops = tracer.restore(&inputs, out(restore_prefix))?.ops;
     tracer.restore_registered(options, out(restore_prefix))?;
     let graph = tracer.graph;
@@ -123,7 +126,10 @@ fn group(tracer: &mut Tracer, name: &str, ops: &[OpId]) -> Result<OpId, TraceErr
     }
     let no_op = |tracer: &mut Tracer, name: String, device: &str, deps: &[OpId]| {
         let id = tracer.op(name, Op::NoOp, device, Attrs::new(), [])?;
-        for &dep in deps {
+        // A `GraphDef` TensorFlow writes lists control inputs sorted by name.
+        let mut deps = deps.to_vec();
+        deps.sort_by(|&a, &b| tracer.graph.op(a).name.cmp(&tracer.graph.op(b).name));
+        for dep in deps {
             tracer.graph.mark_manual_control(dep);
             tracer.graph.control(dep, id);
         }

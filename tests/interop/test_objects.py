@@ -33,6 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import check, fixtures, main, read_safetensors, run_saveplan  # noqa: E402
+from spec_tree import SPEC, spec_tree  # noqa: E402
 
 O1 = Path(fixtures()) / "obj" / "o1_module_tree"
 
@@ -128,36 +129,6 @@ def tf_restores_converted_latest_o1_by_object():
         back = round_trip(O1 / "save", tmp)
         extra = zeros(np.float32, [2])
         restore_and_compare(str(O1 / "save" / "ckpt-2"), back, {"extra": extra})
-
-
-def spec_tree():
-    """The tree of `SPEC` below, zero-initialised: `Checkpoint(**spec_children())`."""
-    model = tf.Module()
-    model.dense = tf.Module()
-    model.dense.kernel = tf.Variable(np.zeros([3, 4], np.float32), name="kernel")
-    model.dense.bias = tf.Variable(np.zeros([4], np.float32))
-    model.head = [tf.Variable(np.zeros([2], np.int64))]
-    model.table = {"a/b.c": tf.Variable(np.zeros([], np.float64), name="my/var.name")}
-    opt = tf.compat.v1.train.AdamOptimizer()
-    opt._get_or_make_slot(model.dense.kernel, tf.zeros([3, 4]), "m", "Adam")
-    return {"zmodel": model, "optimizer": opt}, {
-        "zmodel/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE": model.dense.kernel,
-        "zmodel/dense/bias/.ATTRIBUTES/VARIABLE_VALUE": model.dense.bias,
-        "zmodel/head/0/.ATTRIBUTES/VARIABLE_VALUE": model.head[0],
-        "zmodel/table/a.Sb..c/.ATTRIBUTES/VARIABLE_VALUE": model.table["a/b.c"],
-        "zmodel/dense/kernel/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE":
-            opt.get_slot(model.dense.kernel, "m"),
-    }
-
-
-SPEC = {"objects": [
-    {"path": ["zmodel", "dense", "kernel"], "dtype": "float32", "shape": [3, 4], "name": "kernel"},
-    {"path": ["zmodel", "dense", "bias"], "dtype": "float32", "shape": [4]},
-    {"path": ["zmodel", "head", "0"], "dtype": "int64", "shape": [2]},
-    {"path": ["zmodel", "table", "a/b.c"], "dtype": "float64", "shape": [], "name": "my/var.name"},
-    {"slot": {"variable": ["zmodel", "dense", "kernel"], "optimizer": ["optimizer"], "name": "m"},
-     "dtype": "float32", "shape": [3, 4], "name": "kernel/Adam"},
-]}
 
 
 @check

@@ -21,6 +21,7 @@ mod bundle_variant;
 mod check;
 mod cli_pipes;
 mod compile;
+mod compile_objects;
 mod diff_cli;
 // The examples are bash commands, and the binary is linked into their folder.
 #[cfg(unix)]

@@ -45,6 +45,16 @@ pub(super) struct Task {
 }
 
 impl<'a> Inputs<'a> {
+    /// Orders each task's tensors by checkpoint key: a graph-mode `read()` restores in key
+    /// order, whatever order the write saved in.
+    pub(in crate::trace) fn sort_tasks_by_key(&mut self) {
+        let tensors = &self.tensors;
+        for task in &mut self.tasks {
+            task.tensors
+                .sort_by(|&a, &b| tensors[a].checkpoint_key.cmp(&tensors[b].checkpoint_key));
+        }
+    }
+
     pub(in crate::trace) fn collect(
         trackables: &'a [Trackable],
         options: &TraceOptions,
