@@ -9,6 +9,10 @@ checkpoint against itself.
 converted back, is read by `tf.train.Checkpoint.read` without `NotFoundError` (the object
 graph written names only the values written), the numeric variable restored.
 
+`saveplan inspect --tensor` by a variable's full name, by its object path (either path of a
+shared variable) or by its key reads the value TensorFlow's reader holds; a full name two
+variables share is an error naming both.
+
 Usage: python tests/interop/test_toolkit.py PATH/TO/saveplan
 """
 
@@ -86,6 +90,32 @@ def convert_skip_strings_writes_a_graph_tensorflow_reads():
         tf.train.Checkpoint(net=fresh).read(back).expect_partial()
         assert np.array_equal(fresh.w.numpy(), m.w.numpy()), fresh.w.numpy()
         assert list(fresh.names.numpy()) == [b"", b""], fresh.names.numpy()
+
+
+@check
+def name_lookup_reads_what_tensorflow_holds():
+    """`inspect --tensor` by full name, by object path (along a shared variable's second
+    path too) and by key gives the value TensorFlow saved; an ambiguous full name fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        m = tf.Module()
+        m.dense = tf.Module()
+        m.dense.kernel = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="dense/kernel")
+        m.other = tf.Module()
+        m.other.k = m.dense.kernel  # a second path to the same variable
+        m.a = tf.Variable(np.float32(1.0), name="same")
+        m.b = tf.Variable(np.float32(2.0), name="same")
+        prefix = tf.train.Checkpoint(net=m).write(os.path.join(tmp, "ckpt"))
+        reader = tf.train.load_checkpoint(prefix)
+        kernel_key = "net/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+        expected = reader.get_tensor(kernel_key)
+        for name in ["dense/kernel", "net/dense/kernel", "net/other/k", kernel_key]:
+            proc = run_saveplan("inspect", prefix, "--tensor", name, "--json")
+            found = json.loads(proc.stdout)
+            assert found["key"] == kernel_key, (name, found["key"])
+            assert np.array_equal(np.asarray(found["values"], np.float32).reshape(found["shape"]),
+                                  expected), (name, found)
+        proc = run_saveplan("inspect", prefix, "--tensor", "same", expect_ok=False)
+        assert proc.returncode == 1 and "`same` names 2 values" in proc.stderr, proc.stderr
 
 
 main()
