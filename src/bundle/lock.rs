@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{BundleError, Result};
 use super::fsops;
-use super::journal::{Recovered, is_data_file_name, is_unique_id, journal_path, recover_journal};
+use super::journal::{Recovered, is_data_file_name, is_unique_id, recover_journal};
 
 /// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
 /// recovers an interrupted merge, deletes leftovers and releases the lock.
@@ -197,10 +197,10 @@ fn is_data_file_of(name: &str, file: &str) -> bool {
     chars.len() == 14 && chars[5..9].iter().collect::<String>() == "-of-"
 }
 
-/// The leftovers of unfinished saves at `prefix` and whether a merge journal is there, without
-/// changing anything (for `saveplan verify`).
-pub fn unfinished(prefix: &Path) -> (bool, Vec<PathBuf>) {
-    (journal_path(prefix).exists(), leftovers(prefix))
+/// The leftovers of killed saves at `prefix`, without changing anything (for `saveplan
+/// verify`; what a merge journal says is [`super::journal::read_view`]'s).
+pub fn unfinished(prefix: &Path) -> Vec<PathBuf> {
+    leftovers(prefix)
 }
 
 /// Deletes the leftovers of earlier saves; returns what was deleted (best effort: what cannot

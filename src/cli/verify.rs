@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     let prefix = checkpoint_prefix(&args.prefix)?;
     // Nothing is changed: an interrupted save is reported, and the checkpoint its journal
     // implies is the one checked.
-    let (_, leftovers) = bundle::lock::unfinished(&prefix);
+    let leftovers = bundle::lock::unfinished(&prefix);
     let recover = format!("`saveplan recover {}`", prefix.display());
     match bundle::journal::read_view(&prefix).state {
         JournalState::Absent => {}

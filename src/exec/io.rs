@@ -344,10 +344,7 @@ impl CheckpointIo for OpenedBundleIo {
         prefix: &str,
         tensors: &[RestoreRequest<'_>],
     ) -> Result<Vec<HostTensor>, IoError> {
-        if prefix == self.prefix {
-            return restore_from(&self.reader, tensors);
-        }
-        self.io.restore(prefix, tensors)
+        self.restore_in_run(prefix, tensors, &OpenedBundles::default())
     }
 
     fn restore_in_run(
@@ -356,10 +353,10 @@ impl CheckpointIo for OpenedBundleIo {
         tensors: &[RestoreRequest<'_>],
         opened: &OpenedBundles,
     ) -> Result<Vec<HostTensor>, IoError> {
-        if prefix == self.prefix {
-            return restore_from(&self.reader, tensors);
+        match prefix == self.prefix {
+            true => restore_from(&self.reader, tensors),
+            false => self.io.restore_in_run(prefix, tensors, opened),
         }
-        self.io.restore_in_run(prefix, tensors, opened)
     }
 
     fn merge(&self, sources: &[&str], destination: &str, flags: MergeFlags) -> Result<(), IoError> {

@@ -24,7 +24,7 @@ use saveplan_ir::{
     AttrValue, DType, Function, Graph, Module, Op, OpId, OpNode, Stride, Verified, signature,
 };
 
-use super::target::{Target, input_output, parse_ret, parse_target};
+use super::target::{Target, input_output, n_inputs, n_outputs, parse_ret, parse_target};
 use super::{
     CompiledPlan, DEFAULT_DEVICE, Feed, Queue, QueueId, SlotId, Slots, Step, StepId, Steps, Work,
 };
@@ -596,39 +596,4 @@ fn declared_dtype(node: &OpNode) -> Option<DType> {
         Some(AttrValue::Type(dtype)) => Some(*dtype),
         _ => None,
     }
-}
-
-/// The number of outputs of `node`.
-pub(super) fn n_outputs(node: &OpNode) -> Result<usize, ExecError> {
-    arity(node, false)
-}
-
-/// The number of data inputs of `node`.
-fn n_inputs(node: &OpNode) -> Result<usize, ExecError> {
-    arity(node, true)
-}
-
-/// The number of inputs or outputs of `node`, from its signature and attrs.
-fn arity(node: &OpNode, inputs: bool) -> Result<usize, ExecError> {
-    if node.op == Op::Arg {
-        return Ok(usize::from(!inputs));
-    }
-    let sig = signature::of_op(&node.op).ok_or_else(|| ExecError::UnsupportedOp {
-        name: node.name.clone(),
-        op_type: node.op.type_name().to_owned(),
-    })?;
-    let lens = |name: &str| signature::attr_len(&node.attrs, name);
-    let result = if inputs {
-        sig.num_inputs(&lens)
-    } else {
-        sig.num_outputs(&lens)
-    };
-    result.map_err(|err| ExecError::BadAttr {
-        name: node.name.clone(),
-        attr: match &err {
-            saveplan_ir::signature::SignatureError::MissingAttr { attr, .. } => (*attr).to_owned(),
-            _ => String::new(),
-        },
-        reason: err.to_string(),
-    })
 }

@@ -1,10 +1,10 @@
 //! How a plan's compiler finds what it is asked for: feeds and targets (`op:N`, `op`) and a
-//! function's returns looked up in a graph ([`Target`]), and the flat output a port names.
+//! function's returns looked up in a graph ([`Target`]), the flat output a port names, and an
+//! op's number of inputs and outputs from its signature.
 
 use saveplan_ir::signature::{self, PortError};
-use saveplan_ir::{Graph, Input, OpId, OpNode, OutputRef, Port, Stride, TensorName};
+use saveplan_ir::{Graph, Input, Op, OpId, OpNode, OutputRef, Port, Stride, TensorName};
 
-use super::compile::n_outputs;
 use crate::exec::error::ExecError;
 
 /// A target or feed, looked up in a graph.
@@ -96,5 +96,40 @@ fn resolve_port(node: &OpNode, port: &Port) -> Result<u32, ExecError> {
         (err, Port::Index(index)) => ExecError::BadTensorName {
             name: format!("{}:{index}: {err}", node.name),
         },
+    })
+}
+
+/// The number of outputs of `node`.
+pub(super) fn n_outputs(node: &OpNode) -> Result<usize, ExecError> {
+    arity(node, false)
+}
+
+/// The number of data inputs of `node`.
+pub(super) fn n_inputs(node: &OpNode) -> Result<usize, ExecError> {
+    arity(node, true)
+}
+
+/// The number of inputs or outputs of `node`, from its signature and attrs.
+fn arity(node: &OpNode, inputs: bool) -> Result<usize, ExecError> {
+    if node.op == Op::Arg {
+        return Ok(usize::from(!inputs));
+    }
+    let sig = signature::of_op(&node.op).ok_or_else(|| ExecError::UnsupportedOp {
+        name: node.name.clone(),
+        op_type: node.op.type_name().to_owned(),
+    })?;
+    let lens = |name: &str| signature::attr_len(&node.attrs, name);
+    let result = if inputs {
+        sig.num_inputs(&lens)
+    } else {
+        sig.num_outputs(&lens)
+    };
+    result.map_err(|err| ExecError::BadAttr {
+        name: node.name.clone(),
+        attr: match &err {
+            saveplan_ir::signature::SignatureError::MissingAttr { attr, .. } => (*attr).to_owned(),
+            _ => String::new(),
+        },
+        reason: err.to_string(),
     })
 }
