@@ -90,6 +90,7 @@ pub mod checkpoint;
 pub mod compile;
 pub mod exec;
 pub mod export;
+pub mod object;
 pub mod process;
 pub mod session;
 pub mod trace;

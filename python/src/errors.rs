@@ -9,7 +9,7 @@ use std::io::ErrorKind;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use saveplan::bundle::BundleError;
-use saveplan::checkpoint::{CheckpointError, ObjectSpecError};
+use saveplan::checkpoint::{CheckpointError, ObjectError, ObjectSpecError};
 
 /// The `saveplan.errors` classes an error can become.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub fn checkpoint_kind(err: &CheckpointError) -> Kind {
         | CheckpointError::NotFound { .. }
         | CheckpointError::NoLatestCheckpoint { .. }
         | CheckpointError::MissingLatestCheckpoint { .. }
-        | CheckpointError::RestoreKeyMissing { .. } => Kind::NotFound,
+        | CheckpointError::Object(ObjectError::RestoreKeyMissing { .. }) => Kind::NotFound,
         CheckpointError::CorruptObjectGraph { .. } | CheckpointError::BadStateFile { .. } => {
             Kind::DataLoss
         }

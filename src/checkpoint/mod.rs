@@ -1,17 +1,19 @@
-//! Object-based checkpoints (`tf.train.Checkpoint`, FORMATS.md 13): the object graph a
-//! framework's objects make ([`Checkpointable`], [`Object`], [`build_object_graph`]), the
-//! graph a checkpoint stores ([`read_object_graph`]) and which checkpoint a directory's
-//! `checkpoint` state file names ([`latest_checkpoint`], [`resolve_prefix`]).
-//!
-//! The graph itself, its key rules (escaping, object paths, slot keys) and its protobuf form
-//! live below this layer, in [`saveplan_ir::object_graph`] and [`crate::export::object_graph`],
-//! so every layer can speak of it. [`Checkpoint`] writes, saves and restores by object
-//! (`tf.train.Checkpoint.write`/`save`/`restore`/`read`), synchronously or not
-//! ([`Checkpoint::with_async`]), gives the TF1 graph-mode form of a write and read
-//! ([`Checkpoint::graph_mode`]), or restores by variable name when the checkpoint has no
-//! object graph (a TF1 `Saver` checkpoint; [`full_name_keys`] for the reverse direction);
+//! Object-based checkpoints (`tf.train.Checkpoint`, FORMATS.md 13), the driver: [`Checkpoint`]
+//! writes, saves and restores by object (`tf.train.Checkpoint.write`/`save`/`restore`/`read`),
+//! synchronously or not ([`Checkpoint::with_async`]), gives the TF1 graph-mode form of a write
+//! and read ([`Checkpoint::graph_mode`]), or restores by variable name when the checkpoint has
+//! no object graph (a TF1 `Saver` checkpoint; [`full_name_keys`] for the reverse direction);
 //! [`CheckpointManager`] numbers, keeps and deletes saves in a directory
-//! (`tf.train.CheckpointManager`).
+//! (`tf.train.CheckpointManager`). It also reads the graph a checkpoint stores
+//! ([`read_object_graph`]) and which checkpoint a directory's `checkpoint` state file names
+//! ([`latest_checkpoint`], [`resolve_prefix`]).
+//!
+//! What is plain data lives below, in [`crate::object`]: building the object graph
+//! ([`Checkpointable`], [`Object`], [`build_object_graph`]), matching (13.10, 13.13), the load
+//! status, the report and restore-on-create's bookkeeping, all re-exported here. This layer
+//! hands the object layer the open bundle and our tensors, runs the plans and touches the
+//! files. The graph itself and its key rules live in [`saveplan_ir::object_graph`], its
+//! protobuf form in [`crate::export::object_graph`].
 //!
 //! ```
 //! use saveplan::checkpoint::{Object, build_object_graph};
@@ -26,43 +28,39 @@
 //! # Ok::<(), saveplan::checkpoint::CheckpointError>(())
 //! ```
 
-mod build;
 mod framework;
 mod graph_mode;
 mod latest;
 mod manager;
-mod names;
 mod prune;
 mod read;
 mod restore;
 mod save;
 mod spec;
 mod spec_of;
-mod status;
 mod writer;
 
 use std::path::{Path, PathBuf};
 
-pub use build::{
-    Checkpointable, Child, Object, ObjectIdentity, SlotGroup, TensorAttribute, build_object_graph,
+pub use crate::object::{
+    Assertion, AssertionError, Checkpointable, Child, LoadStatus, Object, ObjectError,
+    ObjectIdentity, ReportCounts, ReportValue, RestoreKind, RestoreReport, SAVE_COUNTER,
+    SAVE_COUNTER_KEY, SlotGroup, TensorAttribute, TensorType, ValueStatus, build_object_graph,
+    display_path,
 };
 pub use framework::{RestoreNode, SaveNode, Saveable, Variable, restore_object, save_object};
 pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
-pub use names::full_name_keys;
 pub use prune::without_attributes_of;
-pub use read::{read_all, read_value, resolve_name};
-pub use save::{Checkpoint, SAVE_COUNTER, SAVE_COUNTER_KEY, WriteFailure};
+pub use read::{full_name_keys, read_all, read_value, resolve_name};
+pub use restore::RestoreMatch;
+pub use save::{Checkpoint, WriteFailure};
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
 pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
 pub use spec_of::{object_spec_of, plain_spec_of};
-pub use status::{
-    Assertion, AssertionError, LoadStatus, ReportCounts, ReportValue, RestoreKind, RestoreMatch,
-    RestoreReport, TensorType, ValueStatus,
-};
 
 use saveplan_ir::device::DeviceError;
 
@@ -116,35 +114,9 @@ pub enum CheckpointError {
     /// Reading the bundle failed.
     #[error(transparent)]
     Bundle(#[from] BundleError),
-    /// The objects make a graph above one of [`ObjectGraph::new`]'s caps.
+    /// Building or matching the object graph failed ([`crate::object`]).
     #[error(transparent)]
-    ObjectGraph(#[from] saveplan_ir::object_graph::ObjectGraphError),
-    /// An object has two children of one name.
-    #[error("object `{path}` has two children named `{name}`")]
-    DuplicateChild {
-        /// The object's path (local names joined with `.`, from `(root)`).
-        path: String,
-        /// The name.
-        name: String,
-    },
-    /// An object has two attributes of one name.
-    #[error("object `{path}` has two attributes named `{name}`")]
-    DuplicateAttribute {
-        /// The object's path.
-        path: String,
-        /// The name.
-        name: String,
-    },
-    /// A slot variable is also a child of some object, or is the slot of two variables.
-    #[error("slot `{slot_name}` of `{variable}` is already in the graph as `{tracked_as}`")]
-    SlotAlreadyTracked {
-        /// The slot name.
-        slot_name: String,
-        /// The path of the variable it is a slot of.
-        variable: String,
-        /// Where the slot object already is.
-        tracked_as: String,
-    },
+    Object(#[from] ObjectError),
     /// A directory has no `checkpoint` state file.
     #[error("{}: no `checkpoint` state file", dir.display())]
     NoStateFile {
@@ -192,12 +164,6 @@ pub enum CheckpointError {
         /// Its checkpoint key.
         key: String,
     },
-    /// A value is given for a key no attribute has.
-    #[error("a value for `{key}`, which is no attribute of the object graph")]
-    UnknownValue {
-        /// The key given.
-        key: String,
-    },
     /// A variable's device does not parse.
     #[error("`{key}`: invalid device `{device}`")]
     BadDevice {
@@ -234,53 +200,6 @@ pub enum CheckpointError {
     NotFound {
         /// The prefix.
         prefix: String,
-    },
-    /// A matched value's key is not in the checkpoint.
-    #[error("`{path}`: key {key} not found in checkpoint")]
-    RestoreKeyMissing {
-        /// The object's path (`(root).model.c`).
-        path: String,
-        /// The key the object graph names.
-        key: String,
-    },
-    /// A matched value has another dtype in the checkpoint.
-    #[error(
-        "`{path}`: tensor_name = {key}; expected dtype {expected} does not equal original dtype {found}"
-    )]
-    RestoreDType {
-        /// The object's path (`(root).model.c`).
-        path: String,
-        /// The checkpoint key.
-        key: String,
-        /// Our dtype.
-        expected: DType,
-        /// The checkpoint's.
-        found: DType,
-    },
-    /// A value matched by variable name (name-based restore) has another dtype in the
-    /// checkpoint: TensorFlow reads it with the checkpoint's dtype and the assignment fails.
-    #[error(
-        "`{path}`: Trying to assign variable with wrong dtype. Expected {expected} got {found}"
-    )]
-    AssignDType {
-        /// The object's path (`(root).model.kernel`).
-        path: String,
-        /// Our dtype, as TensorFlow's C++ names it (`double`).
-        expected: String,
-        /// The checkpoint's (`float`).
-        found: String,
-    },
-    /// A matched value has another shape in the checkpoint.
-    #[error(
-        "`{path}`: received incompatible tensor with shape {found} when attempting to restore variable with shape {expected}"
-    )]
-    RestoreShape {
-        /// The object's path (`(root).model.c`).
-        path: String,
-        /// Our shape, as Python prints it (`(2,)`).
-        expected: String,
-        /// The checkpoint's.
-        found: String,
     },
     /// Tracing, compiling or inspecting the TF1 graph-mode form of a write failed
     /// ([`Checkpoint::graph_mode`]).
@@ -423,15 +342,6 @@ pub fn read_object_graph_bytes(reader: &BundleReader) -> Result<Vec<u8>, Checkpo
 /// Whether a checkpoint is object-based (has an object graph).
 pub fn is_object_based(reader: &BundleReader) -> bool {
     reader.entry(OBJECT_GRAPH_KEY).is_some()
-}
-
-/// The path TensorFlow's messages use for an object: `(root)` and the local names joined with
-/// `.` (`(root).model.kernel`).
-pub fn display_path(names: &[&str]) -> String {
-    std::iter::once("(root)")
-        .chain(names.iter().copied())
-        .collect::<Vec<_>>()
-        .join(".")
 }
 
 /// The directory part of a prefix for messages; `.` for a bare name.

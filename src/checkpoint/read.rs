@@ -1,16 +1,18 @@
 //! Reading a checkpoint's values without knowing them in advance: dtypes and shapes come from
 //! the checkpoint's index, and a value is named by its checkpoint key, its object's path
 //! (`model/layers/0/kernel`) or its variable's full name (the attribute's `full_name`, the
-//! name a name-based restore uses).
+//! name a name-based restore uses; [`crate::object::name_candidates`]).
 
 use std::collections::BTreeMap;
 
-use saveplan_ir::object_graph::{GraphIndex, OBJECT_GRAPH_KEY, ObjectGraph, VARIABLE_VALUE};
+use saveplan_ir::object_graph::OBJECT_GRAPH_KEY;
 
+use super::restore::open;
 use super::{CheckpointError, is_object_based, read_object_graph};
-use crate::bundle::{BundleError, BundleReader};
+use crate::bundle::BundleReader;
 use crate::exec::HostTensor;
 use crate::exec::io::{RestoreRequest, restore_from};
+use crate::object::name_candidates;
 
 /// Every value of the checkpoint at `prefix` (the object graph aside), by checkpoint key, with
 /// the dtype and shape it is stored with; sliced tensors are assembled whole.
@@ -61,45 +63,12 @@ pub fn resolve_name(reader: &BundleReader, name: &str) -> Result<String, Checkpo
     }
 }
 
-/// The keys of the values `name` names in `graph` as an object path (along any of an object's
-/// paths: an object shared by two parents is found by both) or a full name, sorted.
-fn name_candidates(graph: &ObjectGraph, name: &str) -> Vec<String> {
-    let index = GraphIndex::new(graph);
-    let parts: Vec<&str> = name.split('/').collect();
-    let mut keys = Vec::new();
-    // The object at the path: its variable's value.
-    if let Some(attribute) =
-        (index.node_at(&parts)).and_then(|node| index.attribute(node, VARIABLE_VALUE))
-    {
-        keys.push(attribute.checkpoint_key.clone());
-    }
-    // The object at all but the last name: its attribute of that name.
-    if let Some((last, rest)) = parts.split_last()
-        && let Some(attribute) = index
-            .node_at(rest)
-            .and_then(|node| index.attribute(node, last))
-    {
-        keys.push(attribute.checkpoint_key.clone());
-    }
-    for node in graph.nodes() {
-        for attribute in &node.attributes {
-            if attribute.full_name == name {
-                keys.push(attribute.checkpoint_key.clone());
-            }
-        }
-    }
-    keys.sort();
-    keys.dedup();
-    keys
-}
-
-fn open(prefix: &str) -> Result<BundleReader, CheckpointError> {
-    BundleReader::open(prefix).map_err(|err| match err {
-        BundleError::IndexNotFound { .. } => CheckpointError::NotFound {
-            prefix: prefix.to_owned(),
-        },
-        other => CheckpointError::Bundle(other),
-    })
+/// The reverse direction (FORMATS.md 13.13): how a TF1 `Saver` restores an object-based
+/// checkpoint, each attribute's `full_name` → its `checkpoint_key`
+/// ([`crate::object::full_name_keys`] of the checkpoint's object graph).
+/// [`CheckpointError::NameBased`] when the checkpoint has no object graph.
+pub fn full_name_keys(reader: &BundleReader) -> Result<BTreeMap<String, String>, CheckpointError> {
+    Ok(crate::object::full_name_keys(&read_object_graph(reader)?))
 }
 
 /// Reads whole tensors by key, each with its stored dtype.

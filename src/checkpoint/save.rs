@@ -15,12 +15,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use saveplan_ir::device::DeviceSpec;
-use saveplan_ir::object_graph::{
-    Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectGraphError, ObjectNode,
-    VARIABLE_VALUE,
-};
+use saveplan_ir::object_graph::{Attribute, OBJECT_GRAPH_KEY, ObjectGraph};
 
-use super::build::{PYTHON_STATE, value_keys};
 use super::writer::{AfterWrite, CapturedWrite, Pending, RecordingIo};
 use super::{CheckpointError, STATE_FILE, parent_dir};
 use crate::bundle::WriteOptions;
@@ -28,16 +24,13 @@ use crate::exec::VariableStore;
 use crate::exec::{BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, RunContext, VarKey};
 use crate::export::object_graph::encode;
 use crate::export::{CheckpointState, checkpoint_state_text};
+use crate::object::{
+    ObjectError, PYTHON_STATE, SAVE_COUNTER, try_with_save_counter, value_keys, with_save_counter,
+};
 use crate::session::EagerSaver;
 use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, TraceOptions, Trackable, VariableDef};
 
-/// The local name and shared name of `tf.train.Checkpoint`'s save counter.
-pub const SAVE_COUNTER: &str = "save_counter";
-
-/// The checkpoint key of the save counter's value.
-pub const SAVE_COUNTER_KEY: &str = "save_counter/.ATTRIBUTES/VARIABLE_VALUE";
-
-/// A `tf.train.Checkpoint` in eager mode: an object graph (as [`super::build_object_graph`]
+/// A `tf.train.Checkpoint` in eager mode: an object graph (as [`crate::object::build_object_graph`]
 /// builds it, without `save_counter`) and the value of every attribute, by checkpoint key.
 ///
 /// [`Checkpoint::write`] writes exactly what TensorFlow's `write(prefix)` writes for the same
@@ -73,7 +66,7 @@ impl Checkpoint {
             return Err(CheckpointError::SaveCounterTaken);
         }
         // The graph a save writes, with `save_counter`, must be within the caps too.
-        try_with_save_counter(&graph)?;
+        try_with_save_counter(&graph).map_err(ObjectError::from)?;
         let owned = value_keys(&graph, &values)?;
         if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
             return Err(CheckpointError::MissingValue {
@@ -200,9 +193,10 @@ impl Checkpoint {
                 *slot = value;
                 Ok(())
             }
-            None => Err(CheckpointError::UnknownValue {
+            None => Err(ObjectError::UnknownValue {
                 key: key.to_owned(),
-            }),
+            }
+            .into()),
         }
     }
 
@@ -476,54 +470,6 @@ pub(super) fn eager_device(key: &str, device: &str) -> Result<String, Checkpoint
     })?;
     let default = DeviceSpec::parse(DEFAULT_DEVICE).expect("the default device is valid");
     Ok(default.make_merged_spec(&spec).to_string())
-}
-
-/// `graph` with a `save_counter` variable as the root's last child: its node id is the next
-/// after the root's other children (breadth-first order), later nodes move up by one.
-pub(super) fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
-    try_with_save_counter(graph).expect("Checkpoint::new checked it")
-}
-
-/// [`with_save_counter`], or the cap of [`ObjectGraph::new`] the counter's node and edge
-/// would pass.
-fn try_with_save_counter(graph: &ObjectGraph) -> Result<ObjectGraph, ObjectGraphError> {
-    let mut nodes = graph.clone().into_nodes();
-    let id = nodes[0]
-        .children
-        .iter()
-        .map(|child| child.node_id.0)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let shift = |node: &mut NodeId| {
-        if node.0 >= id {
-            node.0 += 1;
-        }
-    };
-    for node in &mut nodes {
-        node.children.iter_mut().for_each(|c| shift(&mut c.node_id));
-        for slot in &mut node.slot_variables {
-            shift(&mut slot.original_variable_node_id);
-            shift(&mut slot.slot_variable_node_id);
-        }
-    }
-    nodes[0].children.push(ChildRef {
-        node_id: NodeId(id),
-        local_name: SAVE_COUNTER.to_owned(),
-    });
-    let counter = ObjectNode {
-        attributes: vec![Attribute {
-            name: VARIABLE_VALUE.to_owned(),
-            full_name: SAVE_COUNTER.to_owned(),
-            checkpoint_key: String::new(),
-        }],
-        ..ObjectNode::default()
-    };
-    nodes.insert(id as usize, counter);
-    let mut graph = ObjectGraph::new(nodes)?;
-    graph.fill_checkpoint_keys();
-    graph.fill_has_values();
-    Ok(graph)
 }
 
 fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {

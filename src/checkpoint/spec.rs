@@ -528,7 +528,7 @@ impl ObjectSpec {
             }
         }
         let root = objects[0].take().expect("the root is built");
-        let graph = build_object_graph(&root)?;
+        let graph = build_object_graph(&root).map_err(CheckpointError::from)?;
         let keys = self.keys(&graph)?;
         Ok((graph, keys))
     }

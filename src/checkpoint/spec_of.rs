@@ -86,7 +86,7 @@ pub fn object_spec_of(reader: &BundleReader) -> Result<ObjectSpec, CheckpointErr
     // The counter is not in the spec's tree: a write adds it as the root's last child.
     let counted = (0..spec.objects.len()).any(|index| spec.is_counter(index).unwrap_or(false));
     let built = if counted {
-        super::save::with_save_counter(&built)
+        crate::object::with_save_counter(&built)
     } else {
         built
     };

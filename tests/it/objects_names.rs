@@ -4,7 +4,8 @@
 //! TensorFlow's exact messages (`expected.json`).
 
 use saveplan::checkpoint::{
-    Assertion, Checkpoint, CheckpointError, LoadStatus, ObjectSpec, RestoreKind, ValueStatus,
+    Assertion, Checkpoint, CheckpointError, LoadStatus, ObjectError, ObjectSpec, RestoreKind,
+    ValueStatus,
 };
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
@@ -158,7 +159,10 @@ fn n4_a_dtype_mismatch_fails_at_assignment_and_changes_nothing() {
     let before = checkpoint.values().clone();
     let err = checkpoint.restore(Some(&tf1_prefix())).unwrap_err();
     assert!(
-        matches!(err, CheckpointError::AssignDType { .. }),
+        matches!(
+            err,
+            CheckpointError::Object(ObjectError::AssignDType { .. })
+        ),
         "{err:?}"
     );
     // TensorFlow's text after its `{{function_node …}}` prefix, up to the op name.

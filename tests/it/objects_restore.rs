@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use saveplan::checkpoint::{
-    Checkpoint, CheckpointError, Object, ObjectSpec, RestoreKind, ValueStatus, build_object_graph,
+    Checkpoint, CheckpointError, Object, ObjectError, ObjectSpec, RestoreKind, ValueStatus,
+    build_object_graph,
 };
 use saveplan::exec::HostTensor;
 use saveplan_ir::DType;
@@ -150,7 +151,10 @@ fn s10_s11_mismatches_are_errors_and_change_nothing() {
         .restore(Some(&prefix("base/ckpt-1")))
         .unwrap_err();
     assert!(
-        matches!(err, CheckpointError::RestoreDType { .. }),
+        matches!(
+            err,
+            CheckpointError::Object(ObjectError::RestoreDType { .. })
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -168,7 +172,10 @@ fn s10_s11_mismatches_are_errors_and_change_nothing() {
         .restore(Some(&prefix("base/ckpt-1")))
         .unwrap_err();
     assert!(
-        matches!(err, CheckpointError::RestoreShape { .. }),
+        matches!(
+            err,
+            CheckpointError::Object(ObjectError::RestoreShape { .. })
+        ),
         "{err:?}"
     );
     let tf = scenario("s11_shape_mismatch")["restore"]["message"].clone();
@@ -573,7 +580,10 @@ fn s12_a_deferred_shape_mismatch_fails_the_attach() {
     let (graph, values) = spec_objects(&[(&["model", "c"], i64s(vec![3], &[0, 0, 0]))]);
     let err = checkpoint.attach(graph, values).unwrap_err();
     assert!(
-        matches!(err, CheckpointError::RestoreShape { .. }),
+        matches!(
+            err,
+            CheckpointError::Object(ObjectError::RestoreShape { .. })
+        ),
         "{err:?}"
     );
     let tf = scenario("s12_deferred_shape_mismatch")["attach"]["message"].clone();

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
-    Checkpoint, CheckpointError, NodeId, Object, ObjectGraph, ObjectSpec, SAVE_COUNTER,
-    build_object_graph, read_object_graph,
+    Checkpoint, CheckpointError, NodeId, Object, ObjectError, ObjectGraph, ObjectSpec,
+    SAVE_COUNTER, build_object_graph, read_object_graph,
 };
 use saveplan::exec::HostTensor;
 use saveplan::trace::TraceOptions;
@@ -196,7 +196,9 @@ fn checkpoint_values_match_attributes() {
         ("w".to_owned(), one.clone()),
     ]);
     let unknown = Checkpoint::new(graph, values).unwrap_err();
-    assert!(matches!(unknown, CheckpointError::UnknownValue { key } if key == "w"));
+    assert!(
+        matches!(unknown, CheckpointError::Object(ObjectError::UnknownValue { key }) if key == "w")
+    );
     let taken = Object::new().child(SAVE_COUNTER, &Object::variable(SAVE_COUNTER));
     let values = BTreeMap::from([(COUNTER_KEY.to_owned(), one)]);
     let err = Checkpoint::new(build_object_graph(&taken).unwrap(), values).unwrap_err();

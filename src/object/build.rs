@@ -14,8 +14,7 @@ use saveplan_ir::object_graph::{
     ATTRIBUTES, Attribute, ChildRef, NodeId, ObjectGraph, ObjectNode, SlotVariable, VARIABLE_VALUE,
 };
 
-use super::{CheckpointError, display_path};
-use crate::exec::HostTensor;
+use super::{ObjectError, display_path};
 
 /// An object of a framework that can be checkpointed by object: its named children, in its
 /// own order (TensorFlow: attribute first-assignment order, list index, dict insertion
@@ -211,7 +210,7 @@ impl Checkpointable for Object {
 /// The object graph of everything reachable from `root` (node 0), as TensorFlow serializes it.
 /// Linear in the graph: a node's path is kept as its parent and its local name, and is made
 /// whole only for an error message; [`ObjectGraph::new`]'s caps bound the result.
-pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, CheckpointError> {
+pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, ObjectError> {
     let mut objects: Vec<&dyn Checkpointable> = vec![root];
     let mut parents = Parents(vec![None]);
     let mut ids = BTreeMap::from([(root.identity(), NodeId::ROOT)]);
@@ -222,7 +221,7 @@ pub fn build_object_graph(root: &dyn Checkpointable) -> Result<ObjectGraph, Chec
         let mut node = object_node(object, || parents.text(id))?;
         let children = object.children();
         if let Some(name) = first_duplicate(children.iter().map(|child| &*child.name)) {
-            return Err(CheckpointError::DuplicateChild {
+            return Err(ObjectError::DuplicateChild {
                 path: parents.text(id),
                 name: name.to_owned(),
             });
@@ -280,7 +279,7 @@ fn add_slot_variables(
     objects: &[&dyn Checkpointable],
     parents: &Parents,
     ids: &mut BTreeMap<ObjectIdentity, NodeId>,
-) -> Result<(), CheckpointError> {
+) -> Result<(), ObjectError> {
     for (optimizer, object) in objects.iter().enumerate() {
         for group in object.slot_variables() {
             let mut slots: Vec<(NodeId, &dyn Checkpointable)> = group
@@ -291,7 +290,7 @@ fn add_slot_variables(
             slots.sort_by_key(|(variable, _)| *variable);
             for (variable, slot) in slots {
                 if let Some(tracked) = ids.get(&slot.identity()) {
-                    return Err(CheckpointError::SlotAlreadyTracked {
+                    return Err(ObjectError::SlotAlreadyTracked {
                         slot_name: group.slot_name.into_owned(),
                         variable: parents.text(variable),
                         tracked_as: if tracked.index() < parents.0.len() {
@@ -320,7 +319,7 @@ fn add_slot_variables(
 fn object_node(
     object: &dyn Checkpointable,
     path: impl FnOnce() -> String,
-) -> Result<ObjectNode, CheckpointError> {
+) -> Result<ObjectNode, ObjectError> {
     let attributes: Vec<Attribute> = object
         .attributes()
         .into_iter()
@@ -331,7 +330,7 @@ fn object_node(
         })
         .collect();
     if let Some(name) = first_duplicate(attributes.iter().map(|attribute| &*attribute.name)) {
-        return Err(CheckpointError::DuplicateAttribute {
+        return Err(ObjectError::DuplicateAttribute {
             path: path(),
             name: name.to_owned(),
         });
@@ -343,7 +342,7 @@ fn object_node(
 }
 
 /// The attribute name of a `tf.train.experimental.PythonState` (a string of its `serialize()`).
-pub(super) const PYTHON_STATE: &str = "py_state";
+pub const PYTHON_STATE: &str = "py_state";
 
 /// The value keys of each attribute, by its checkpoint key, in key order: the checkpoint key
 /// itself, or, for a legacy saveable whose checkpoint key is only a prefix of its bundle keys
@@ -351,11 +350,11 @@ pub(super) const PYTHON_STATE: &str = "py_state";
 /// keys extending it. A value key extending several attribute keys belongs to the longest.
 /// A variable's value (`VARIABLE_VALUE`) and an attribute given its own key own no other key,
 /// so a key that only extends one of those (a typo such as `…VARIABLE_VALUE_x`) is, like a
-/// value key of no attribute, [`CheckpointError::UnknownValue`].
-pub(super) fn value_keys<'a>(
+/// value key of no attribute, [`ObjectError::UnknownValue`].
+pub fn value_keys<'a, V>(
     graph: &'a ObjectGraph,
-    values: &'a BTreeMap<String, HostTensor>,
-) -> Result<BTreeMap<&'a str, Vec<&'a str>>, CheckpointError> {
+    values: &'a BTreeMap<String, V>,
+) -> Result<BTreeMap<&'a str, Vec<&'a str>>, ObjectError> {
     let mut owned: BTreeMap<&str, Vec<&str>> = (graph.nodes().iter())
         .flat_map(|node| &node.attributes)
         .map(|attribute| (attribute.checkpoint_key.as_str(), Vec::new()))
@@ -374,7 +373,7 @@ pub(super) fn value_keys<'a>(
         };
         match owner.and_then(|owner| owned.get_mut(owner)) {
             Some(keys) => keys.push(key),
-            None => return Err(CheckpointError::UnknownValue { key: key.clone() }),
+            None => return Err(ObjectError::UnknownValue { key: key.clone() }),
         }
     }
     Ok(owned)

@@ -1,19 +1,14 @@
 //! What a restore returns and reports: the load status (`CheckpointLoadStatus`,
 //! `NameBasedSaverStatus`, `InitializationOnlyStatus`) with its assertions and TensorFlow's
 //! exact messages (FORMATS.md 13.11, 13.13), the [`RestoreReport`] listing every value once,
-//! and the text TensorFlow's messages are made of (node names and paths, Python reprs of
-//! shapes, lists and variables). Both ways of matching, by object (`restore.rs`) and by name
-//! (`names.rs`), build these; this file knows neither.
+//! and what matching gives ([`Matched`]: the values to read as [`Pair`]s, the report, the
+//! status). Both ways of matching (`matching.rs`) build these; this file knows neither.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
 use serde::Serialize;
-
-use super::save::shape_of;
-use crate::exec::{HostTensor, TensorData};
 
 /// `restore()` (creates `save_counter`, which is then restored or left unbound) or `read()`
 /// (does not).
@@ -81,7 +76,8 @@ pub(super) struct Checks {
 const NO_CHECKPOINT: &str = "No checkpoint specified (save_path=None); nothing is being restored.";
 
 impl LoadStatus {
-    pub(super) fn initialization_only() -> LoadStatus {
+    /// `restore(None)`'s `InitializationOnlyStatus`.
+    pub fn initialization_only() -> LoadStatus {
         LoadStatus {
             checks: None,
             warnings: Vec::new(),
@@ -92,9 +88,20 @@ impl LoadStatus {
 
     /// Whether this is a name-based status (TensorFlow's `NameBasedSaverStatus`): the
     /// checkpoint had no object graph and values were matched by variable name (FORMATS.md
-    /// 13.13). [`Checkpoint::refresh_status`](super::Checkpoint::refresh_status) re-checks it against objects attached since.
+    /// 13.13). [`Checkpoint::refresh_status`](crate::checkpoint::Checkpoint::refresh_status) re-checks it against objects attached since.
     pub fn is_name_based(&self) -> bool {
         self.name_based.is_some()
+    }
+
+    /// For a name-based status, the prefix restored.
+    pub fn name_based_prefix(&self) -> Option<&str> {
+        self.name_based.as_deref()
+    }
+
+    /// This status, silenced when `other` is ([`LoadStatus::expect_partial`]).
+    pub fn with_partial_of(mut self, other: &LoadStatus) -> LoadStatus {
+        self.partial = other.partial;
+        self
     }
 
     /// Whether this is `restore(None)`'s `InitializationOnlyStatus`.
@@ -349,259 +356,34 @@ fn value_text(value: &ReportValue) -> String {
     format!("{} {detail}", value.status.label())
 }
 
-/// A matched attribute: where to read it and where it goes.
-#[derive(Clone, Debug)]
-pub(super) struct Pair {
-    pub(super) checkpoint_key: String,
-    pub(super) our_key: String,
+/// A matched value: where to read it, where it goes, and its dtype and shape on both sides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pair {
+    /// The key the checkpoint stores it under.
+    pub checkpoint_key: String,
+    /// Its key among our values.
+    pub our_key: String,
     /// The object's path for messages (`(root).model.c`).
-    pub(super) name: String,
-    pub(super) value: HostTensor,
-    pub(super) stored: Option<(DType, Vec<i64>)>,
+    pub name: String,
+    /// Our value's dtype and shape.
+    pub program: (DType, Vec<i64>),
+    /// The checkpoint's, if it stores the key.
+    pub stored: Option<(DType, Vec<i64>)>,
     /// Matched by name (13.13): the value is read with the checkpoint's dtype and a dtype
     /// mismatch fails at assignment, with TensorFlow's `AssignVariableOp` message.
-    pub(super) by_name: bool,
+    pub by_name: bool,
 }
 
-/// The outcome of matching a checkpoint against a [`Checkpoint`](super::Checkpoint)'s objects, before any value is
-/// read: the report, the load status the restore will return, and the values to read.
+/// The outcome of matching a checkpoint against our objects, before any value is read: the
+/// values to read, the report, and the load status the restore will return.
 #[derive(Clone, Debug)]
-pub struct RestoreMatch {
-    pub(super) prefix: String,
-    /// The checkpoint matched, open: its values are read from this reader, so a restore opens
-    /// and checks the bundle once.
-    pub(super) source: Source,
-    pub(super) kind: RestoreKind,
-    pub(super) pairs: Vec<Pair>,
-    pub(super) report: RestoreReport,
-    pub(super) status: LoadStatus,
-}
-
-/// The open checkpoint a [`RestoreMatch`] was made against.
-#[derive(Clone)]
-pub(super) struct Source(pub(super) std::sync::Arc<crate::bundle::BundleReader>);
-
-impl fmt::Debug for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Source({})", self.0.prefix().display())
-    }
-}
-
-impl RestoreMatch {
-    /// The report of every value.
-    pub fn report(&self) -> &RestoreReport {
-        &self.report
-    }
-
-    /// The keys (in our objects' graph) of the values the restore assigns, `save_counter`'s
-    /// included when it is restored.
-    pub fn restored_keys(&self) -> Vec<String> {
-        self.pairs.iter().map(|pair| pair.our_key.clone()).collect()
-    }
-
-    /// The load status the restore returns.
-    pub fn status(&self) -> &LoadStatus {
-        &self.status
-    }
-}
-
-/// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
-/// first-discovered path's local names joined with `.`; a slot variable
-/// `<optimizer>'s state '<slot>' for <variable>`, its optimizer and variable named by their own
-/// paths (`node N` for one no child edge reaches) where TensorFlow names them recursively: a
-/// chain of slots, each the optimizer of the next, doubled the name per link. Each name is its
-/// parent's and one local name, built once.
-pub(super) fn node_names(graph: &ObjectGraph) -> Vec<String> {
-    let tree = graph.path_tree();
-    let own: Vec<Option<String>> = tree.fold("(root)".to_owned(), |parent, name| {
-        format!("{parent}.{name}")
-    });
-    let own_name = |id: NodeId| own[id.index()].clone().unwrap_or_else(|| id.to_string());
-    let mut names: Vec<String> = own
-        .iter()
-        .map(|name| name.clone().unwrap_or_default())
-        .collect();
-    for (optimizer, node) in graph.nodes().iter().enumerate() {
-        for slot in &node.slot_variables {
-            names[slot.slot_variable_node_id.index()] = format!(
-                "{}'s state '{}' for {}",
-                own_name(NodeId(optimizer as u32)),
-                slot.slot_name,
-                own_name(slot.original_variable_node_id)
-            );
-        }
-    }
-    names
-}
-
-/// Each node's path as local names; a slot variable's is its variable's own path and
-/// `<slot> of <optimizer path>` (`node N` for an optimizer no child edge reaches).
-pub(super) fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
-    let tree = graph.path_tree();
-    let own_path =
-        |id: NodeId| -> Vec<String> { tree.path(id).into_iter().map(str::to_owned).collect() };
-    let mut paths: Vec<Vec<String>> = (0..graph.nodes().len())
-        .map(|idx| own_path(NodeId(idx as u32)))
-        .collect();
-    for (optimizer, node) in graph.nodes().iter().enumerate() {
-        let optimizer = NodeId(optimizer as u32);
-        for slot in &node.slot_variables {
-            let optimizer_path = if tree.is_reached(optimizer) {
-                super::display_path(&tree.path(optimizer))
-            } else {
-                optimizer.to_string()
-            };
-            let mut path = own_path(slot.original_variable_node_id);
-            path.push(format!("{} of {optimizer_path}", slot.slot_name));
-            paths[slot.slot_variable_node_id.index()] = path;
-        }
-    }
-    paths
-}
-
-pub(super) fn tensor_type((dtype, shape): (DType, Vec<i64>)) -> TensorType {
-    TensorType {
-        dtype: dtype.to_string(),
-        shape,
-    }
-}
-
-/// A shape as Python prints a tuple: `()`, `(2,)`, `(2, 3)`.
-pub(super) fn python_shape(shape: &[i64]) -> String {
-    match shape {
-        [one] => format!("({one},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-/// A list of strings as Python prints it: `['a', 'b']`.
-pub(super) fn python_list(names: &[&str]) -> String {
-    let items: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
-    format!("[{}]", items.join(", "))
-}
-
-/// `repr()` of one of our objects: a variable's (one `VARIABLE_VALUE`) as an eager `tf.Variable`'s,
-/// anything else `<object (root).path>`.
-pub(super) fn node_repr(
-    node: &ObjectNode,
-    name: &str,
-    value_of: &dyn Fn(&str) -> HostTensor,
-) -> String {
-    match node.attributes.as_slice() {
-        [attribute] if attribute.name == VARIABLE_VALUE => {
-            variable_repr(&attribute.full_name, &value_of(&attribute.checkpoint_key))
-        }
-        _ => format!("<object {name}>"),
-    }
-}
-
-/// `repr()` of an eager `tf.Variable`:
-/// `<tf.Variable 'Variable:0' shape=(2,) dtype=float32, numpy=array([0., 0.], dtype=float32)>`.
-pub(super) fn variable_repr(full_name: &str, value: &HostTensor) -> String {
-    let numpy = numpy_repr(value);
-    // Python puts a multi-line array on a line of its own.
-    let newline = if numpy.contains('\n') { "\n" } else { "" };
-    format!(
-        "<tf.Variable '{full_name}:0' shape={} dtype={}, numpy={newline}{numpy}>",
-        python_shape(&shape_of(value)),
-        value.dtype(),
-    )
-}
-
-/// numpy's `repr` of a value (scalars as numbers, arrays as `array([...], dtype=…)`, one row per
-/// line for two and more dimensions, without numpy's wrapping of long rows).
-fn numpy_repr(value: &HostTensor) -> String {
-    let Some(elements) = elements(value) else {
-        return "...".to_owned();
-    };
-    if value.shape().is_empty() {
-        return elements
-            .first()
-            .map_or_else(String::new, |e| e.scalar.clone());
-    }
-    let items: Vec<&str> = elements.iter().map(|e| e.array.as_str()).collect();
-    let body = nest(value.shape(), &items, 0);
-    let dtype = value.dtype();
-    if matches!(dtype, DType::Double | DType::Int64 | DType::Bool) {
-        format!("array({body})")
-    } else {
-        format!("array({body}, dtype={dtype})")
-    }
-}
-
-struct Element {
-    scalar: String,
-    array: String,
-}
-
-/// Nests `items` into numpy's array text: `, ` between elements of the last axis; between
-/// sub-arrays a comma, one newline per inner axis and the indent of `array(` plus the depth.
-fn nest(shape: &[u64], items: &[&str], depth: usize) -> String {
-    match shape {
-        [] => items.first().copied().unwrap_or_default().to_owned(),
-        [_] => format!("[{}]", items.join(", ")),
-        [first, rest @ ..] => {
-            let stride = items.len() / (*first).max(1) as usize;
-            let parts: Vec<String> = (0..*first as usize)
-                .map(|i| nest(rest, &items[i * stride..(i + 1) * stride], depth + 1))
-                .collect();
-            let separator = format!(",{}{}", "\n".repeat(rest.len()), " ".repeat(7 + depth));
-            format!("[{}]", parts.join(&separator))
-        }
-    }
-}
-
-fn elements(value: &HostTensor) -> Option<Vec<Element>> {
-    let (TensorData::Bytes(_) | TensorData::Mapped(_)) = value.data() else {
-        return None;
-    };
-    let bytes = value.bytes()?;
-    let float = |x: f64, text: String| Element {
-        array: if x.fract() == 0.0 && x.is_finite() && x.abs() < 1e16 {
-            format!("{}.", x as i64)
-        } else {
-            text.clone()
-        },
-        scalar: text,
-    };
-    let int = |text: String| Element {
-        array: text.clone(),
-        scalar: text,
-    };
-    Some(match value.dtype() {
-        DType::Float => bytes
-            .chunks_exact(4)
-            .map(|c| {
-                let x = f32::from_le_bytes(c.try_into().expect("4 bytes"));
-                float(f64::from(x), format!("{x:?}"))
-            })
-            .collect(),
-        DType::Double => bytes
-            .chunks_exact(8)
-            .map(|c| {
-                let x = f64::from_le_bytes(c.try_into().expect("8 bytes"));
-                float(x, format!("{x:?}"))
-            })
-            .collect(),
-        DType::Int32 => bytes
-            .chunks_exact(4)
-            .map(|c| int(i32::from_le_bytes(c.try_into().expect("4 bytes")).to_string()))
-            .collect(),
-        DType::Int64 => bytes
-            .chunks_exact(8)
-            .map(|c| int(i64::from_le_bytes(c.try_into().expect("8 bytes")).to_string()))
-            .collect(),
-        DType::Bool => bytes
-            .iter()
-            .map(|b| int(if *b != 0 { "True" } else { "False" }.to_owned()))
-            .collect(),
-        _ => return None,
-    })
+pub struct Matched {
+    /// `restore()` or `read()`.
+    pub kind: RestoreKind,
+    /// The values to read, in the order a restore reads them.
+    pub pairs: Vec<Pair>,
+    /// Every value, once.
+    pub report: RestoreReport,
+    /// The status the restore returns.
+    pub status: LoadStatus,
 }
