@@ -232,6 +232,83 @@ fn only_the_layers_that_own_files_touch_the_file_system() {
     assert!(wrong.is_empty(), "file IO outside its layers: {wrong:#?}");
 }
 
+/// The std and crate modules through which a program reaches files, processes, the network,
+/// threads or its environment.
+fn does_io(path: &[String]) -> bool {
+    let std_io = ["fs", "io", "path", "net", "process", "env", "thread", "os"];
+    (matches!(path[0].as_str(), "std" | "core")
+        && path.get(1).is_some_and(|module| std_io.contains(&module.as_str())))
+        || matches!(path[0].as_str(), "memmap2" | "libc" | "tempfile" | "rayon")
+}
+
+/// What a file of the object layer (`src/object/`) uses that it may not: any other module of
+/// `src/` (so no `exec`, `session`, `trace`, `bundle` or `export`), and IO.
+fn object_layer_violations(file: &SourceFile) -> BTreeSet<String> {
+    let mut wrong: BTreeSet<String> = file
+        .crate_paths()
+        .filter_map(|path| path.first().cloned())
+        .filter(|used| used != "object")
+        .map(|used| format!("{} (object) imports {used}", file.path()))
+        .collect();
+    if file.names(does_io) {
+        wrong.insert(format!("{} (object) does IO", file.path()));
+    }
+    wrong
+}
+
+/// The object layer works over plain data and the interfaces it is handed
+/// (`object::StoredValues`, `object::OurValue`): it imports no other module of the crate and
+/// does no file, process or thread IO.
+#[test]
+fn the_object_layer_is_plain_data() {
+    let files: Vec<SourceFile> = source_files()
+        .into_iter()
+        .filter(|file| file.top() == "object")
+        .collect();
+    assert!(files.len() >= 4, "src/object/ has gone: {}", files.len());
+    let wrong: BTreeSet<String> = files.iter().flat_map(object_layer_violations).collect();
+    assert!(wrong.is_empty(), "the object layer reaches out: {wrong:#?}");
+}
+
+/// A planted import of the runtime, a session, the tracer or IO into the object layer is
+/// caught however it is written: grouped, nested, relative or inline.
+#[test]
+fn the_object_layer_rule_catches_grouped_imports() {
+    let planted = |text: &str| {
+        object_layer_violations(&SourceFile {
+            crate_dir: "src",
+            relative: "object/matching.rs".to_owned(),
+            module: module_of_file("object/matching.rs"),
+            text: text.to_owned(),
+            paths: paths(text),
+        })
+    };
+    let wrong = [
+        "use crate::{object::Ours, exec::HostTensor};",
+        "use crate::{\n    exec::{self, io::restore_from},\n};",
+        "use crate::{session::{Session as S}};",
+        "use super::super::trace::Trackable;",
+        "fn f() { crate::bundle::BundleReader::open(\"p\"); }",
+        "use std::{collections::BTreeMap, fs};",
+        "use std::{io::{self, Read}};",
+        "fn f() { std::fs::read(\"p\"); }",
+        "use memmap2::Mmap;",
+    ];
+    for text in wrong {
+        assert!(!planted(text).is_empty(), "{text}");
+    }
+    let fine = [
+        "use super::{ObjectError, status::LoadStatus};",
+        "use crate::object::{Ours, build::value_keys};",
+        "use std::collections::{BTreeMap, BTreeSet};",
+        "use saveplan_ir::{DType, object_graph::{NodeId, ObjectGraph}};",
+        "// use crate::exec::HostTensor;\nconst A: &str = \"std::fs::read\";",
+    ];
+    for text in fine {
+        assert!(planted(text).is_empty(), "{text}: {:?}", planted(text));
+    }
+}
+
 /// Only the binary prints: the workspace lints deny `print!`/`eprint!` (CI runs clippy with
 /// `-D warnings`), and only `src/main.rs`, `src/cli/` and tests of the library lift them.
 #[test]
