@@ -105,7 +105,20 @@ pub struct RestoreNode<'c> {
     path: Vec<String>,
 }
 
-impl RestoreNode<'_> {
+impl<'c> RestoreNode<'c> {
+    /// The root's node of `graph` with `values`.
+    pub(super) fn root(
+        graph: &'c ObjectGraph,
+        values: &'c BTreeMap<String, HostTensor>,
+    ) -> RestoreNode<'c> {
+        RestoreNode {
+            graph,
+            values,
+            node: NodeId::ROOT,
+            path: Vec::new(),
+        }
+    }
+
     /// Gives the child named `name` its values (calls its [`Saveable::restore`]).
     pub fn child(&mut self, name: &str, object: &mut dyn Saveable) -> Result<(), CheckpointError> {
         let child = (self.graph.node(self.node).children.iter())
@@ -191,35 +204,6 @@ impl<T: Saveable> Saveable for Vec<T> {
     }
 }
 
-impl Checkpoint {
-    /// `tf.train.Checkpoint(**children)` of `root`'s children, with the values of every object
-    /// reachable from it ([`Checkpoint::new`] of their graph and values).
-    pub fn of(root: &dyn Saveable) -> Result<Checkpoint, CheckpointError> {
-        let (graph, values) = graph_and_values(root)?;
-        Checkpoint::new(graph, values)
-    }
-
-    /// Takes `root`'s current objects and values (after training steps, say), keeping the
-    /// counter, devices, options and pending restores: what a [`super::CheckpointManager`]
-    /// saves next.
-    pub fn update(&mut self, root: &dyn Saveable) -> Result<(), CheckpointError> {
-        let (graph, values) = graph_and_values(root)?;
-        self.replace_objects(graph, values).map(drop)
-    }
-
-    /// Gives every object reachable from `root` its values in this checkpoint (after a
-    /// [`Checkpoint::read`] or [`Checkpoint::restore`], the restored ones) through
-    /// [`Saveable::restore`].
-    pub fn assign_to(&self, root: &mut dyn Saveable) -> Result<(), CheckpointError> {
-        root.restore(&mut RestoreNode {
-            graph: self.graph(),
-            values: self.values(),
-            node: NodeId::ROOT,
-            path: Vec::new(),
-        })
-    }
-}
-
 /// `tf.train.Checkpoint(**children).write(prefix)` of `root`'s children: writes `prefix.index`
 /// and its data file. Returns the prefix.
 pub fn save_object(root: &dyn Saveable, prefix: &str) -> Result<String, CheckpointError> {
@@ -248,7 +232,7 @@ struct Walked {
 }
 
 /// The object graph of everything reachable from `root` and its values by checkpoint key.
-fn graph_and_values(
+pub(super) fn graph_and_values(
     root: &dyn Saveable,
 ) -> Result<(ObjectGraph, BTreeMap<String, HostTensor>), CheckpointError> {
     let mut walked = BTreeMap::new();

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph};
 use saveplan_ir::{DType, Module, verify_module};
 
-use super::CheckpointError;
-use super::save::{Checkpoint, counter_tensor, shape_of};
+use super::save::{counter_tensor, shape_of};
+use super::{Checkpoint, CheckpointError};
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError,
     RunContext, VarKey, VariableError, VariableStore,

@@ -38,6 +38,7 @@ mod restore;
 mod save;
 mod spec;
 mod spec_of;
+mod tf_checkpoint;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -55,12 +56,13 @@ pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use prune::without_attributes_of;
 pub use read::{full_name_keys, read_all, read_value, resolve_name};
 pub use restore::RestoreMatch;
-pub use save::{Checkpoint, WriteFailure};
+pub use save::WriteFailure;
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
 pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
 pub use spec_of::{object_spec_of, plain_spec_of};
+pub use tf_checkpoint::Checkpoint;
 
 use saveplan_ir::device::DeviceError;
 

@@ -11,204 +11,22 @@
 //! [`Checkpoint::write_traced`] places the object graph as a traced `write` does, on a task of
 //! its own (two shards).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{Attribute, OBJECT_GRAPH_KEY, ObjectGraph};
 
-use super::writer::{AfterWrite, CapturedWrite, Pending, RecordingIo};
-use super::{CheckpointError, STATE_FILE, parent_dir};
-use crate::bundle::WriteOptions;
+use super::writer::{AfterWrite, CapturedWrite, RecordingIo};
+use super::{Checkpoint, CheckpointError, STATE_FILE, parent_dir};
 use crate::exec::VariableStore;
 use crate::exec::{BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, RunContext, VarKey};
 use crate::export::object_graph::encode;
 use crate::export::{CheckpointState, checkpoint_state_text};
-use crate::object::{
-    ObjectError, PYTHON_STATE, SAVE_COUNTER, try_with_save_counter, value_keys, with_save_counter,
-};
+use crate::object::{PYTHON_STATE, value_keys};
 use crate::session::EagerSaver;
-use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, TraceOptions, Trackable, VariableDef};
-
-/// A `tf.train.Checkpoint` in eager mode: an object graph (as [`crate::object::build_object_graph`]
-/// builds it, without `save_counter`) and the value of every attribute, by checkpoint key.
-///
-/// [`Checkpoint::write`] writes exactly what TensorFlow's `write(prefix)` writes for the same
-/// tree and values; [`Checkpoint::save`] also counts (`save_counter`, a child of the root once
-/// it exists, written by every later write) and rewrites the directory's `checkpoint` file.
-#[derive(Debug)]
-pub struct Checkpoint {
-    graph: ObjectGraph,
-    values: BTreeMap<String, HostTensor>,
-    devices: BTreeMap<String, String>,
-    save_counter: Option<i64>,
-    write_options: WriteOptions,
-    options: TraceOptions,
-    pending: Vec<String>,
-    async_writes: bool,
-    in_flight: Pending,
-}
+use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, Trackable, VariableDef};
 
 impl Checkpoint {
-    /// A checkpoint of `graph` with `values` (checkpoint key → tensor): every attribute of the
-    /// graph needs a value, and every value an attribute: its key is the attribute's key, or,
-    /// for a legacy saveable (FORMATS.md 13.15), extends it (`table/.ATTRIBUTES/table` →
-    /// `…/table-keys`, `…/table-values`, written in key order).
-    pub fn new(
-        graph: ObjectGraph,
-        values: BTreeMap<String, HostTensor>,
-    ) -> Result<Checkpoint, CheckpointError> {
-        if graph.nodes().first().is_some_and(|root| {
-            root.children
-                .iter()
-                .any(|child| child.local_name == SAVE_COUNTER)
-        }) {
-            return Err(CheckpointError::SaveCounterTaken);
-        }
-        // The graph a save writes, with `save_counter`, must be within the caps too.
-        try_with_save_counter(&graph).map_err(ObjectError::from)?;
-        let owned = value_keys(&graph, &values)?;
-        if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
-            return Err(CheckpointError::MissingValue {
-                key: (*key).to_owned(),
-            });
-        }
-        Ok(Checkpoint {
-            graph,
-            values,
-            devices: BTreeMap::new(),
-            save_counter: None,
-            write_options: WriteOptions::default(),
-            options: TraceOptions::default(),
-            pending: Vec::new(),
-            async_writes: false,
-            in_flight: Pending::default(),
-        })
-    }
-
-    /// Places the variable saved under `key` on `device` (a TensorFlow device string; by
-    /// default the local CPU). Variables on other tasks make more shards.
-    pub fn with_device(mut self, key: impl Into<String>, device: impl Into<String>) -> Checkpoint {
-        self.devices.insert(key.into(), device.into());
-        self
-    }
-
-    /// The same checkpoint writing files with `options` (fsync or not).
-    pub fn with_write_options(mut self, options: WriteOptions) -> Checkpoint {
-        self.write_options = options;
-        self
-    }
-
-    /// The same checkpoint written with `options` (TensorFlow's `CheckpointOptions`: io device,
-    /// sharding policy).
-    pub fn with_options(mut self, options: TraceOptions) -> Checkpoint {
-        self.options = options;
-        self
-    }
-
-    /// The same checkpoint writing asynchronously or not (`CheckpointOptions(enable_async=…)`,
-    /// FORMATS.md 13.14). Enabling it creates `save_counter` (at 0) if it does not exist yet,
-    /// as TensorFlow does, so an asynchronous [`Checkpoint::write`] stores it.
-    ///
-    /// An asynchronous `write`/`save` returns once the values are captured: the plan runs at
-    /// once and keeps each tensor it saves (shared, not copied: changing a value afterwards
-    /// replaces it and does not change the write), and a background thread writes the files
-    /// (and, for `save`, the `checkpoint` file). One write is in flight at a time: the next
-    /// `write`/`save`, [`Checkpoint::restore`], [`Checkpoint::read`] and [`Checkpoint::sync`]
-    /// wait for it, and the first of them returns its error. A failed write leaves no file at
-    /// its prefix. Dropping the checkpoint waits for the write in flight.
-    pub fn with_async(mut self, enable: bool) -> Checkpoint {
-        self.async_writes = enable;
-        if enable && self.save_counter.is_none() {
-            self.save_counter = Some(0);
-        }
-        self
-    }
-
-    /// The options writes are traced with ([`Checkpoint::with_options`]).
-    pub fn trace_options(&self) -> &TraceOptions {
-        &self.options
-    }
-
-    /// Whether writes are asynchronous ([`Checkpoint::with_async`]).
-    pub fn is_async(&self) -> bool {
-        self.async_writes
-    }
-
-    /// `tf.train.Checkpoint.sync()`: waits for the asynchronous write in flight, if any, and
-    /// returns its error. Synchronous checkpoints have none in flight.
-    pub fn sync(&self) -> Result<(), CheckpointError> {
-        self.in_flight.wait()
-    }
-
-    /// The value of `save_counter`; `None` until the first [`Checkpoint::save`] or
-    /// [`Checkpoint::set_save_counter`].
-    pub fn save_counter(&self) -> Option<i64> {
-        self.save_counter
-    }
-
-    /// Creates `save_counter` with `value` (as a restore does), or removes it with `None`.
-    pub fn set_save_counter(&mut self, value: Option<i64>) {
-        self.save_counter = value;
-    }
-
-    /// The object graph of the objects (without `save_counter`).
-    pub fn graph(&self) -> &ObjectGraph {
-        &self.graph
-    }
-
-    /// The prefixes of the restores so far, oldest first: restore-on-create takes new values
-    /// from them, the newest first ([`Checkpoint::attach`]).
-    pub fn pending_restores(&self) -> &[String] {
-        &self.pending
-    }
-
-    pub(super) fn pending_restores_mut(&mut self) -> &mut Vec<String> {
-        &mut self.pending
-    }
-
-    /// Replaces the objects and values (checked as [`Checkpoint::new`] checks them), keeping
-    /// the counter, devices, options and pending restores; returns the old ones.
-    pub(super) fn replace_objects(
-        &mut self,
-        graph: ObjectGraph,
-        values: BTreeMap<String, HostTensor>,
-    ) -> Result<(ObjectGraph, BTreeMap<String, HostTensor>), CheckpointError> {
-        let checked = Checkpoint::new(graph, values)?;
-        Ok((
-            std::mem::replace(&mut self.graph, checked.graph),
-            std::mem::replace(&mut self.values, checked.values),
-        ))
-    }
-
-    /// The values, by checkpoint key (without `save_counter`).
-    pub fn values(&self) -> &BTreeMap<String, HostTensor> {
-        &self.values
-    }
-
-    /// Replaces the value saved under `key` (same rules as [`Checkpoint::new`]).
-    pub fn set_value(&mut self, key: &str, value: HostTensor) -> Result<(), CheckpointError> {
-        match self.values.get_mut(key) {
-            Some(slot) => {
-                *slot = value;
-                Ok(())
-            }
-            None => Err(ObjectError::UnknownValue {
-                key: key.to_owned(),
-            }
-            .into()),
-        }
-    }
-
-    /// The object graph a write stores: the graph given, with `save_counter` (a child of the
-    /// root, after its other children) once it exists.
-    pub fn object_graph(&self) -> ObjectGraph {
-        match self.save_counter {
-            None => self.graph.clone(),
-            Some(_) => with_save_counter(&self.graph),
-        }
-    }
-
     /// `tf.train.Checkpoint.write(prefix)`: writes `prefix.index` and its data file(s), creating
     /// the parent directory. Returns the prefix (asynchronously: see
     /// [`Checkpoint::with_async`]).

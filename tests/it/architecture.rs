@@ -237,7 +237,9 @@ fn only_the_layers_that_own_files_touch_the_file_system() {
 fn does_io(path: &[String]) -> bool {
     let std_io = ["fs", "io", "path", "net", "process", "env", "thread", "os"];
     (matches!(path[0].as_str(), "std" | "core")
-        && path.get(1).is_some_and(|module| std_io.contains(&module.as_str())))
+        && path
+            .get(1)
+            .is_some_and(|module| std_io.contains(&module.as_str())))
         || matches!(path[0].as_str(), "memmap2" | "libc" | "tempfile" | "rayon")
 }
 
