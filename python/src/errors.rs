@@ -112,9 +112,8 @@ pub fn checkpoint_kind(err: &CheckpointError) -> Kind {
         CheckpointError::DeleteCheckpoint(inner) => bundle_kind(inner),
         CheckpointError::ReadStateFile { source, .. }
         | CheckpointError::WriteStateFile { source, .. } => io_kind(source.kind()),
-        CheckpointError::Write { source, .. } | CheckpointError::Read { source, .. } => {
-            chain_kind(source.as_ref())
-        }
+        CheckpointError::Write { source, .. } => chain_kind(source.as_ref()),
+        CheckpointError::Read { source, .. } => chain_kind(source.as_ref()),
         CheckpointError::ReadValues { source, .. } => chain_kind(source.as_ref()),
         _ => Kind::InvalidArgument,
     }

@@ -321,12 +321,10 @@ impl GraphModeSession {
         (self.read.run(&cx, vec![HostTensor::string_scalar(prefix)])).map_err(|source| {
             CheckpointError::Read {
                 prefix: prefix.to_owned(),
-                source: Box::new(super::WriteFailure::GraphMode(Box::new(
-                    GraphModeFailure::Run {
-                        what: "read",
-                        source,
-                    },
-                ))),
+                source: Box::new(GraphModeFailure::Run {
+                    what: "read",
+                    source,
+                }),
             }
         })?;
         Ok(())

@@ -213,14 +213,15 @@ pub enum CheckpointError {
         #[source]
         source: Box<GraphModeFailure>,
     },
-    /// Reading the matched values failed.
+    /// Running the TF1 graph-mode restore ops failed
+    /// ([`GraphModeSession::run_restore_ops`]).
     #[error("restoring from checkpoint {prefix} failed")]
     Read {
         /// The prefix.
         prefix: String,
         /// Why.
         #[source]
-        source: Box<WriteFailure>,
+        source: Box<GraphModeFailure>,
     },
     /// Reading the matched values from the open checkpoint failed.
     #[error("reading the values matched in checkpoint {prefix} failed")]

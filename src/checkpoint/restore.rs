@@ -3,8 +3,8 @@
 //!
 //! A restore walks once ([`Checkpoint::match_checkpoint`](super::Checkpoint::match_checkpoint)):
 //! the prefix is opened and its bundle checked once ([`open`], [`BundleReader::open`]); the
-//! object layer's matcher ([`crate::object::match_checkpoint`]) reads that reader's index
-//! through [`Stored`] (its [`StoredValues`]) and our tensors through [`OurValue`]; the
+//! object layer's matcher ([`crate::object::match_stored`]) is handed that reader's index as
+//! plain data ([`StoredIndex`]) and reads our tensors through [`OurValue`]; the
 //! [`RestoreMatch`] keeps the reader, and after every dtype and shape was checked against the
 //! index (so a failed restore changes nothing) the matched values are read from it in one batch
 //! ([`read_pairs`]: [`restore_from`], as one `RestoreV2` of the whole tensors). A read error is
@@ -14,13 +14,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use super::CheckpointError;
+use super::{CheckpointError, is_object_based, read_object_graph};
 use crate::bundle::{BundleError, BundleReader};
 use crate::exec::HostTensor;
 use crate::exec::io::{RestoreRequest, restore_from};
-use crate::object::{
-    LoadStatus, Matched, OurValue, Pair, RestoreReport, StoredEntry, StoredValues,
-};
+use crate::export::object_graph::node_text;
+use crate::object::OurValue;
+use crate::object::matching::{NewValues, Ours, Theirs, failure, match_stored};
+use crate::object::status::{LoadStatus, Matched, Pair, RestoreKind, RestoreReport};
+use crate::object::stored::{StoredEntry, StoredIndex};
 
 /// The outcome of matching a checkpoint against a [`Checkpoint`](super::Checkpoint)'s objects, before any value
 /// is read: the report, the load status the restore will return, and the values to read from
@@ -31,14 +33,14 @@ pub struct RestoreMatch {
     pub(super) prefix: String,
     /// The checkpoint matched, open: its values are read from this reader, so a restore opens
     /// and checks the bundle once.
-    pub(super) source: Source,
+    source: Source,
     /// What the object layer matched.
     pub(super) matched: Matched,
 }
 
 /// The open checkpoint a [`RestoreMatch`] was made against.
 #[derive(Clone)]
-pub(super) struct Source(pub(super) Arc<BundleReader>);
+struct Source(Arc<BundleReader>);
 
 impl fmt::Debug for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -47,6 +49,47 @@ impl fmt::Debug for Source {
 }
 
 impl RestoreMatch {
+    /// Opens the checkpoint at `prefix`, once, and matches it against `ours` for a restore of
+    /// `kind`: by object, or by name when it has no object graph. Reads no value.
+    pub(super) fn open(
+        prefix: &str,
+        kind: RestoreKind,
+        ours: &Ours<'_, HostTensor>,
+    ) -> Result<RestoreMatch, CheckpointError> {
+        let reader = Arc::new(open(prefix)?);
+        let stored = stored_index(&reader);
+        let theirs = match is_object_based(&reader) {
+            true => Some(read_object_graph(&reader)?),
+            false => None,
+        };
+        let theirs = theirs.as_ref().map(|graph| Theirs { graph, node_text });
+        let matched = match_stored(ours, theirs, &stored, prefix, kind)?;
+        Ok(RestoreMatch {
+            prefix: prefix.to_owned(),
+            source: Source(reader),
+            matched,
+        })
+    }
+
+    /// The matched values, by our key, read from the checkpoint they were matched in; when one
+    /// cannot be restored (its dtype or shape differs, its key is missing) that is the error
+    /// and nothing is read.
+    pub(super) fn read(&self) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
+        if let Some(error) = failure(&self.matched.pairs) {
+            return Err(error.into());
+        }
+        read_pairs(&self.source, &self.prefix, &self.matched.pairs)
+    }
+
+    /// This match cut to the values restore-on-create takes from it ([`NewValues::take`]).
+    pub(super) fn keep_new(
+        mut self,
+        new_values: &mut NewValues,
+    ) -> Result<RestoreMatch, CheckpointError> {
+        self.matched.pairs = new_values.take(std::mem::take(&mut self.matched.pairs))?;
+        Ok(self)
+    }
+
     /// The report of every value.
     pub fn report(&self) -> &RestoreReport {
         &self.matched.report
@@ -78,7 +121,7 @@ pub(super) fn open(prefix: &str) -> Result<BundleReader, CheckpointError> {
 
 /// Reads `pairs` from the open checkpoint `source` (at `prefix`), as one `RestoreV2` of the
 /// whole tensors reads them (sliced ones assembled): our key → value.
-pub(super) fn read_pairs(
+fn read_pairs(
     source: &Source,
     prefix: &str,
     pairs: &[Pair],
@@ -103,28 +146,13 @@ pub(super) fn read_pairs(
         .collect())
 }
 
-/// An open bundle as the object layer reads it: its index.
-pub(super) struct Stored<'a>(pub(super) &'a BundleReader);
-
-impl StoredValues for Stored<'_> {
-    fn entry(&self, key: &str) -> Option<StoredEntry<'_>> {
-        self.0.entry(key).map(stored_entry)
-    }
-
-    fn entries_from(&self, start: &str) -> impl Iterator<Item = StoredEntry<'_>> {
-        // The entries are sorted by key.
-        let entries = self.0.entries();
-        let at = entries.partition_point(|entry| entry.key.as_str() < start);
-        entries[at..].iter().map(stored_entry)
-    }
-}
-
-fn stored_entry(entry: &crate::bundle::Entry) -> StoredEntry<'_> {
-    StoredEntry {
+/// The index of the open bundle `reader`, as the object layer reads it.
+fn stored_index(reader: &BundleReader) -> StoredIndex<'_> {
+    StoredIndex::new(reader.entries().iter().map(|entry| StoredEntry {
         key: &entry.key,
         dtype: entry.dtype,
         shape: &entry.shape,
-    }
+    }))
 }
 
 impl OurValue for HostTensor {

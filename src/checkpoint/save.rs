@@ -254,7 +254,7 @@ pub(super) fn counter_tensor(value: i64) -> HostTensor {
     HostTensor::int64_scalar(value)
 }
 
-/// Why writing (or reading) a checkpoint failed.
+/// Why writing a checkpoint failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteFailure {
     /// The prefix cannot be written.

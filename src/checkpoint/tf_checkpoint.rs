@@ -12,21 +12,20 @@
 //! `graph_mode.rs`: both are the plan runner's.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use saveplan_ir::object_graph::ObjectGraph;
 
 use super::framework::{RestoreNode, Saveable, graph_and_values};
-use super::restore::{RestoreMatch, Source, Stored, open, read_pairs};
+use super::restore::RestoreMatch;
 use super::writer::Pending;
-use super::{CheckpointError, SAVE_COUNTER, SAVE_COUNTER_KEY, is_object_based, read_object_graph};
+use super::{CheckpointError, SAVE_COUNTER, SAVE_COUNTER_KEY};
 use crate::bundle::WriteOptions;
 use crate::exec::HostTensor;
-use crate::export::object_graph::node_text;
-use crate::object::{
-    LoadStatus, NewValues, ObjectError, Ours, Pair, RestoreKind, Theirs, failure, match_checkpoint,
-    try_with_save_counter, value_keys, with_save_counter,
-};
+use crate::object::ObjectError;
+use crate::object::build::value_keys;
+use crate::object::counter::{try_with_save_counter, with_save_counter};
+use crate::object::matching::{NewValues, Ours};
+use crate::object::status::{LoadStatus, RestoreKind};
 use crate::trace::TraceOptions;
 
 /// A `tf.train.Checkpoint` in eager mode: an object graph (as [`crate::object::build_object_graph`]
@@ -248,44 +247,25 @@ impl Checkpoint {
     ) -> Result<RestoreMatch, CheckpointError> {
         // An asynchronous write in flight finishes first (FORMATS.md 13.14).
         self.sync()?;
-        let reader = Arc::new(open(prefix)?);
-        let theirs = match is_object_based(&reader) {
-            true => Some(read_object_graph(&reader)?),
-            false => None,
-        };
-        let theirs = theirs.as_ref().map(|graph| Theirs { graph, node_text });
         let ours = Ours {
             graph: self.graph(),
             values: self.values(),
             save_counter: self.save_counter(),
         };
-        let matched = match_checkpoint(&ours, theirs, &Stored(&reader), prefix, kind)?;
-        Ok(RestoreMatch {
-            prefix: prefix.to_owned(),
-            source: Source(reader),
-            matched,
-        })
+        RestoreMatch::open(prefix, kind, &ours)
     }
 
     /// Reads and assigns the values of a match (made on this checkpoint, unchanged since):
     /// checks every dtype and shape first, then one `RestoreV2` for all of them; on any error
     /// nothing changes.
     pub fn apply(&mut self, matched: RestoreMatch) -> Result<LoadStatus, CheckpointError> {
-        let RestoreMatch {
-            prefix,
-            source,
-            matched,
-        } = matched;
-        if let Some(error) = failure(&matched.pairs) {
-            return Err(error.into());
-        }
-        let restored = read_pairs(&source, &prefix, &matched.pairs)?;
-        if matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
+        let restored = matched.read()?;
+        if matched.matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
             self.set_save_counter(Some(0));
         }
         self.assign_restored(restored)?;
-        self.pending_restores_mut().push(prefix);
-        Ok(matched.status)
+        self.pending_restores_mut().push(matched.prefix);
+        Ok(matched.matched.status)
     }
 
     /// The status `status` has now: a name-based status (TensorFlow's `NameBasedSaverStatus`
@@ -331,15 +311,14 @@ impl Checkpoint {
     /// Restores `new_keys` from the pending restores, newest first.
     fn restore_new(&mut self, new_keys: Vec<String>) -> Result<Vec<String>, CheckpointError> {
         let mut new_values = NewValues::new(new_keys);
-        let mut reads: Vec<(Source, String, Vec<Pair>)> = Vec::new();
+        let mut reads = Vec::new();
         for prefix in self.pending_restores().iter().rev() {
             let matched = self.match_checkpoint(prefix, RestoreKind::Read)?;
-            let pairs = new_values.take(matched.matched.pairs)?;
-            reads.push((matched.source, prefix.clone(), pairs));
+            reads.push(matched.keep_new(&mut new_values)?);
         }
         let mut restored = BTreeMap::new();
-        for (source, prefix, pairs) in reads {
-            restored.extend(read_pairs(&source, &prefix, &pairs)?);
+        for matched in reads {
+            restored.extend(matched.read()?);
         }
         self.assign_restored(restored)?;
         Ok(new_values.into_keys())

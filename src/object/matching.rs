@@ -36,14 +36,13 @@ use saveplan_ir::object_graph::{
 
 use super::build::value_keys;
 use super::counter::{Counter, SAVE_COUNTER_KEY, with_save_counter};
-use super::repr::{
-    node_names, node_repr, python_list, python_shape, segment_paths, shape_of, tensor_type,
-};
+use super::repr::{names_and_paths, node_repr, python_list, python_shape, shape_of, tensor_type};
 use super::status::{
     Checks, LoadStatus, Matched, Pair, ReportCounts, ReportValue, RestoreKind, RestoreReport,
     ValueStatus,
 };
-use super::{ObjectError, OurValue, StoredEntry, StoredValues};
+use super::stored::{StoredEntry, StoredIndex};
+use super::{ObjectError, OurValue};
 
 /// Our side of a match: the objects (without `save_counter`), the value of every attribute by
 /// checkpoint key, and `save_counter`'s value once it exists.
@@ -70,10 +69,10 @@ pub struct Theirs<'a> {
 /// Matches the checkpoint `stored` (at `prefix`, for the report and a name-based status)
 /// against `ours` for a restore of `kind`: by object when `theirs`, the checkpoint's object
 /// graph, is given, else by name. Reads no value.
-pub fn match_checkpoint<V: OurValue>(
+pub fn match_stored<V: OurValue>(
     ours: &Ours<'_, V>,
     theirs: Option<Theirs<'_>>,
-    stored: &impl StoredValues,
+    stored: &StoredIndex<'_>,
     prefix: &str,
     kind: RestoreKind,
 ) -> Result<Matched, ObjectError> {
@@ -87,13 +86,14 @@ pub fn match_checkpoint<V: OurValue>(
         Some(_) => with_save_counter(ours.graph),
         None => ours.graph.clone(),
     };
+    let (names, paths) = names_and_paths(&graph);
     let side = Side {
         graph: &graph,
         values: ours.values,
         counter: Counter::new(counter.unwrap_or(0)),
         owned: value_keys(&graph, ours.values)?,
-        names: node_names(&graph),
-        paths: segment_paths(&graph),
+        names,
+        paths,
     };
     let (pairs, values, status) = match theirs {
         Some(theirs) => side.match_objects(theirs, stored),
@@ -123,9 +123,9 @@ struct Side<'a, V> {
     counter: Counter,
     /// The value keys of each attribute ([`value_keys`]).
     owned: BTreeMap<&'a str, Vec<&'a str>>,
-    /// TensorFlow's name of each node ([`node_names`]).
+    /// TensorFlow's name of each node.
     names: Vec<String>,
-    /// Each node's path ([`segment_paths`]).
+    /// Each node's path.
     paths: Vec<Vec<String>>,
 }
 
@@ -179,7 +179,7 @@ impl<'a, V: OurValue> Side<'a, V> {
     fn match_objects(
         &self,
         theirs: Theirs<'_>,
-        stored: &impl StoredValues,
+        stored: &StoredIndex<'_>,
     ) -> (Vec<Pair>, Vec<ReportValue>, LoadStatus) {
         let Theirs {
             graph: theirs,
@@ -191,8 +191,7 @@ impl<'a, V: OurValue> Side<'a, V> {
         for our in bound.iter().flatten() {
             ours_bound[our.index()] = true;
         }
-        let their_names = node_names(theirs);
-        let their_paths = segment_paths(theirs);
+        let (their_names, their_paths) = names_and_paths(theirs);
 
         let mut pairs = Vec::new();
         let mut values = Vec::new();
@@ -362,7 +361,7 @@ impl<'a, V: OurValue> Side<'a, V> {
     /// By name: the pairs, the report's values (sorted) and the status.
     fn match_names(
         &self,
-        stored: &impl StoredValues,
+        stored: &StoredIndex<'_>,
         prefix: &str,
     ) -> (Vec<Pair>, Vec<ReportValue>, LoadStatus) {
         let mut pairs = Vec::new();
@@ -457,16 +456,16 @@ fn sort_report(values: &mut [ReportValue]) {
 /// The report values of a checkpoint attribute nobody takes: its key, or, for a legacy
 /// saveable whose key is only a prefix (FORMATS.md 13.4), each stored key extending it.
 fn unused_values(
-    stored: &impl StoredValues,
+    stored: &StoredIndex<'_>,
     path: &[String],
     attribute: &str,
     key: &str,
 ) -> Vec<ReportValue> {
     let entries: Vec<StoredEntry<'_>> = match stored.entry(key) {
         Some(entry) => vec![entry],
-        None => stored
-            .entries_from(key)
+        None => (stored.entries_from(key).iter())
             .take_while(|entry| entry.key.starts_with(key))
+            .copied()
             .filter(|entry| !entry.key[key.len()..].contains('/'))
             .collect(),
     };

@@ -3,14 +3,15 @@
 //! [`build_object_graph`]), `save_counter`'s place in it ([`with_save_counter`]), matching a
 //! checkpoint's objects against ours, by object (13.10) or, without an object graph, by name
 //! (13.13), into the values to read, the [`LoadStatus`] with TensorFlow's exact assertion
-//! messages and the [`RestoreReport`] ([`match_checkpoint`]), and restore-on-create's
+//! messages and the [`RestoreReport`] ([`match_stored`]), and restore-on-create's
 //! bookkeeping ([`NewValues`], 13.12).
 //!
-//! It reads a checkpoint only through [`StoredValues`] (each key's dtype and shape, the keys
-//! in order) and our values only through [`OurValue`] (dtype, shape, bytes), both handed to
-//! it: it opens no file, runs no plan and knows no tensor type, so [`crate::checkpoint`]
-//! (the driver: files, plans, the `Checkpoint` type) implements them over the open bundle and
-//! its tensors and reads the matched values once, from the reader it matched against.
+//! It reads a checkpoint only as the plain data it is handed, its index ([`StoredIndex`]: each
+//! key's dtype and shape) and object graph ([`Theirs`]), and our values only through
+//! [`OurValue`] (dtype, shape, bytes): it opens no file, runs no plan and knows no tensor
+//! type. [`crate::checkpoint`] (the driver: files, plans, the `Checkpoint` type) hands it the
+//! index of the bundle it opened, implements [`OurValue`] for its tensors, and reads the
+//! matched values once, from the reader it matched against.
 //!
 //! ```
 //! use saveplan::object::{Object, build_object_graph};
@@ -25,11 +26,13 @@
 //! # Ok::<(), saveplan::object::ObjectError>(())
 //! ```
 
-mod build;
-mod counter;
-mod matching;
+// Public through the re-exports below; the crate imports from the defining modules.
+pub(crate) mod build;
+pub(crate) mod counter;
+pub(crate) mod matching;
 mod repr;
-mod status;
+pub(crate) mod status;
+pub(crate) mod stored;
 
 pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, PYTHON_STATE, SlotGroup, TensorAttribute,
@@ -37,35 +40,15 @@ pub use build::{
 };
 pub use counter::{SAVE_COUNTER, SAVE_COUNTER_KEY, try_with_save_counter, with_save_counter};
 pub use matching::{
-    NewValues, Ours, Theirs, failure, full_name_keys, match_checkpoint, name_candidates,
+    NewValues, Ours, Theirs, failure, full_name_keys, match_stored, name_candidates,
 };
 pub use status::{
     Assertion, AssertionError, LoadStatus, Matched, Pair, ReportCounts, ReportValue, RestoreKind,
     RestoreReport, TensorType, ValueStatus,
 };
+pub use stored::{StoredEntry, StoredIndex};
 
 use saveplan_ir::DType;
-
-/// What the object layer reads of a checkpoint: the dtype and shape of the value stored under
-/// a key, and the keys in order. [`crate::checkpoint`] implements it over an open bundle.
-pub trait StoredValues {
-    /// The value stored under `key`, if any.
-    fn entry(&self, key: &str) -> Option<StoredEntry<'_>>;
-
-    /// The values whose keys are `start` or sort after it, in key order.
-    fn entries_from(&self, start: &str) -> impl Iterator<Item = StoredEntry<'_>>;
-}
-
-/// One value a checkpoint stores: its key, dtype and shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoredEntry<'a> {
-    /// The checkpoint key.
-    pub key: &'a str,
-    /// The dtype.
-    pub dtype: DType,
-    /// The shape.
-    pub shape: &'a [i64],
-}
 
 /// What the object layer reads of one of our values: dtype, shape and, for a value held as
 /// little-endian bytes of a fixed-width dtype, those bytes (for Python's `repr` in messages).

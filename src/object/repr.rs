@@ -3,10 +3,17 @@
 //! array text).
 
 use saveplan_ir::DType;
-use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode, VARIABLE_VALUE};
+use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode, PathTree, VARIABLE_VALUE};
 
 use super::OurValue;
 use super::status::TensorType;
+
+/// Each node's name ([`node_names`]) and path ([`segment_paths`]), from one walk of the
+/// graph's first-discovered paths.
+pub(crate) fn names_and_paths(graph: &ObjectGraph) -> (Vec<String>, Vec<Vec<String>>) {
+    let tree = graph.path_tree();
+    (node_names(graph, &tree), segment_paths(graph, &tree))
+}
 
 /// TensorFlow's names of nodes (`ObjectGraphProtoPrettyPrinter.node_names`): `(root)` and the
 /// first-discovered path's local names joined with `.`; a slot variable
@@ -14,8 +21,7 @@ use super::status::TensorType;
 /// paths (`node N` for one no child edge reaches) where TensorFlow names them recursively: a
 /// chain of slots, each the optimizer of the next, doubled the name per link. Each name is its
 /// parent's and one local name, built once.
-pub(crate) fn node_names(graph: &ObjectGraph) -> Vec<String> {
-    let tree = graph.path_tree();
+fn node_names(graph: &ObjectGraph, tree: &PathTree<'_>) -> Vec<String> {
     let own: Vec<Option<String>> = tree.fold("(root)".to_owned(), |parent, name| {
         format!("{parent}.{name}")
     });
@@ -39,8 +45,7 @@ pub(crate) fn node_names(graph: &ObjectGraph) -> Vec<String> {
 
 /// Each node's path as local names; a slot variable's is its variable's own path and
 /// `<slot> of <optimizer path>` (`node N` for an optimizer no child edge reaches).
-pub(crate) fn segment_paths(graph: &ObjectGraph) -> Vec<Vec<String>> {
-    let tree = graph.path_tree();
+fn segment_paths(graph: &ObjectGraph, tree: &PathTree<'_>) -> Vec<Vec<String>> {
     let own_path =
         |id: NodeId| -> Vec<String> { tree.path(id).into_iter().map(str::to_owned).collect() };
     let mut paths: Vec<Vec<String>> = (0..graph.nodes().len())
