@@ -26,6 +26,11 @@
 //!   files.
 //! * [`analysis`] checks plans without running them (keys written twice, slice gaps and
 //!   overlaps, merge order, foreign devices) for `saveplan check`.
+//! * [`object`] is the object layer of object-based checkpoints, as plain data: the object
+//!   graph a framework's objects make ([`object::build_object_graph`]), matching a checkpoint
+//!   by object or by name ([`object::match_stored`]), the load status with TensorFlow's exact
+//!   assertion messages ([`object::LoadStatus`]), the restore report and restore-on-create's
+//!   bookkeeping. It is handed a checkpoint's index and object graph; no IO.
 //! * [`compile`] is the driver behind `saveplan compile`: trace, add the `SaverDef` entry
 //!   points, verify, assemble the `MetaGraph`.
 //! * [`exec`] is the runtime: a plan verified at entry is compiled once
@@ -36,7 +41,8 @@
 //! * [`session`] drives the tracer and the runtime for a user: a [`session::Session`] binds
 //!   checkpoint keys to the plan's variables, takes values in and gives them back by key, in
 //!   graph mode or eager mode ([`session::Mode`], [`session::EagerSaver`]).
-//! * [`checkpoint`] is object-based checkpointing (`tf.train.Checkpoint`): the object graph a
+//! * [`checkpoint`] is object-based checkpointing (`tf.train.Checkpoint`), the driver around
+//!   [`object`] (whose types it re-exports): the object graph a
 //!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the
 //!   graph a checkpoint stores ([`checkpoint::read_object_graph`]) and the latest checkpoint
 //!   of a directory ([`checkpoint::latest_checkpoint`]), writing and restoring by object
