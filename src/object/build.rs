@@ -140,7 +140,7 @@ impl Object {
     /// name, empty for other tensors. Non-variable attributes (FORMATS.md 13.15) are named as
     /// the graph stores them (`_serialize_to_tensors` names escaped once, `py_state` for a
     /// `PythonState`, which is written after every other tensor). A legacy saveable (a
-    /// `MutableHashTable`'s `table`) is one attribute whose values the [`super::Checkpoint`]
+    /// `MutableHashTable`'s `table`) is one attribute whose values the [`Checkpoint`](crate::checkpoint::Checkpoint)
     /// holds under keys extending its checkpoint key (`…/table-keys`, `…/table-values`).
     pub fn attribute(mut self, name: impl Into<String>, full_name: impl Into<String>) -> Object {
         self.data().attributes.push(TensorAttribute {
