@@ -157,3 +157,6 @@ pub fn display_path(names: &[&str]) -> String {
         .collect::<Vec<_>>()
         .join(".")
 }
+
+#[cfg(test)]
+mod tests;
