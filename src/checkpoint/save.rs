@@ -193,8 +193,9 @@ pub(super) struct SavedValue<'a> {
 }
 
 /// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
-/// saver traces for them, one saveable each, and the store holding their values. Writing and
-/// restoring by object both run the eager `MultiDeviceSaver` plan over these.
+/// saver traces for them, one saveable each, and the store holding their values. Writing by
+/// object runs the eager `MultiDeviceSaver` plan over these (a restore reads the matched
+/// values from the reader it matched against, `restore.rs`).
 pub(super) struct EagerVariables {
     /// One trackable per value, placed as eager TensorFlow places it.
     pub trackables: Vec<Trackable>,
