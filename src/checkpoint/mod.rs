@@ -32,7 +32,6 @@ mod framework;
 mod graph_mode;
 mod latest;
 mod manager;
-mod prune;
 mod read;
 mod restore;
 mod save;
@@ -47,13 +46,12 @@ pub use crate::object::{
     Assertion, AssertionError, Checkpointable, Child, LoadStatus, Object, ObjectError,
     ObjectIdentity, ReportCounts, ReportValue, RestoreKind, RestoreReport, SAVE_COUNTER,
     SAVE_COUNTER_KEY, SlotGroup, TensorAttribute, TensorType, ValueStatus, build_object_graph,
-    display_path,
+    display_path, without_attributes_of,
 };
 pub use framework::{RestoreNode, SaveNode, Saveable, Variable, restore_object, save_object};
 pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
-pub use prune::without_attributes_of;
 pub use read::{full_name_keys, read_all, read_value, resolve_name};
 pub use restore::RestoreMatch;
 pub use save::WriteFailure;

@@ -30,6 +30,7 @@
 pub(crate) mod build;
 pub(crate) mod counter;
 pub(crate) mod matching;
+mod prune;
 mod repr;
 pub(crate) mod status;
 pub(crate) mod stored;
@@ -42,6 +43,7 @@ pub use counter::{SAVE_COUNTER, SAVE_COUNTER_KEY, try_with_save_counter, with_sa
 pub use matching::{
     NewValues, Ours, Theirs, failure, full_name_keys, match_stored, name_candidates,
 };
+pub use prune::without_attributes_of;
 pub use status::{
     Assertion, AssertionError, LoadStatus, Matched, Pair, ReportCounts, ReportValue, RestoreKind,
     RestoreReport, TensorType, ValueStatus,
