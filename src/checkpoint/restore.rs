@@ -19,10 +19,10 @@ use crate::bundle::{BundleError, BundleReader};
 use crate::exec::HostTensor;
 use crate::exec::io::{RestoreRequest, restore_from};
 use crate::export::object_graph::node_text;
-use crate::object::OurValue;
 use crate::object::matching::{NewValues, Ours, Theirs, failure, match_stored};
 use crate::object::status::{LoadStatus, Matched, Pair, RestoreKind, RestoreReport};
-use crate::object::stored::{StoredEntry, StoredIndex};
+use crate::object::values::OurValue;
+use crate::object::values::{StoredEntry, StoredIndex};
 
 /// The outcome of matching a checkpoint against a [`Checkpoint`](super::Checkpoint)'s objects, before any value
 /// is read: the report, the load status the restore will return, and the values to read from

@@ -14,7 +14,8 @@ use saveplan_ir::object_graph::{
     ATTRIBUTES, Attribute, ChildRef, NodeId, ObjectGraph, ObjectNode, SlotVariable, VARIABLE_VALUE,
 };
 
-use super::{ObjectError, display_path};
+use super::error::ObjectError;
+use super::repr::display_path;
 
 /// An object of a framework that can be checkpointed by object: its named children, in its
 /// own order (TensorFlow: attribute first-assignment order, list index, dict insertion

@@ -6,7 +6,7 @@ use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, ObjectGraph, ObjectGraphError, ObjectNode, VARIABLE_VALUE,
 };
 
-use super::OurValue;
+use super::values::OurValue;
 
 /// The local name and shared name of `tf.train.Checkpoint`'s save counter.
 pub const SAVE_COUNTER: &str = "save_counter";

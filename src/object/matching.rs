@@ -36,13 +36,13 @@ use saveplan_ir::object_graph::{
 
 use super::build::value_keys;
 use super::counter::{Counter, SAVE_COUNTER_KEY, with_save_counter};
+use super::error::ObjectError;
 use super::repr::{names_and_paths, node_repr, python_list, python_shape, shape_of, tensor_type};
 use super::status::{
     Checks, LoadStatus, Matched, Pair, ReportCounts, ReportValue, RestoreKind, RestoreReport,
     ValueStatus,
 };
-use super::stored::{StoredEntry, StoredIndex};
-use super::{ObjectError, OurValue};
+use super::values::{OurValue, StoredEntry, StoredIndex};
 
 /// Our side of a match: the objects (without `save_counter`), the value of every attribute by
 /// checkpoint key, and `save_counter`'s value once it exists.

@@ -5,8 +5,8 @@
 use saveplan_ir::DType;
 use saveplan_ir::object_graph::{NodeId, ObjectGraph, ObjectNode, PathTree, VARIABLE_VALUE};
 
-use super::OurValue;
 use super::status::TensorType;
+use super::values::OurValue;
 
 /// Each node's name ([`node_names`]) and path ([`segment_paths`]), from one walk of the
 /// graph's first-discovered paths.
@@ -55,7 +55,7 @@ fn segment_paths(graph: &ObjectGraph, tree: &PathTree<'_>) -> Vec<Vec<String>> {
         let optimizer = NodeId(optimizer as u32);
         for slot in &node.slot_variables {
             let optimizer_path = if tree.is_reached(optimizer) {
-                super::display_path(&tree.path(optimizer))
+                display_path(&tree.path(optimizer))
             } else {
                 optimizer.to_string()
             };
@@ -214,4 +214,13 @@ fn elements(value: &dyn OurValue) -> Option<Vec<Element>> {
 /// A value's shape as signed dimensions, as checkpoints store shapes.
 pub(crate) fn shape_of(value: &dyn OurValue) -> Vec<i64> {
     value.dims().iter().map(|&dim| dim as i64).collect()
+}
+
+/// The path TensorFlow's messages use for an object: `(root)` and the local names joined with
+/// `.` (`(root).model.kernel`).
+pub fn display_path(names: &[&str]) -> String {
+    std::iter::once("(root)")
+        .chain(names.iter().copied())
+        .collect::<Vec<_>>()
+        .join(".")
 }

@@ -1,8 +1,20 @@
-//! What the object layer reads of a checkpoint, as plain data: its index, each stored value's
-//! key, dtype and shape, sorted by key ([`StoredIndex`]). The driver builds it from the open
-//! bundle it matches against; no value is read here.
+//! What the object layer reads of values: of a checkpoint's, its index as plain data (each
+//! stored value's key, dtype and shape, sorted by key: [`StoredIndex`], which the driver builds
+//! from the bundle it opened), and of ours, dtype, shape and bytes ([`OurValue`], which the
+//! driver implements for its tensors). No value is read here.
 
 use saveplan_ir::DType;
+
+/// What the object layer reads of one of our values: dtype, shape and, for a value held as
+/// little-endian bytes of a fixed-width dtype, those bytes (for Python's `repr` in messages).
+pub trait OurValue {
+    /// The dtype.
+    fn dtype(&self) -> DType;
+    /// The shape.
+    fn dims(&self) -> &[u64];
+    /// The elements' row-major little-endian bytes, when held so.
+    fn bytes(&self) -> Option<&[u8]>;
+}
 
 /// One value a checkpoint stores: its key, dtype and shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
