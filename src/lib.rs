@@ -124,6 +124,8 @@ mod doc_examples {
     struct CanonicalText;
     #[doc = include_str!("../docs/cli.md")]
     struct Cli;
+    #[doc = include_str!("../docs/cluster.md")]
+    struct Cluster;
     #[doc = include_str!("../docs/eager.md")]
     struct Eager;
     #[doc = include_str!("../docs/fidelity.md")]

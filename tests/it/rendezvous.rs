@@ -35,7 +35,11 @@ fn every_scenario_passes_on_one_to_four_tasks() {
         for (name, scenario) in conformance::SCENARIOS {
             let cluster = run_everywhere(n, name, *scenario);
             if *name != "abort_reaches_every_task" && *name != "bad_keys_are_refused" {
-                assert_eq!(cluster.pending(), 0, "{name} on {n} task(s) left values behind");
+                assert_eq!(
+                    cluster.pending(),
+                    0,
+                    "{name} on {n} task(s) left values behind"
+                );
             }
         }
     }

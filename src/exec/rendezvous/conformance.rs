@@ -47,7 +47,9 @@ fn err(error: RendezvousError) -> String {
 }
 
 fn ring_value(task: usize, round: usize) -> HostTensor {
-    let values: Vec<f32> = (0..5).map(|i| (task * 100 + round * 10 + i) as f32).collect();
+    let values: Vec<f32> = (0..5)
+        .map(|i| (task * 100 + round * 10 + i) as f32)
+        .collect();
     HostTensor::from_f32s(vec![5], &values).expect("5 values")
 }
 
@@ -71,7 +73,11 @@ pub fn ring(r: &dyn Rendezvous) -> Result<(), String> {
 pub fn all_to_all_out_of_order(r: &dyn Rendezvous) -> Result<(), String> {
     let (task, n) = (r.task(), r.n_tasks());
     let value = |src: usize, dst: usize| {
-        HostTensor::string_vector([format!("{src}->{dst}"), String::new(), "x".repeat(src + dst)])
+        HostTensor::string_vector([
+            format!("{src}->{dst}"),
+            String::new(),
+            "x".repeat(src + dst),
+        ])
     };
     for dst in 0..n {
         r.send(&RendezvousKey::new(task, dst, "all"), value(task, dst))
@@ -114,8 +120,11 @@ pub fn barriers_separate_rounds(r: &dyn Rendezvous) -> Result<(), String> {
     let previous = (task + n - 1) % n;
     for round in 0..20 {
         let name = format!("round{round}");
-        r.send(&RendezvousKey::new(task, next, &name), ring_value(task, round))
-            .map_err(err)?;
+        r.send(
+            &RendezvousKey::new(task, next, &name),
+            ring_value(task, round),
+        )
+        .map_err(err)?;
         let got = r
             .recv(&RendezvousKey::new(previous, task, &name))
             .map_err(err)?;
@@ -191,7 +200,10 @@ pub fn abort_reaches_every_task(r: &dyn Rendezvous) -> Result<(), String> {
     expect(got.as_ref() == Err(&aborted), || {
         format!("task {task}: a barrier after the abort gave {got:?}")
     })?;
-    let got = r.send(&RendezvousKey::new(task, 0, "late"), HostTensor::int32_scalar(0));
+    let got = r.send(
+        &RendezvousKey::new(task, 0, "late"),
+        HostTensor::int32_scalar(0),
+    );
     expect(got.as_ref() == Err(&aborted), || {
         format!("task {task}: a send after the abort gave {got:?}")
     })

@@ -148,9 +148,9 @@ impl MpiRendezvous {
     }
 
     fn command(&self, command: Command) -> Result<(), RendezvousError> {
-        lock(&self.commands).send(command).map_err(|_| {
-            RendezvousError::Transport("the MPI progress thread has stopped".into())
-        })
+        lock(&self.commands)
+            .send(command)
+            .map_err(|_| RendezvousError::Transport("the MPI progress thread has stopped".into()))
     }
 }
 

@@ -134,7 +134,10 @@ mod tests {
         assert_eq!(back, value);
         // Every strict prefix is refused, never a panic.
         for cut in 0..bytes.len() {
-            assert!(decode(&bytes[..cut]).is_err(), "prefix of {cut} bytes decoded");
+            assert!(
+                decode(&bytes[..cut]).is_err(),
+                "prefix of {cut} bytes decoded"
+            );
         }
     }
 
@@ -157,7 +160,11 @@ mod tests {
         huge_rank[9..13].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode(&huge_rank), Err(WireError::Truncated("shape")));
         let mut short = Vec::new();
-        encode("t", &HostTensor::from_i32s(vec![2], &[1, 2]).unwrap(), &mut short);
+        encode(
+            "t",
+            &HostTensor::from_i32s(vec![2], &[1, 2]).unwrap(),
+            &mut short,
+        );
         let at = short.len() - 16;
         short[at..at + 8].copy_from_slice(&4u64.to_le_bytes());
         assert!(matches!(decode(&short), Err(WireError::Trailing(4))));
