@@ -31,5 +31,23 @@ for n in 1 2 3 4; do
     check "rendezvous scenarios on $n rank(s)" scenarios_on "$n"
 done
 
+# A rank that fails makes every rank say so in one line and exit 1; a rank killed outright
+# makes mpirun end the others. Either way everything is gone within 30 s.
+drill() {
+    local mode="$1" rank="$2" out status start elapsed
+    start=$(date +%s)
+    out="$(timeout 60 mpirun --quiet --oversubscribe -n 3 "$example" "$mode" "$rank" 2>&1)" && status=0 || status=$?
+    elapsed=$(( $(date +%s) - start ))
+    [ "$status" -ne 0 ] && [ "$elapsed" -le 30 ] || { echo "exit $status after ${elapsed}s: $out"; return 1; }
+    if [ "$mode" = --fail ]; then
+        [ "$(grep -o "error: task $rank failed: planned failure" <<<"$out" | wc -l)" -eq 3 ] \
+            || { echo "expected one line per rank naming task $rank: $out"; return 1; }
+    fi
+}
+for rank in 0 1 2; do
+    check "rank $rank fails: every rank names it and exits" drill --fail "$rank"
+    check "rank $rank is killed: every rank is gone within 30 s" drill --kill "$rank"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

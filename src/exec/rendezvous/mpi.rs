@@ -9,7 +9,8 @@
 //! * `DATA`: a value in the [`super::wire`] form, split into parts of at most 1 GiB (MPI counts
 //!   are 32-bit); each part starts with the whole message's length, and parts from one sender
 //!   arrive in order (MPI's non-overtaking rule);
-//! * `ABORT`: the aborting task's reason, sent to every other task;
+//! * `ABORT`: the aborting task's reason, sent to every other task, with the number of barriers
+//!   it saw released (so a peer never sees a barrier fail that the aborting task had passed);
 //! * `ARRIVE` / `RELEASE`: a barrier, counted by task 0, which releases every task.
 //!
 //! Dropping the rendezvous finishes every posted send, meets the other tasks in a
@@ -197,10 +198,10 @@ impl Rendezvous for MpiRendezvous {
         self.command(Command::Barrier)?;
         let mut state = lock(&self.shared.state);
         loop {
-            state.check()?;
             if state.released >= target {
                 return Ok(());
             }
+            state.check()?;
             state = self.shared.wait(state);
         }
     }
@@ -315,9 +316,15 @@ impl Mover {
         match command {
             Command::Send { dst, message } => self.post_message(dst, &message),
             Command::Abort { reason } => {
+                // The barriers this task saw released travel with the abort: a peer that hears
+                // of the abort before the release of a barrier the aborting task had passed
+                // still sees that barrier complete.
+                let released = lock(&self.shared.state).released;
+                let mut message = released.to_le_bytes().to_vec();
+                message.extend_from_slice(reason.as_bytes());
                 let task = self.task;
                 for peer in (0..self.n_tasks).filter(|&peer| peer != task) {
-                    self.post(peer, reason.as_bytes().to_vec(), ABORT);
+                    self.post(peer, message.clone(), ABORT);
                 }
             }
             Command::Barrier => {
@@ -395,12 +402,17 @@ impl Mover {
     fn dispatch(&mut self, src: usize, tag: i32, bytes: Vec<u8>) {
         match tag {
             DATA => self.data_part(src, bytes),
-            ABORT => {
-                let reason = String::from_utf8_lossy(&bytes).into_owned();
-                self.shared.update(|state| {
-                    state.aborted.get_or_insert((src, reason));
-                });
-            }
+            ABORT => match bytes.split_first_chunk::<8>() {
+                Some((released, reason)) => {
+                    let released = u64::from_le_bytes(*released);
+                    let reason = String::from_utf8_lossy(reason).into_owned();
+                    self.shared.update(|state| {
+                        state.released = state.released.max(released);
+                        state.aborted.get_or_insert((src, reason));
+                    });
+                }
+                None => self.bad(src, "an abort without its barrier count"),
+            },
             ARRIVE => match <[u8; 8]>::try_from(&bytes[..]) {
                 Ok(number) if self.task == 0 => self.arrive(u64::from_le_bytes(number)),
                 _ => self.bad(src, "a barrier arrival that is not for task 0"),
