@@ -136,6 +136,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/partition.md")]
+    struct Partition;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
     #[doc = include_str!("../docs/rust-api.md")]

@@ -23,7 +23,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use saveplan::checkpoint::{GraphModeWrite, ObjectSpec};
 use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, MetaGraph, ProtoMessage, VariableEntry};
-use saveplan::partition::{PartitionOptions, SaverRun, partition};
+use saveplan::partition::{PartitionOptions, SaverRun, Task, partition};
 use std::io::Write as _;
 
 use super::common::{compile_file, free_at_exit};
@@ -57,10 +57,14 @@ pub struct Args {
     /// save run and the restore run, one GraphDef per task (job, replica, task) with a
     /// send/receive pair on every edge between tasks, as
     /// `partitions/{save,restore}/<job>-<replica>-<task>.pb` (`.pbtxt` and `.txt`, canonical
-    /// IR, as `--emit` asks). The session's task is the first task the plan names. Plain specs
-    /// in the flat form only.
+    /// IR, as `--emit` asks). Plain specs in the flat form only.
     #[arg(long)]
     partition: bool,
+    /// With `--partition`: the task the session runs on (where the prefix is fed and ops
+    /// with no task run), e.g. `/job:worker/replica:0/task:0`; by default the first task the
+    /// plan names.
+    #[arg(long, value_name = "TASK")]
+    session_task: Option<String>,
 }
 
 /// An output form of `--emit`.
@@ -91,6 +95,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         FormArg::Function => Form::Function,
     };
     let emit = |form: Emit| args.emit.contains(&form) || args.emit.contains(&Emit::All);
+    if args.session_task.is_some() && !args.partition {
+        anyhow::bail!("--session-task places a partitioned plan; add --partition");
+    }
     if args.partition && matches!(args.form, FormArg::Function) {
         anyhow::bail!(
             "{}: --partition splits the flat form; leave out --form function",
@@ -118,7 +125,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check_dot_size(&args.spec, &plan.meta_graph.module, emit(Emit::Dot))?;
     write_outputs(&args.output, &plan, &phases, &emit)?;
     if args.partition {
-        write_partitions(&args.output, &plan, &phases, &emit)?;
+        write_partitions(
+            &args.output,
+            &plan,
+            args.session_task.as_deref(),
+            &phases,
+            &emit,
+        )?;
     }
     free_at_exit(plan);
     Ok(ExitCode::SUCCESS)
@@ -314,10 +327,12 @@ fn write_outputs(
 }
 
 /// Writes the save run's and the restore run's partitions into `dir/partitions/<run>/`, one
-/// file per task and form `emit` accepts (`pb`, `pbtxt`, `txt`).
+/// file per task and form `emit` accepts (`pb`, `pbtxt`, `txt`), the session on
+/// `session_task` (a task name) if given.
 fn write_partitions(
     dir: &Path,
     plan: &Compilation,
+    session_task: Option<&str>,
     phases: &Phases,
     emit: impl Fn(Emit) -> bool,
 ) -> anyhow::Result<()> {
@@ -325,10 +340,14 @@ fn write_partitions(
     let Some(saver) = &plan.meta_graph.saver_def else {
         anyhow::bail!("the compiled plan has no SaverDef to partition");
     };
+    let client: Option<Task> = (session_task.map(str::parse))
+        .transpose()
+        .map_err(|err| one_line(&err))
+        .context("--session-task")?;
     let verified = saveplan_ir::verify_module(module).map_err(|err| one_line(&err))?;
     for run in SaverRun::ALL {
         phases.enter(format!("partitioning the {} run", run.name()));
-        let options = PartitionOptions::for_saver(saver, run, None);
+        let options = PartitionOptions::for_saver(saver, run, client.clone());
         let parts = partition(verified, &options)
             .map_err(|err| one_line(&err))
             .with_context(|| format!("cannot partition the {} run", run.name()))?;

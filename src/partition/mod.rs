@@ -49,7 +49,7 @@ mod place;
 
 use std::fmt;
 
-use saveplan_ir::device::DeviceError;
+use saveplan_ir::device::{DeviceError, DeviceSpec};
 use saveplan_ir::{DType, GraphError, Module, SaverDef, Verified};
 
 /// A task of a cluster: `/job:<job>/replica:<replica>/task:<task>`. Tasks order by job, then
@@ -83,6 +83,24 @@ impl Task {
     /// only letters, digits and `_`, so the stem names one task.
     pub fn file_stem(&self) -> String {
         format!("{}-{}-{}", self.job, self.replica, self.task)
+    }
+}
+
+impl std::str::FromStr for Task {
+    type Err = PartitionError;
+
+    /// Parses `/job:J[/replica:R][/task:T]` (a missing replica or task is 0; a device part
+    /// is ignored).
+    fn from_str(text: &str) -> Result<Task, PartitionError> {
+        let bad = || PartitionError::BadTask {
+            text: text.to_owned(),
+        };
+        let spec = DeviceSpec::parse(text).map_err(|_| bad())?;
+        Ok(Task {
+            job: spec.job.ok_or_else(bad)?,
+            replica: spec.replica.unwrap_or(0),
+            task: spec.task.unwrap_or(0),
+        })
     }
 }
 
@@ -299,6 +317,12 @@ pub enum PartitionError {
         op: String,
         /// The input slot.
         input: u32,
+    },
+    /// A task name that is not `/job:J[/replica:R][/task:T]`.
+    #[error("`{text}` is not a task (`/job:J/replica:R/task:T`)")]
+    BadTask {
+        /// The text given.
+        text: String,
     },
     /// Building a partition failed (an added op's name is taken).
     #[error("cannot build a partition: {0}")]
