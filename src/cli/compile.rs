@@ -123,14 +123,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     phases.enter("tracing and verifying the plan");
     let plan = compile_file(&args.spec, form)?;
     check_dot_size(&args.spec, &plan.meta_graph.module, emit(Emit::Dot))?;
-    write_outputs(&args.output, &plan, &phases, &emit)?;
+    write_outputs(&args.output, &plan, &phases, emit)?;
     if args.partition {
         write_partitions(
             &args.output,
             &plan,
             args.session_task.as_deref(),
             &phases,
-            &emit,
+            emit,
         )?;
     }
     free_at_exit(plan);

@@ -109,10 +109,10 @@ impl<'g> Placer<'g> {
         let mut first: Option<Task> = None;
         for id in graph.ops() {
             let node = graph.op(id);
-            if let Request::Task { task, .. } = self.request(node)? {
-                if first.as_ref().is_none_or(|first| task < first) {
-                    first = Some(task.clone());
-                }
+            if let Request::Task { task, .. } = self.request(node)?
+                && first.as_ref().is_none_or(|first| task < first)
+            {
+                first = Some(task.clone());
             }
         }
         Ok(first.unwrap_or_else(|| Task::new("localhost", 0, 0)))
