@@ -48,6 +48,8 @@ pub(super) struct Placer<'g> {
     pub tasks: Vec<Task>,
     task_index: FxHashMap<Task, u32>,
     requests: FxHashMap<&'g str, Request>,
+    /// The placement of each device string that names a task: every op asking for it.
+    by_device: FxHashMap<&'g str, Placed>,
     devices: FxHashMap<(u32, String, u32), Arc<str>>,
     /// Per op index: its placement once computed.
     placed: Vec<Option<Placed>>,
@@ -64,6 +66,7 @@ impl<'g> Placer<'g> {
             tasks: Vec::new(),
             task_index: FxHashMap::default(),
             requests: FxHashMap::default(),
+            by_device: FxHashMap::default(),
             devices: FxHashMap::default(),
             placed: vec![None; graph.id_bound()],
             open: vec![false; graph.id_bound()],
@@ -163,6 +166,11 @@ impl<'g> Placer<'g> {
                 continue;
             }
             let node = self.graph.op(top);
+            if let Some(placed) = self.by_device.get(&*node.device) {
+                self.placed[top.index()] = Some(placed.clone());
+                stack.pop();
+                continue;
+            }
             let request = self.request(node)?.clone();
             let placed = match request {
                 Request::Task {
@@ -173,7 +181,9 @@ impl<'g> Placer<'g> {
                     let task = self.task_index(&task);
                     let device_type = device_type.as_deref().unwrap_or("CPU");
                     let device = self.device(task, device_type, index.unwrap_or(0));
-                    Placed { task, device }
+                    let placed = Placed { task, device };
+                    self.by_device.insert(&node.device, placed.clone());
+                    placed
                 }
                 Request::Free { device_type, index } => {
                     let with = self.colocated_with(top);
