@@ -411,3 +411,40 @@ fn partition_work_per_edge_is_constant() {
         );
     }
 }
+
+#[test]
+fn colocated_ops_run_with_their_group() {
+    // In TensorFlow's flat graph the initial values have no device but
+    // `_class: loc:@<variable>`: each runs on its variable's task. `init` has no device: it
+    // runs on the session's task, after each task's `init/NoOp*` (one control edge crosses).
+    let path = case_dir("p1_two_tasks").join("flat_graph.pbtxt");
+    let loaded = saveplan::export::read_graph_file(&path).unwrap();
+    let module = loaded.into_module().unwrap();
+    let verified = verify_module(&module).unwrap();
+    let options = PartitionOptions {
+        targets: vec!["init".to_owned()],
+        ..PartitionOptions::default()
+    };
+    let parts = partition(verified, &options).unwrap();
+    let on = |task: u32| -> Vec<&str> {
+        let part = parts.get(&Task::new("worker", 0, task)).unwrap();
+        part.original_ops().collect()
+    };
+    assert_eq!(
+        on(1),
+        [
+            "b/Initializer/initial_value",
+            "b",
+            "b/Assign",
+            "init/NoOp_1"
+        ]
+    );
+    assert!(on(0).contains(&"a/Initializer/initial_value") && on(0).contains(&"init"));
+    let crossings: Vec<_> = parts.cross_edges().map(|edge| edge.kind.clone()).collect();
+    let control = CrossKind::Control {
+        op: "init/NoOp_1".to_owned(),
+    };
+    assert_eq!(crossings, [control]);
+    let task: Task = "/job:worker/task:3".parse().unwrap();
+    assert_eq!(task, Task::new("worker", 0, 3));
+}
