@@ -53,8 +53,12 @@ pub(super) fn partition(
     for (part, &task) in order.iter().enumerate() {
         part_of[task as usize] = part;
     }
-    let mut parts: Vec<Part> = (order.iter())
-        .map(|&task| Part::new(placer.tasks[task as usize].clone()))
+    let mut sizes = vec![0usize; order.len()];
+    for placed in &placed {
+        sizes[part_of[placed.task as usize]] += 1;
+    }
+    let mut parts: Vec<Part> = (order.iter().zip(sizes))
+        .map(|(&task, size)| Part::new(placer.tasks[task as usize].clone(), size))
         .collect();
 
     // Pass 1: every kept op in its task's graph, under its own name.
@@ -180,10 +184,12 @@ struct Part {
 }
 
 impl Part {
-    fn new(task: super::Task) -> Part {
+    /// An empty part for `task`, with room for `n_ops` ops of the source graph and their
+    /// edges.
+    fn new(task: super::Task, n_ops: usize) -> Part {
         Part {
             task,
-            graph: Graph::new(),
+            graph: Graph::with_capacity(n_ops, 2 * n_ops),
             n_original: 0,
             sends: Vec::new(),
             recvs: Vec::new(),

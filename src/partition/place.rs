@@ -159,6 +159,11 @@ impl<'g> Placer<'g> {
         if let Some(placed) = &self.placed[id.index()] {
             return Ok(placed.clone());
         }
+        // Most ops name their task: one lookup, no walk.
+        if let Some(placed) = self.by_device.get(&*self.graph.op(id).device) {
+            self.placed[id.index()] = Some(placed.clone());
+            return Ok(placed.clone());
+        }
         let mut stack = vec![id];
         while let Some(&top) = stack.last() {
             if self.placed[top.index()].is_some() {
