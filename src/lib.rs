@@ -26,6 +26,9 @@
 //!   files.
 //! * [`analysis`] checks plans without running them (keys written twice, slice gaps and
 //!   overlaps, merge order, foreign devices) for `saveplan check`.
+//! * [`partition`] splits a verified plan by task as TensorFlow's distributed master does:
+//!   ops placed on tasks, a send/receive pair on every edge between tasks, one module per task
+//!   ([`partition::partition`]).
 //! * [`compile`] is the driver behind `saveplan compile`: trace, add the `SaverDef` entry
 //!   points, verify, assemble the `MetaGraph`.
 //! * [`exec`] is the runtime: a plan verified at entry is compiled once
@@ -90,6 +93,7 @@ pub mod checkpoint;
 pub mod compile;
 pub mod exec;
 pub mod export;
+pub mod partition;
 pub mod process;
 pub mod session;
 pub mod trace;
@@ -134,6 +138,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/partition.md")]
+    struct Partition;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
     #[doc = include_str!("../docs/rust-api.md")]

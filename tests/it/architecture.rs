@@ -24,6 +24,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("bundle", 2),
     ("analysis", 2),
     ("process", 2),
+    ("partition", 2),
     ("compile", 3),
     ("exec", 3),
     ("session", 4),

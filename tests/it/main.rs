@@ -52,6 +52,7 @@ mod objects_manager;
 mod objects_names;
 mod objects_restore;
 mod objects_save;
+mod partition;
 mod rendezvous;
 mod restore_out;
 mod run_cli;
