@@ -101,7 +101,9 @@ fn latency(rendezvous: &MpiRendezvous) -> i32 {
         let there = RendezvousKey::new(task, peer, name);
         let back = RendezvousKey::new(peer, task, name);
         if task == 0 {
-            rendezvous.send(&there, value.clone()).map_err(|e| e.to_string())?;
+            rendezvous
+                .send(&there, value.clone())
+                .map_err(|e| e.to_string())?;
             rendezvous.recv(&back).map_err(|e| e.to_string())?;
         } else {
             let got = rendezvous.recv(&back).map_err(|e| e.to_string())?;
@@ -110,8 +112,9 @@ fn latency(rendezvous: &MpiRendezvous) -> i32 {
         Ok(started.elapsed().as_secs_f64())
     };
     let small = HostTensor::int32_scalar(7);
-    let large = HostTensor::from_bytes(saveplan_ir::DType::UInt8, vec![64 << 20], vec![1; 64 << 20])
-        .expect("64 MiB");
+    let large =
+        HostTensor::from_bytes(saveplan_ir::DType::UInt8, vec![64 << 20], vec![1; 64 << 20])
+            .expect("64 MiB");
     let run = || -> Result<(f64, f64), String> {
         let mut small_times = (0..2000)
             .map(|i| bounce(&small, &format!("small{i}")))
@@ -121,7 +124,10 @@ fn latency(rendezvous: &MpiRendezvous) -> i32 {
             .map(|i| bounce(&large, &format!("large{i}")))
             .collect::<Result<Vec<f64>, String>>()?;
         large_times.sort_by(f64::total_cmp);
-        Ok((small_times[small_times.len() / 2], large_times[large_times.len() / 2]))
+        Ok((
+            small_times[small_times.len() / 2],
+            large_times[large_times.len() / 2],
+        ))
     };
     match run() {
         Ok((small, large)) => {

@@ -20,6 +20,7 @@ mod bundle_roundtrip;
 mod bundle_variant;
 mod check;
 mod cli_pipes;
+mod cluster_run;
 mod compile;
 mod compile_objects;
 mod diff_cli;

@@ -145,6 +145,41 @@ pub trait Rendezvous: Send + Sync {
     fn abort(&self, reason: &str);
 }
 
+/// Where a run of one task's partition stands in its cluster: the rendezvous it meets the
+/// other tasks through, and the cluster's tasks (`/job:J/replica:R/task:T`, sorted) that
+/// turn the devices of a send/receive pair into task numbers.
+#[derive(Clone, Copy)]
+pub struct ClusterRun<'a> {
+    /// This task's rendezvous.
+    pub rendezvous: &'a dyn Rendezvous,
+    /// Every task of the cluster, sorted by `(job, replica, task)`: task `i` is `tasks[i]`.
+    pub tasks: &'a [ClusterTask],
+}
+
+/// A task of a cluster: its job, replica and task number (sorted in that order).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterTask {
+    /// The job name.
+    pub job: String,
+    /// The replica.
+    pub replica: u32,
+    /// The task.
+    pub task: u32,
+}
+
+impl ClusterRun<'_> {
+    /// The number of the task `device` is on (a missing replica or task is 0).
+    pub fn task_of(&self, device: &str) -> Option<usize> {
+        let spec = saveplan_ir::device::DeviceSpec::parse(device).ok()?;
+        let wanted = ClusterTask {
+            job: spec.job?,
+            replica: spec.replica.unwrap_or(0),
+            task: spec.task.unwrap_or(0),
+        };
+        self.tasks.binary_search(&wanted).ok()
+    }
+}
+
 /// Checks that `key` is a send of task `caller` to a task of a cluster of `n_tasks`.
 pub(crate) fn check_send(
     key: &RendezvousKey,
