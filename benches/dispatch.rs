@@ -133,6 +133,7 @@ fn walk(plan: &CompiledPlan, run: &RunContext<'_>, parallel: bool) {
             let cx = KernelCx {
                 variables: run.variables,
                 io: run.io,
+                cluster: run.cluster,
                 name: &step.name,
                 device: &queue.device,
             };

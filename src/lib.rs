@@ -31,6 +31,9 @@
 //!   by object or by name ([`object::match_stored`]), the load status with TensorFlow's exact
 //!   assertion messages ([`object::LoadStatus`]), the restore report and restore-on-create's
 //!   bookkeeping. It is handed a checkpoint's index and object graph; no IO.
+//! * [`partition`] splits a verified plan by task as TensorFlow's distributed master does:
+//!   ops placed on tasks, a send/receive pair on every edge between tasks, one module per task
+//!   ([`partition::partition`]).
 //! * [`compile`] is the driver behind `saveplan compile`: trace, add the `SaverDef` entry
 //!   points, verify, assemble the `MetaGraph`.
 //! * [`exec`] is the runtime: a plan verified at entry is compiled once
@@ -97,6 +100,7 @@ pub mod compile;
 pub mod exec;
 pub mod export;
 pub mod object;
+pub mod partition;
 pub mod process;
 pub mod session;
 pub mod trace;
@@ -131,6 +135,8 @@ mod doc_examples {
     struct CanonicalText;
     #[doc = include_str!("../docs/cli.md")]
     struct Cli;
+    #[doc = include_str!("../docs/cluster.md")]
+    struct Cluster;
     #[doc = include_str!("../docs/eager.md")]
     struct Eager;
     #[doc = include_str!("../docs/fidelity.md")]
@@ -139,6 +145,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/partition.md")]
+    struct Partition;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
     #[doc = include_str!("../docs/rust-api.md")]

@@ -531,7 +531,8 @@ const BUNDLE_INPUTS: [ArgSig; 3] = [
     fixed("shape_and_slices", "string"),
 ];
 
-/// Every op signature the table knows, in the order of `op_defs.pbtxt`, then `IdentityN`, `VariableV2` and `Assign`.
+/// Every op signature the table knows, in the order of `op_defs.pbtxt`, then `IdentityN`,
+/// `VariableV2` and `Assign`, then the send/receive pairs of partitioned graphs.
 pub static SIGNATURES: &[OpSignature] = &[
     stateful(
         "SaveV2",
@@ -772,6 +773,42 @@ pub static SIGNATURES: &[OpSignature] = &[
             attr_default("use_locking", "bool", AttrDefault::Bool(true)),
         ],
     ),
+    stateful("_Send", &[typed("tensor", "T")], &[], &SEND_ATTRS),
+    stateful("_HostSend", &[typed("tensor", "T")], &[], &SEND_ATTRS),
+    OpSignature {
+        is_distributed_communication: true,
+        ..stateful("_Recv", &[], &[typed("tensor", "tensor_type")], &RECV_ATTRS)
+    },
+    OpSignature {
+        is_distributed_communication: true,
+        ..stateful(
+            "_HostRecv",
+            &[],
+            &[typed("tensor", "tensor_type")],
+            &RECV_ATTRS,
+        )
+    },
+];
+
+/// The attrs of `_Send` and `_HostSend` (the ends a partitioned graph adds on each edge that
+/// crosses tasks): the value's type, then the rendezvous key's parts.
+const SEND_ATTRS: [AttrSig; 6] = [
+    attr("T", "type"),
+    attr("tensor_name", "string"),
+    attr("send_device", "string"),
+    attr("send_device_incarnation", "int"),
+    attr("recv_device", "string"),
+    attr_default("client_terminated", "bool", AttrDefault::Bool(false)),
+];
+
+/// The attrs of `_Recv` and `_HostRecv`: as `SEND_ATTRS`, the type named `tensor_type`.
+const RECV_ATTRS: [AttrSig; 6] = [
+    attr("tensor_type", "type"),
+    attr("tensor_name", "string"),
+    attr("send_device", "string"),
+    attr("send_device_incarnation", "int"),
+    attr("recv_device", "string"),
+    attr_default("client_terminated", "bool", AttrDefault::Bool(false)),
 ];
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! `--emit` (like rustc's) names the forms to write instead: `pb`, `pbtxt` (the MetaGraphDef in
 //! text format), `txt` (canonical IR text), `dot` (Graphviz), or `all`. `saver_def.pbtxt` is
 //! always written. A DOT file of more ops than Graphviz lays out ([`MAX_DOT_OPS`]) is refused
-//! before anything is written.
+//! before anything is written. `--partition` also writes the save and restore runs split by
+//! task ([`saveplan::partition`]), one GraphDef per task under `partitions/<run>/`.
 //!
 //! An object spec (a JSON object with an `objects` key) compiles to the TF1 graph-mode graph
 //! of `tf.train.Checkpoint(**children).write(P)` and `read(P).run_restore_ops()`, its
@@ -22,6 +23,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use saveplan::checkpoint::{GraphModeWrite, ObjectSpec};
 use saveplan::compile::{Compilation, Form};
 use saveplan::export::{self, MessageKind, MetaGraph, ProtoMessage, VariableEntry};
+use saveplan::partition::{PartitionOptions, SaverRun, Task, partition};
 use std::io::Write as _;
 
 use super::common::{compile_file, free_at_exit};
@@ -51,6 +53,18 @@ pub struct Args {
     /// 10,000 ops), or `all`.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pb")]
     emit: Vec<Emit>,
+    /// Also write the plan split by task, as TensorFlow's distributed runtime runs it: for the
+    /// save run and the restore run, one GraphDef per task (job, replica, task) with a
+    /// send/receive pair on every edge between tasks, as
+    /// `partitions/{save,restore}/<job>-<replica>-<task>.pb` (`.pbtxt` and `.txt`, canonical
+    /// IR, as `--emit` asks). Plain specs in the flat form only.
+    #[arg(long)]
+    partition: bool,
+    /// With `--partition`: the task the session runs on (where the prefix is fed and ops
+    /// with no task run), e.g. `/job:worker/replica:0/task:0`; by default the first task the
+    /// plan names.
+    #[arg(long, value_name = "TASK")]
+    session_task: Option<String>,
 }
 
 /// An output form of `--emit`.
@@ -81,7 +95,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         FormArg::Function => Form::Function,
     };
     let emit = |form: Emit| args.emit.contains(&form) || args.emit.contains(&Emit::All);
+    if args.session_task.is_some() && !args.partition {
+        anyhow::bail!("--session-task places a partitioned plan; add --partition");
+    }
+    if args.partition && matches!(args.form, FormArg::Function) {
+        anyhow::bail!(
+            "{}: --partition splits the flat form; leave out --form function",
+            args.spec.display()
+        );
+    }
     if let Some(spec) = object_spec(&args.spec)? {
+        if args.partition {
+            anyhow::bail!(
+                "{}: --partition splits the plan of a plain spec, not an object spec",
+                args.spec.display()
+            );
+        }
         if matches!(args.form, FormArg::Function) {
             anyhow::bail!(
                 "{}: an object spec compiles to the graph-mode graph only; leave out --form",
@@ -95,6 +124,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let plan = compile_file(&args.spec, form)?;
     check_dot_size(&args.spec, &plan.meta_graph.module, emit(Emit::Dot))?;
     write_outputs(&args.output, &plan, &phases, emit)?;
+    if args.partition {
+        write_partitions(
+            &args.output,
+            &plan,
+            args.session_task.as_deref(),
+            &phases,
+            emit,
+        )?;
+    }
     free_at_exit(plan);
     Ok(ExitCode::SUCCESS)
 }
@@ -286,6 +324,58 @@ fn write_outputs(
     )
     .map_err(|err| one_line(&err))?;
     write_module_text(dir, &plan.meta_graph.module, phases, &emit)
+}
+
+/// Writes the save run's and the restore run's partitions into `dir/partitions/<run>/`, one
+/// file per task and form `emit` accepts (`pb`, `pbtxt`, `txt`), the session on
+/// `session_task` (a task name) if given.
+fn write_partitions(
+    dir: &Path,
+    plan: &Compilation,
+    session_task: Option<&str>,
+    phases: &Phases,
+    emit: impl Fn(Emit) -> bool,
+) -> anyhow::Result<()> {
+    let module = &plan.meta_graph.module;
+    let Some(saver) = &plan.meta_graph.saver_def else {
+        anyhow::bail!("the compiled plan has no SaverDef to partition");
+    };
+    let client: Option<Task> = (session_task.map(str::parse))
+        .transpose()
+        .map_err(|err| one_line(&err))
+        .context("--session-task")?;
+    let verified = saveplan_ir::verify_module(module).map_err(|err| one_line(&err))?;
+    for run in SaverRun::ALL {
+        phases.enter(format!("partitioning the {} run", run.name()));
+        let options = PartitionOptions::for_saver(saver, run, client.clone());
+        let parts = partition(verified, &options)
+            .map_err(|err| one_line(&err))
+            .with_context(|| format!("cannot partition the {} run", run.name()))?;
+        let run_dir = dir.join("partitions").join(run.name());
+        std::fs::create_dir_all(&run_dir)
+            .map_err(|err| one_line(&err))
+            .with_context(|| format!("{}: cannot create directory", run_dir.display()))?;
+        for part in &parts.partitions {
+            let stem = part.task.file_stem();
+            if emit(Emit::Pb) || emit(Emit::Pbtxt) {
+                let bytes = export::encode_graph_def(&part.module)
+                    .map_err(|err| one_line(&err))
+                    .with_context(|| format!("cannot export the partition of {}", part.task))?;
+                for (form, ext) in [(Emit::Pb, "pb"), (Emit::Pbtxt, "pbtxt")] {
+                    if emit(form) {
+                        let path = run_dir.join(format!("{stem}.{ext}"));
+                        export::write_encoded_file(&path, MessageKind::GraphDef, &bytes)
+                            .map_err(|err| one_line(&err))?;
+                    }
+                }
+            }
+            if emit(Emit::Txt) {
+                let path = run_dir.join(format!("{stem}.txt"));
+                write_file(&path, |out| write!(out, "{}", part.module))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates the output directory `dir` (a local path) if it is missing.

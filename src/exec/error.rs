@@ -212,6 +212,15 @@ pub enum KernelError {
         #[source]
         source: Box<super::io::IoError>,
     },
+    /// A send or receive of a partitioned graph failed to meet its other end.
+    #[error(transparent)]
+    Rendezvous(#[from] super::rendezvous::RendezvousError),
+    /// A send or receive ran outside a cluster, or names a device of no task of it.
+    #[error("{what}")]
+    Cluster {
+        /// What is wrong.
+        what: String,
+    },
     /// A called function failed.
     #[error("in function `{function}`")]
     Call {

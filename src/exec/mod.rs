@@ -23,6 +23,8 @@
 //!   the first error.
 //! * `jit` (cargo feature `jit`): the cranelift backend, one native function per device queue,
 //!   driving the same steps through [`step`].
+//! * [`rendezvous`]: [`rendezvous::Rendezvous`], how the tasks of a partitioned plan hand each
+//!   other tensors: in one process ([`rendezvous::LocalRendezvous`]) or over MPI (feature `mpi`).
 //! * [`executor`]: [`Executor`], a plan prepared for a [`Backend`]: the interpreter or the JIT,
 //!   which run the same kernels in the same per-device order and write the same bytes.
 //!
@@ -63,6 +65,7 @@ pub mod io;
 pub mod jit;
 pub mod kernels;
 pub mod plan;
+pub mod rendezvous;
 pub mod scheduler;
 pub mod step;
 pub(crate) mod sync;

@@ -11,6 +11,7 @@ use super::error::{ExecError, KernelError};
 use super::io::CheckpointIo;
 use super::kernels::{Kernel, KernelCx};
 use super::plan::{CompiledPlan, Step};
+use super::rendezvous::ClusterRun;
 use super::tensor::HostTensor;
 use super::variables::VariableStore;
 
@@ -23,6 +24,9 @@ pub struct RunContext<'a> {
     pub io: Option<&'a dyn CheckpointIo>,
     /// Called after each step (function body steps included) finishes successfully.
     pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
+    /// The cluster a partition's `_Send`/`_Recv` ops meet the other tasks in; those ops fail
+    /// without one.
+    pub cluster: Option<ClusterRun<'a>>,
 }
 
 /// A finished step, as an observer sees it.
@@ -43,6 +47,7 @@ impl<'a> RunContext<'a> {
             variables,
             io: None,
             observer: None,
+            cluster: None,
         }
     }
 
@@ -50,6 +55,14 @@ impl<'a> RunContext<'a> {
     pub fn with_io(self, io: &'a dyn CheckpointIo) -> RunContext<'a> {
         RunContext {
             io: Some(io),
+            ..self
+        }
+    }
+
+    /// The same context running one task's partition in `cluster`.
+    pub fn with_cluster(self, cluster: ClusterRun<'a>) -> RunContext<'a> {
+        RunContext {
+            cluster: Some(cluster),
             ..self
         }
     }
@@ -158,6 +171,7 @@ pub(crate) fn kernel_cx<'a>(run: &RunContext<'a>, step: &'a Step, device: &'a st
     KernelCx {
         variables: run.variables,
         io: run.io,
+        cluster: run.cluster,
         name: &step.name,
         device,
     }

@@ -132,6 +132,7 @@ impl<'a> EagerBuilder<'a> {
                 let cx = KernelCx {
                     variables: self.run.variables,
                     io: self.run.io,
+                    cluster: self.run.cluster,
                     name,
                     device: &device,
                 };

@@ -25,6 +25,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("analysis", 2),
     ("process", 2),
     ("object", 2),
+    ("partition", 2),
     ("compile", 3),
     ("exec", 3),
     ("session", 4),

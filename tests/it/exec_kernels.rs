@@ -17,6 +17,7 @@ fn run(kernel: &Kernel, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, Kernel
     let cx = KernelCx {
         variables: &variables,
         io: None,
+        cluster: None,
         name: "op",
         device: "/job:localhost/replica:0/task:0/device:CPU:0",
     };
@@ -342,6 +343,7 @@ fn run_with_io(
     let cx = KernelCx {
         variables: &variables,
         io: Some(io),
+        cluster: None,
         name: "op",
         device: "/job:localhost/replica:0/task:0/device:CPU:0",
     };
@@ -434,6 +436,7 @@ fn ref_variable_kernels() {
     let cx = KernelCx {
         variables: &variables,
         io: None,
+        cluster: None,
         name: "op",
         device: "/job:localhost/replica:0/task:0/device:CPU:0",
     };

@@ -12,6 +12,7 @@ mod array;
 mod checkpoint;
 pub(crate) mod state;
 mod strings;
+mod transfer;
 
 use std::sync::OnceLock;
 
@@ -19,6 +20,7 @@ use saveplan_ir::{AttrValue, DType, OpNode, Shape};
 
 use super::error::{ExecError, KernelError};
 use super::io::{CheckpointIo, MergeFlags};
+use super::rendezvous::ClusterRun;
 use super::tensor::HostTensor;
 use super::variables::VariableStore;
 
@@ -110,6 +112,24 @@ pub enum Kernel {
     },
     /// `DisableCopyOnRead`: nothing (host variables are never copied on read).
     DisableCopyOnRead,
+    /// `_Send`/`_HostSend`: hands its input to the run's rendezvous.
+    Send(Box<Transfer>),
+    /// `_Recv`/`_HostRecv`: waits for its value from the run's rendezvous.
+    Recv(Box<Transfer>),
+}
+
+/// What a send or receive of a partitioned graph moves: its rendezvous key's parts, as the
+/// pair's attrs hold them.
+#[derive(Clone, Debug)]
+pub struct Transfer {
+    /// The `tensor_name` attr, the same at both ends.
+    pub tensor_name: String,
+    /// The `send_device` attr.
+    pub send_device: String,
+    /// The `recv_device` attr.
+    pub recv_device: String,
+    /// The value's dtype (`T` of a send, `tensor_type` of a receive).
+    pub dtype: DType,
 }
 
 // Every step of a plan holds a kernel: a variant that grows is a cost per step of every large
@@ -140,6 +160,8 @@ pub struct KernelCx<'a> {
     pub variables: &'a VariableStore,
     /// Where `SaveV2`, `RestoreV2` and `MergeV2Checkpoints` go; those ops fail without one.
     pub io: Option<&'a dyn CheckpointIo>,
+    /// Where `_Send` and `_Recv` meet the other tasks; those ops fail without one.
+    pub cluster: Option<ClusterRun<'a>>,
     /// The op's name.
     pub name: &'a str,
     /// The device the op runs on.
@@ -212,6 +234,19 @@ impl Kernel {
                 validate_shape: attrs.bool_or("validate_shape", true)?,
             },
             Op::DisableCopyOnRead => Kernel::DisableCopyOnRead,
+            Op::Other(op_type) if matches!(&**op_type, "_Send" | "_HostSend") => {
+                Kernel::Send(Box::new(attrs.transfer("T")?))
+            }
+            Op::Other(op_type) if matches!(&**op_type, "_Recv" | "_HostRecv") => {
+                if attrs.bool_or("client_terminated", false)? {
+                    // The client's value arrives as a feed of this op's output.
+                    return Err(ExecError::UnsupportedOp {
+                        name: node.name.clone(),
+                        op_type: format!("{op_type} (client-terminated; feed its output)"),
+                    });
+                }
+                Kernel::Recv(Box::new(attrs.transfer("tensor_type")?))
+            }
             Op::Placeholder
             | Op::Arg
             | Op::StatefulPartitionedCall
@@ -269,6 +304,8 @@ impl Kernel {
                 state::handle(inputs, 0)?;
                 Ok(Vec::new())
             }
+            Kernel::Send(transfer) => transfer::send(cx, transfer, input(inputs, 0)?),
+            Kernel::Recv(transfer) => transfer::recv(cx, transfer),
         }
     }
 }
@@ -367,6 +404,16 @@ impl Attrs<'_> {
                 _ => return Err(self.bad("shape", "must be a shape")),
             },
             handle: OnceLock::new(),
+        })
+    }
+
+    /// The key parts of a `_Send` or `_Recv`, its value's dtype in attr `dtype_attr`.
+    fn transfer(&self, dtype_attr: &str) -> Result<Transfer, ExecError> {
+        Ok(Transfer {
+            tensor_name: self.string("tensor_name")?,
+            send_device: self.string("send_device")?,
+            recv_device: self.string("recv_device")?,
+            dtype: self.dtype(dtype_attr)?,
         })
     }
 

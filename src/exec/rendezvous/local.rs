@@ -1,0 +1,156 @@
+//! [`LocalRendezvous`]: the tasks of one process meet in one shared mailbox.
+//!
+//! Values are moved, never copied (a [`HostTensor`] shares its storage); a receive waits on
+//! one condition variable that every send, barrier arrival and abort wakes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::{
+    Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send, check_transferable,
+};
+use crate::exec::sync::{lock, unpoisoned};
+use crate::exec::tensor::HostTensor;
+
+/// The in-process rendezvous of `n_tasks` tasks; each task takes its view with
+/// [`LocalRendezvous::task`].
+#[derive(Debug)]
+pub struct LocalRendezvous {
+    n_tasks: usize,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Sent and not yet received.
+    mailbox: HashMap<RendezvousKey, HostTensor>,
+    /// The first abort: the task and its reason.
+    aborted: Option<(usize, String)>,
+    /// Tasks that reached the current barrier.
+    arrived: usize,
+    /// Barriers completed so far.
+    generation: u64,
+}
+
+impl State {
+    fn check(&self) -> Result<(), RendezvousError> {
+        match &self.aborted {
+            Some((task, reason)) => Err(RendezvousError::Aborted {
+                task: *task,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl LocalRendezvous {
+    /// A rendezvous for `n_tasks` tasks of this process.
+    pub fn new(n_tasks: usize) -> Arc<LocalRendezvous> {
+        Arc::new(LocalRendezvous {
+            n_tasks,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// Task `task`'s view of the rendezvous.
+    pub fn task(self: &Arc<Self>, task: usize) -> Result<LocalTask, RendezvousError> {
+        if task >= self.n_tasks {
+            return Err(RendezvousError::NoSuchTask {
+                task,
+                n_tasks: self.n_tasks,
+            });
+        }
+        Ok(LocalTask {
+            shared: Arc::clone(self),
+            task,
+        })
+    }
+
+    /// Values sent and not yet received (a finished run leaves none).
+    pub fn pending(&self) -> usize {
+        lock(&self.state).mailbox.len()
+    }
+
+    fn wait<'a>(&'a self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        unpoisoned(self.changed.wait(guard))
+    }
+}
+
+/// One task's view of a [`LocalRendezvous`].
+#[derive(Clone, Debug)]
+pub struct LocalTask {
+    shared: Arc<LocalRendezvous>,
+    task: usize,
+}
+
+impl Rendezvous for LocalTask {
+    fn task(&self) -> usize {
+        self.task
+    }
+
+    fn n_tasks(&self) -> usize {
+        self.shared.n_tasks
+    }
+
+    fn send(&self, key: &RendezvousKey, value: HostTensor) -> Result<(), RendezvousError> {
+        check_send(key, self.task, self.shared.n_tasks)?;
+        // As across processes: a handle names a variable of its own task's store.
+        check_transferable(key, &value)?;
+        let mut state = lock(&self.shared.state);
+        state.check()?;
+        if state.mailbox.contains_key(key) {
+            return Err(RendezvousError::SentTwice {
+                tensor: key.tensor.clone(),
+                src: key.src,
+                dst: key.dst,
+            });
+        }
+        state.mailbox.insert(key.clone(), value);
+        drop(state);
+        self.shared.changed.notify_all();
+        Ok(())
+    }
+
+    fn recv(&self, key: &RendezvousKey) -> Result<HostTensor, RendezvousError> {
+        check_recv(key, self.task, self.shared.n_tasks)?;
+        let mut state = lock(&self.shared.state);
+        loop {
+            state.check()?;
+            if let Some(value) = state.mailbox.remove(key) {
+                return Ok(value);
+            }
+            state = self.shared.wait(state);
+        }
+    }
+
+    fn barrier(&self) -> Result<(), RendezvousError> {
+        let mut state = lock(&self.shared.state);
+        state.check()?;
+        let generation = state.generation;
+        state.arrived += 1;
+        if state.arrived == self.shared.n_tasks {
+            state.arrived = 0;
+            state.generation += 1;
+            drop(state);
+            self.shared.changed.notify_all();
+            return Ok(());
+        }
+        while state.generation == generation {
+            state = self.shared.wait(state);
+            state.check()?;
+        }
+        Ok(())
+    }
+
+    fn abort(&self, reason: &str) {
+        let mut state = lock(&self.shared.state);
+        if state.aborted.is_none() {
+            state.aborted = Some((self.task, reason.to_owned()));
+        }
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+}

@@ -1,0 +1,507 @@
+//! [`MpiRendezvous`]: one process per task, MPI point-to-point messages between them.
+//!
+//! MPI is initialized on a progress thread of ours, the only thread that calls MPI
+//! (`MPI_THREAD_FUNNELED` is all it asks of the library). The run's threads hand it outgoing
+//! messages through a channel and wait on a mailbox it fills; it posts every send as a
+//! non-blocking `MPI_Isend` and keeps receiving whatever arrives, so two tasks sending large
+//! values to each other at once never wait on each other. Messages are tagged:
+//!
+//! * `DATA`: a value in the [`super::wire`] form, split into parts of at most 1 GiB (MPI counts
+//!   are 32-bit); each part starts with the whole message's length, and parts from one sender
+//!   arrive in order (MPI's non-overtaking rule);
+//! * `ABORT`: the aborting task's reason, sent to every other task, with the number of barriers
+//!   it saw released (so a peer never sees a barrier fail that the aborting task had passed);
+//! * `ARRIVE` / `RELEASE`: a barrier, counted by task 0, which releases every task.
+//!
+//! Dropping the rendezvous finishes every posted send, meets the other tasks in a
+//! non-blocking barrier (receiving meanwhile, so no peer's send is left unmatched) and
+//! finalizes MPI. A task killed outright is Open MPI's to handle: `mpirun` then ends every
+//! other task of the job.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mpi::Threading;
+use mpi::request::{Request, StaticScope};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, MatchedReceiveVec, Source};
+
+use super::wire;
+use super::{
+    Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send, check_transferable,
+};
+use crate::exec::sync::{lock, unpoisoned};
+use crate::exec::tensor::HostTensor;
+
+const DATA: i32 = 1;
+const ABORT: i32 = 2;
+const ARRIVE: i32 = 3;
+const RELEASE: i32 = 4;
+/// The largest part of a message, in bytes (MPI counts are `int`).
+const PART: usize = 1 << 30;
+
+/// The rendezvous of this process's task, over MPI's world communicator: rank `r` is task
+/// `r`. There is one per process ([`MpiRendezvous::start`] initializes MPI).
+pub struct MpiRendezvous {
+    task: usize,
+    n_tasks: usize,
+    shared: Arc<Shared>,
+    commands: Mutex<Sender<Command>>,
+    progress: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MpiRendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiRendezvous")
+            .field("task", &self.task)
+            .field("n_tasks", &self.n_tasks)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Values received and not yet taken, by sender and name.
+    mailbox: HashMap<(usize, String), HostTensor>,
+    /// The first abort seen (this task's or a peer's).
+    aborted: Option<(usize, String)>,
+    /// Barriers released so far.
+    released: u64,
+    /// A failure of the transport itself, reported to every later call.
+    failed: Option<String>,
+}
+
+impl State {
+    fn check(&self) -> Result<(), RendezvousError> {
+        if let Some((task, reason)) = &self.aborted {
+            return Err(RendezvousError::Aborted {
+                task: *task,
+                reason: reason.clone(),
+            });
+        }
+        match &self.failed {
+            Some(what) => Err(RendezvousError::Transport(what.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Shared {
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        change(&mut lock(&self.state));
+        self.changed.notify_all();
+    }
+
+    fn wait<'a>(&'a self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        unpoisoned(self.changed.wait(guard))
+    }
+}
+
+enum Command {
+    Send { dst: usize, message: Vec<u8> },
+    Abort { reason: String },
+    Barrier,
+    Shutdown,
+}
+
+impl MpiRendezvous {
+    /// Initializes MPI on a progress thread and returns this process's task. Fails in one line
+    /// when MPI cannot start (for instance when MPI was already initialized in this process).
+    pub fn start() -> Result<MpiRendezvous, RendezvousError> {
+        let shared = Arc::new(Shared::default());
+        let (commands, inbox) = mpsc::channel();
+        let (ready, started) = mpsc::channel();
+        let progress_shared = Arc::clone(&shared);
+        let progress = std::thread::Builder::new()
+            .name("saveplan-mpi".into())
+            .spawn(move || progress_thread(progress_shared, inbox, ready))
+            .map_err(|error| {
+                RendezvousError::Transport(format!("cannot start the MPI thread: {error}"))
+            })?;
+        match started.recv() {
+            Ok(Ok((task, n_tasks))) => Ok(MpiRendezvous {
+                task,
+                n_tasks,
+                shared,
+                commands: Mutex::new(commands),
+                progress: Some(progress),
+            }),
+            Ok(Err(error)) => {
+                let _ = progress.join();
+                Err(error)
+            }
+            Err(_) => {
+                let _ = progress.join();
+                Err(RendezvousError::Transport(
+                    "the MPI thread ended before MPI started".into(),
+                ))
+            }
+        }
+    }
+
+    fn command(&self, command: Command) -> Result<(), RendezvousError> {
+        lock(&self.commands)
+            .send(command)
+            .map_err(|_| RendezvousError::Transport("the MPI progress thread has stopped".into()))
+    }
+}
+
+impl Rendezvous for MpiRendezvous {
+    fn task(&self) -> usize {
+        self.task
+    }
+
+    fn n_tasks(&self) -> usize {
+        self.n_tasks
+    }
+
+    fn send(&self, key: &RendezvousKey, value: HostTensor) -> Result<(), RendezvousError> {
+        check_send(key, self.task, self.n_tasks)?;
+        check_transferable(key, &value)?;
+        lock(&self.shared.state).check()?;
+        let mut message = Vec::new();
+        wire::encode(&key.tensor, &value, &mut message);
+        self.command(Command::Send {
+            dst: key.dst,
+            message,
+        })
+    }
+
+    fn recv(&self, key: &RendezvousKey) -> Result<HostTensor, RendezvousError> {
+        check_recv(key, self.task, self.n_tasks)?;
+        let wanted = (key.src, key.tensor.clone());
+        let mut state = lock(&self.shared.state);
+        loop {
+            state.check()?;
+            if let Some(value) = state.mailbox.remove(&wanted) {
+                return Ok(value);
+            }
+            state = self.shared.wait(state);
+        }
+    }
+
+    fn barrier(&self) -> Result<(), RendezvousError> {
+        let target = {
+            let state = lock(&self.shared.state);
+            state.check()?;
+            state.released + 1
+        };
+        self.command(Command::Barrier)?;
+        let mut state = lock(&self.shared.state);
+        loop {
+            if state.released >= target {
+                return Ok(());
+            }
+            state.check()?;
+            state = self.shared.wait(state);
+        }
+    }
+
+    fn abort(&self, reason: &str) {
+        let first = {
+            let mut state = lock(&self.shared.state);
+            let first = state.aborted.is_none();
+            if first {
+                state.aborted = Some((self.task, reason.to_owned()));
+            }
+            first
+        };
+        self.shared.changed.notify_all();
+        if first {
+            // If the thread has stopped there is no one left to tell.
+            let _ = self.command(Command::Abort {
+                reason: reason.to_owned(),
+            });
+        }
+    }
+}
+
+impl Drop for MpiRendezvous {
+    fn drop(&mut self) {
+        let _ = self.command(Command::Shutdown);
+        if let Some(progress) = self.progress.take() {
+            let _ = progress.join();
+        }
+    }
+}
+
+/// A posted send and the buffer it reads, freed once the send completes.
+struct Posted {
+    request: Request<'static, [u8], StaticScope>,
+    buffer: *mut [u8],
+}
+
+/// Owns MPI: initializes it, moves messages, finalizes it.
+fn progress_thread(
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+    ready: Sender<Result<(usize, usize), RendezvousError>>,
+) {
+    let Some((universe, _threading)) = mpi::initialize_with_threading(Threading::Funneled) else {
+        let _ = ready.send(Err(RendezvousError::Transport(
+            "MPI is already initialized in this process".into(),
+        )));
+        return;
+    };
+    let world = universe.world();
+    let (task, n_tasks) = (world.rank() as usize, world.size() as usize);
+    if ready.send(Ok((task, n_tasks))).is_err() {
+        return;
+    }
+    let mut mover = Mover {
+        world,
+        task,
+        n_tasks,
+        shared,
+        posted: Vec::new(),
+        partial: BTreeMap::new(),
+        arrived: BTreeMap::new(),
+        barriers: 0,
+    };
+    let mut idle = 0u32;
+    loop {
+        let mut worked = false;
+        match commands.try_recv() {
+            Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => break,
+            Ok(command) => {
+                mover.command(command);
+                worked = true;
+            }
+            Err(TryRecvError::Empty) => {}
+        }
+        worked |= mover.receive_all();
+        worked |= mover.complete_sends();
+        idle = if worked { 0 } else { idle.saturating_add(1) };
+        pause(idle);
+    }
+    mover.shutdown();
+    drop(mover);
+    drop(universe);
+}
+
+/// Spins briefly, then sleeps longer the longer nothing happens (at most 1 ms).
+fn pause(idle: u32) {
+    match idle {
+        0..=64 => std::hint::spin_loop(),
+        65..=256 => std::thread::yield_now(),
+        _ => std::thread::sleep(Duration::from_micros(u64::from(idle.min(1000)))),
+    }
+}
+
+struct Mover {
+    world: SimpleCommunicator,
+    task: usize,
+    n_tasks: usize,
+    shared: Arc<Shared>,
+    posted: Vec<Posted>,
+    /// Parts received so far of a message still arriving, by sender: expected length, bytes.
+    partial: BTreeMap<usize, (usize, Vec<u8>)>,
+    /// Task 0 only: arrivals per barrier number.
+    arrived: BTreeMap<u64, usize>,
+    /// Barriers this task entered.
+    barriers: u64,
+}
+
+impl Mover {
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Send { dst, message } => self.post_message(dst, &message),
+            Command::Abort { reason } => {
+                // The barriers this task saw released travel with the abort: a peer that hears
+                // of the abort before the release of a barrier the aborting task had passed
+                // still sees that barrier complete.
+                let released = lock(&self.shared.state).released;
+                let mut message = released.to_le_bytes().to_vec();
+                message.extend_from_slice(reason.as_bytes());
+                let task = self.task;
+                for peer in (0..self.n_tasks).filter(|&peer| peer != task) {
+                    self.post(peer, message.clone(), ABORT);
+                }
+            }
+            Command::Barrier => {
+                self.barriers += 1;
+                if self.task == 0 {
+                    self.arrive(self.barriers);
+                } else {
+                    self.post(0, self.barriers.to_le_bytes().to_vec(), ARRIVE);
+                }
+            }
+            Command::Shutdown => {}
+        }
+    }
+
+    /// Posts `message` to `dst` as parts of at most [`PART`] bytes, each led by the total length.
+    fn post_message(&mut self, dst: usize, message: &[u8]) {
+        let total = (message.len() as u64).to_le_bytes();
+        let mut parts = message.chunks(PART).peekable();
+        if parts.peek().is_none() {
+            self.post(dst, total.to_vec(), DATA);
+        }
+        for part in parts {
+            let mut buffer = Vec::with_capacity(8 + part.len());
+            buffer.extend_from_slice(&total);
+            buffer.extend_from_slice(part);
+            self.post(dst, buffer, DATA);
+        }
+    }
+
+    fn post(&mut self, dst: usize, buffer: Vec<u8>, tag: i32) {
+        let buffer: &'static mut [u8] = Box::leak(buffer.into_boxed_slice());
+        let pointer: *mut [u8] = buffer;
+        let request = self
+            .world
+            .process_at_rank(dst as i32)
+            .immediate_send_with_tag(StaticScope, &*buffer, tag);
+        self.posted.push(Posted {
+            request,
+            buffer: pointer,
+        });
+    }
+
+    /// Completes the sends that finished; true if any did.
+    fn complete_sends(&mut self) -> bool {
+        let before = self.posted.len();
+        let mut still = Vec::with_capacity(before);
+        for posted in self.posted.drain(..) {
+            match posted.request.test() {
+                Ok(_status) => {
+                    // SAFETY: the buffer came from `Box::leak` in `post`, and MPI is done with
+                    // it now that its send completed.
+                    drop(unsafe { Box::from_raw(posted.buffer) });
+                }
+                Err(request) => still.push(Posted {
+                    request,
+                    buffer: posted.buffer,
+                }),
+            }
+        }
+        self.posted = still;
+        self.posted.len() < before
+    }
+
+    /// Receives every message that has arrived; true if any had.
+    fn receive_all(&mut self) -> bool {
+        let mut any = false;
+        while let Some(matched) = self.world.any_process().immediate_matched_probe() {
+            let (bytes, status) = matched.matched_receive_vec::<u8>();
+            self.dispatch(status.source_rank() as usize, status.tag(), bytes);
+            any = true;
+        }
+        any
+    }
+
+    fn dispatch(&mut self, src: usize, tag: i32, bytes: Vec<u8>) {
+        match tag {
+            DATA => self.data_part(src, bytes),
+            ABORT => match bytes.split_first_chunk::<8>() {
+                Some((released, reason)) => {
+                    let released = u64::from_le_bytes(*released);
+                    let reason = String::from_utf8_lossy(reason).into_owned();
+                    self.shared.update(|state| {
+                        state.released = state.released.max(released);
+                        state.aborted.get_or_insert((src, reason));
+                    });
+                }
+                None => self.bad(src, "an abort without its barrier count"),
+            },
+            ARRIVE => match <[u8; 8]>::try_from(&bytes[..]) {
+                Ok(number) if self.task == 0 => self.arrive(u64::from_le_bytes(number)),
+                _ => self.bad(src, "a barrier arrival that is not for task 0"),
+            },
+            RELEASE => match <[u8; 8]>::try_from(&bytes[..]) {
+                Ok(number) => {
+                    let number = u64::from_le_bytes(number);
+                    self.shared
+                        .update(|state| state.released = state.released.max(number));
+                }
+                Err(_) => self.bad(src, "a barrier release of the wrong size"),
+            },
+            _ => self.bad(src, &format!("unknown tag {tag}")),
+        }
+    }
+
+    fn data_part(&mut self, src: usize, bytes: Vec<u8>) {
+        let Some((total, part)) = bytes.split_first_chunk::<8>() else {
+            return self.bad(src, "a data part without its length");
+        };
+        let total = u64::from_le_bytes(*total) as usize;
+        let (expected, mut so_far) = self
+            .partial
+            .remove(&src)
+            .unwrap_or_else(|| (total, Vec::with_capacity(total.min(PART))));
+        if expected != total || so_far.len() + part.len() > total {
+            return self.bad(src, "data parts that do not add up");
+        }
+        so_far.extend_from_slice(part);
+        if so_far.len() < total {
+            self.partial.insert(src, (total, so_far));
+            return;
+        }
+        match wire::decode(&so_far) {
+            Ok((name, value)) => self.shared.update(|state| {
+                state.mailbox.insert((src, name), value);
+            }),
+            Err(error) => self.bad(src, &error.to_string()),
+        }
+    }
+
+    /// Task 0 counts an arrival at barrier `number`; the last one releases every task.
+    fn arrive(&mut self, number: u64) {
+        let count = self.arrived.entry(number).or_insert(0);
+        *count += 1;
+        if *count < self.n_tasks {
+            return;
+        }
+        self.arrived.remove(&number);
+        for peer in 1..self.n_tasks {
+            self.post(peer, number.to_le_bytes().to_vec(), RELEASE);
+        }
+        self.shared
+            .update(|state| state.released = state.released.max(number));
+    }
+
+    fn bad(&self, src: usize, what: &str) {
+        let error = RendezvousError::BadMessage {
+            src,
+            what: what.to_owned(),
+        };
+        self.shared.update(|state| {
+            state.failed.get_or_insert(error.to_string());
+        });
+    }
+
+    /// Finishes every posted send and meets the other tasks before MPI is finalized,
+    /// receiving meanwhile so that no peer's send stays unmatched.
+    fn shutdown(&mut self) {
+        while !self.posted.is_empty() {
+            self.receive_all();
+            self.complete_sends();
+            std::thread::yield_now();
+        }
+        let mut barrier = self.world.immediate_barrier();
+        loop {
+            self.receive_all();
+            match barrier.test() {
+                Ok(_) => break,
+                Err(pending) => barrier = pending,
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        // Messages that crossed the barrier (an abort sent while peers were finishing).
+        self.receive_all();
+        self.complete_sends();
+        while !self.posted.is_empty() {
+            self.complete_sends();
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Partitions run by task through the in-process rendezvous write the same checkpoint as the
+//! whole plan run in one piece, and restore the same values: for every partition case of
+//! `tests/fixtures/part/` (plans TensorFlow partitioned across 2 to 4 tasks), the save run's
+//! partitions, each on a thread of its own as each task runs on its own worker, leave files
+//! byte-identical to the unpartitioned save's; the restore run's partitions bring back every
+//! variable's value.
+
+use std::path::Path;
+
+use saveplan::compile::{Form, compile};
+use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous};
+use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
+use saveplan::partition::{PartitionOptions, SaverRun, partition};
+use saveplan::trace::spec::SpecFile;
+use saveplan_ir::{Module, SaverDef};
+
+use crate::support::exec::{fill_variables, verified};
+use crate::support::files::file_bytes_under;
+use crate::support::root;
+
+const CASES: [&str; 6] = [
+    "p1_two_tasks",
+    "p2_three_tasks_io_device",
+    "p3_sliced_across_tasks",
+    "p4_four_tasks",
+    "p5_default_device",
+    "p6_four_tasks_io_device",
+];
+
+fn plan_of(case: &str) -> (Module, SaverDef) {
+    let path = root()
+        .join("tests/fixtures/part")
+        .join(case)
+        .join("case.json");
+    let spec = SpecFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let meta = compile(&spec, Form::Flat).unwrap().meta_graph;
+    (meta.module, meta.saver_def.expect("a saver"))
+}
+
+/// Runs `run` of `saver` whole, in one plan, with `prefix` fed.
+fn run_whole(
+    module: &Module,
+    saver: &SaverDef,
+    run: SaverRun,
+    store: &VariableStore,
+    prefix: &str,
+) {
+    let target = match run {
+        SaverRun::Save => &saver.save_tensor_name,
+        SaverRun::Restore => &saver.restore_op_name,
+    };
+    let plan =
+        CompiledPlan::compile(verified(module), &[target], &[&saver.filename_tensor_name]).unwrap();
+    let io = BundleIo::default();
+    plan.run(
+        &RunContext::new(store).with_io(&io),
+        vec![HostTensor::string_scalar(prefix)],
+    )
+    .unwrap();
+}
+
+/// Runs `run` of `saver` partitioned by task, each partition on a thread of its own, meeting
+/// the others through one `LocalRendezvous`.
+fn run_partitioned(
+    module: &Module,
+    saver: &SaverDef,
+    run: SaverRun,
+    store: &VariableStore,
+    prefix: &str,
+) {
+    let parts = partition(
+        verified(module),
+        &PartitionOptions::for_saver(saver, run, None),
+    )
+    .unwrap();
+    let tasks: Vec<ClusterTask> = (parts.partitions.iter())
+        .map(|part| ClusterTask {
+            job: part.task.job.clone(),
+            replica: part.task.replica,
+            task: part.task.task,
+        })
+        .collect();
+    let rendezvous = LocalRendezvous::new(tasks.len());
+    let io = BundleIo::default();
+    std::thread::scope(|scope| {
+        for (index, part) in parts.partitions.iter().enumerate() {
+            let view = rendezvous.task(index).unwrap();
+            let (tasks, io) = (&tasks, &io);
+            scope.spawn(move || {
+                let graph = &part.module.graph;
+                let names: Vec<&str> = graph
+                    .ops()
+                    .into_iter()
+                    .map(|id| graph.op(id).name.as_str())
+                    .collect();
+                let feeds: Vec<String> = part
+                    .feeds
+                    .iter()
+                    .map(|feed| format!("{}:0", feed.recv_op))
+                    .collect();
+                let feeds: Vec<&str> = feeds.iter().map(String::as_str).collect();
+                let plan = CompiledPlan::compile(verified(&part.module), &names, &feeds)
+                    .unwrap_or_else(|error| panic!("{}: {error}", part.task));
+                let values = feeds
+                    .iter()
+                    .map(|_| HostTensor::string_scalar(prefix))
+                    .collect();
+                let cluster = ClusterRun {
+                    rendezvous: &view,
+                    tasks,
+                };
+                // A pool of its own, a thread per queue: a receive waiting on one queue never
+                // holds up a queue whose send it waits for.
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(plan.queues().len().max(1))
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    plan.run(
+                        &RunContext::new(store).with_io(io).with_cluster(cluster),
+                        values,
+                    )
+                })
+                .unwrap_or_else(|error| panic!("{}: {error}", part.task));
+            });
+        }
+    });
+    assert_eq!(rendezvous.pending(), 0, "every value sent was received");
+}
+
+fn dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    file_bytes_under(dir)
+}
+
+#[test]
+fn partitioned_saves_write_the_whole_plans_bytes_and_restores_bring_values_back() {
+    for case in CASES {
+        let (module, saver) = plan_of(case);
+        let store = VariableStore::new();
+        let filled = fill_variables(&module, &store, 5);
+        let (whole, parted) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let prefix = |dir: &Path| dir.join("ckpt").to_str().unwrap().to_owned();
+        run_whole(
+            &module,
+            &saver,
+            SaverRun::Save,
+            &store,
+            &prefix(whole.path()),
+        );
+        run_partitioned(
+            &module,
+            &saver,
+            SaverRun::Save,
+            &store,
+            &prefix(parted.path()),
+        );
+        let (a, b) = (dir_bytes(whole.path()), dir_bytes(parted.path()));
+        assert!(!a.is_empty(), "{case}: the whole plan wrote nothing");
+        assert_eq!(a, b, "{case}: partitioned save differs");
+
+        // Restore into empty variables, partitioned, from the partitioned save.
+        let restored = VariableStore::new();
+        run_partitioned(
+            &module,
+            &saver,
+            SaverRun::Restore,
+            &restored,
+            &prefix(parted.path()),
+        );
+        for (key, value) in &filled {
+            assert_eq!(
+                restored.get(key).as_ref(),
+                Ok(value),
+                "{case}: {key:?} restored"
+            );
+        }
+    }
+}
