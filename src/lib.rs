@@ -92,6 +92,7 @@ pub mod exec;
 pub mod export;
 pub mod process;
 pub mod session;
+pub mod storage;
 pub mod trace;
 
 /// What a framework embedding saveplan uses, in one `use saveplan::prelude::*;`: tensors and

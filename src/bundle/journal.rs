@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::{BundleError, Result};
-use super::{fsops, index_path};
+use super::index_path;
+use crate::storage::local as fsops;
 
 /// The first line of every journal.
 const MAGIC: &str = "saveplan merge journal 1";

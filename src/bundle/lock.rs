@@ -15,16 +15,24 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use super::error::{BundleError, Result};
-use super::fsops;
 use super::journal::{Recovered, is_data_file_name, is_unique_id, recover_journal};
+use crate::storage::local as fsops;
 
 /// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
 /// recovers an interrupted merge, deletes leftovers and releases the lock.
 #[derive(Debug)]
 pub struct SaveLock {
     prefix: PathBuf,
-    /// The open, locked lock file.
-    file: File,
+    held: Held,
+}
+
+/// What holds the lock.
+#[derive(Debug)]
+enum Held {
+    /// The open, locked lock file (a local prefix).
+    File(File),
+    /// The lease object (a URL prefix, [`super::remote::Lease`]).
+    Lease(#[allow(dead_code)] super::remote::Lease),
 }
 
 /// What [`recover`] found and did at a prefix.
@@ -47,8 +55,14 @@ impl SaveLock {
     /// Waits for the exclusive lock on `prefix` (creating its directory and lock file if
     /// needed), then finishes or rolls back an interrupted merge and deletes the leftovers of
     /// earlier saves.
+    /// On an object store (a URL prefix) the lock is a lease: a second writer fails at once
+    /// with [`BundleError::Locked`] instead of waiting.
     pub fn acquire(prefix: impl AsRef<Path>) -> Result<SaveLock> {
         let lock = SaveLock::wait(prefix.as_ref())?;
+        if let Held::Lease(_) = lock.held {
+            super::remote::recover(&lock.prefix)?;
+            return Ok(lock);
+        }
         recover_journal(&lock.prefix)?;
         remove_leftovers(&lock.prefix);
         Ok(lock)
@@ -56,6 +70,12 @@ impl SaveLock {
 
     /// Takes the lock without recovering anything.
     fn wait(prefix: &Path) -> Result<SaveLock> {
+        if super::remote::is_remote(prefix) {
+            return Ok(SaveLock {
+                prefix: prefix.to_path_buf(),
+                held: Held::Lease(super::remote::Lease::take(prefix)?),
+            });
+        }
         create_parent_dir(prefix)?;
         let path = lock_path(prefix);
         loop {
@@ -65,7 +85,7 @@ impl SaveLock {
             if still_at(&file, &path) {
                 return Ok(SaveLock {
                     prefix: prefix.to_path_buf(),
-                    file,
+                    held: Held::File(file),
                 });
             }
         }
@@ -73,8 +93,11 @@ impl SaveLock {
 }
 
 /// Creates the directory of `prefix` and its parents, where missing.
+/// An object store has no directories: nothing to do for a URL.
 pub fn create_parent_dir(prefix: &Path) -> Result<()> {
-    super::check_local(prefix)?;
+    if super::remote::is_remote(prefix) {
+        return Ok(());
+    }
     let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) else {
         return Ok(());
     };
@@ -111,11 +134,16 @@ fn open_lock_file(path: &Path) -> Result<File> {
 
 impl Drop for SaveLock {
     fn drop(&mut self) {
+        let Held::File(file) = &self.held else {
+            // The lease: leftovers deleted, then the lease object (by its own drop).
+            let _ = super::remote::recover(&self.prefix);
+            return;
+        };
         let _ = recover_journal(&self.prefix);
         remove_leftovers(&self.prefix);
         // Deleted while locked; closing the file then releases the lock.
         let _ = std::fs::remove_file(lock_path(&self.prefix));
-        let _ = self.file.unlock();
+        let _ = file.unlock();
     }
 }
 
@@ -140,6 +168,10 @@ fn still_at(_file: &File, path: &Path) -> bool {
 /// leftovers of earlier saves (`saveplan recover`).
 pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
     let lock = SaveLock::wait(prefix.as_ref())?;
+    if let Held::Lease(_) = lock.held {
+        let (merge, removed) = super::remote::recover(&lock.prefix)?;
+        return Ok(Recovery { merge, removed });
+    }
     let merge = recover_journal(&lock.prefix)?;
     let removed = remove_leftovers(&lock.prefix);
     Ok(Recovery { merge, removed })
@@ -153,6 +185,9 @@ pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
 pub fn delete_checkpoint(prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
     let lock = SaveLock::acquire(prefix)?;
     let prefix = lock.prefix.as_path();
+    if let Held::Lease(_) = lock.held {
+        return super::remote::delete_checkpoint(prefix);
+    }
     let mut deleted = Vec::new();
     let mut delete = |path: PathBuf| match fsops::remove_file(&path) {
         Ok(()) => {
@@ -200,6 +235,9 @@ fn is_data_file_of(name: &str, file: &str) -> bool {
 /// The leftovers of killed saves at `prefix`, without changing anything (for `saveplan
 /// verify`; what a merge journal says is [`super::journal::read_view`]'s).
 pub fn unfinished(prefix: &Path) -> Vec<PathBuf> {
+    if super::remote::is_remote(prefix) {
+        return super::remote::leftovers(prefix).unwrap_or_default();
+    }
     leftovers(prefix)
 }
 
@@ -363,7 +401,7 @@ mod tests {
     /// index whose data is gone.
     #[test]
     fn a_crash_while_deleting_never_leaves_an_index_without_its_data() {
-        use crate::bundle::fsops::failpoint;
+        use crate::storage::local::failpoint;
         for allowed in 0.. {
             let dir = tempfile::tempdir().unwrap();
             let prefix = dir.path().join("ckpt-1");

@@ -136,7 +136,13 @@ impl BundleReader {
     /// the reader holds one whole checkpoint, the old or the new one.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref();
-        super::check_local(prefix)?;
+        if super::remote::is_remote(prefix) {
+            // An object store: the index first (one GET), then ranged reads per tensor.
+            return match super::remote::read_view(prefix)? {
+                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved),
+                None => BundleReader::open_view(prefix, None, Vec::new()),
+            };
+        }
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);

@@ -8,10 +8,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::fsops;
+use crate::storage::local as fsops;
 
 /// Replaces the file at `path` with `bytes`, whole (see the module docs).
+///
+/// On an object store (a URL) one put replaces the object whole.
 pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
+    if crate::storage::is_url(path) {
+        let put = crate::storage::object::Put::Overwrite;
+        return crate::storage::object::put(path, bytes.to_vec(), put).map(|_| ());
+    }
     let (dir, name) = split(path)?;
     remove_stale_temps(dir, name);
     // One temporary name per write, so concurrent writers (threads of one process too) never
@@ -83,7 +89,7 @@ fn process_alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bundle::fsops::failpoint;
+    use crate::storage::local::failpoint;
 
     /// A process id that is not running: a child that has exited and been waited for.
     fn dead_pid() -> u32 {

@@ -410,10 +410,11 @@ fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
             last_preserved: now - 1.0,
         });
     }
-    let text = std::fs::read_to_string(&file).map_err(|source| CheckpointError::ReadStateFile {
-        path: file.clone(),
-        source,
-    })?;
+    let text =
+        crate::storage::read_to_string(&file).map_err(|source| CheckpointError::ReadStateFile {
+            path: file.clone(),
+            source,
+        })?;
     let recovered =
         parse_checkpoint_state(&text).map_err(|source| CheckpointError::BadStateFile {
             path: file.clone(),

@@ -197,7 +197,8 @@ fn tensor_bytes(dtype: DType, shape: &[i64]) -> u64 {
 }
 
 fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
-    let buffer = std::fs::read(src).with_context(|| format!("{}: reading", src.display()))?;
+    let buffer =
+        saveplan::storage::read(src).with_context(|| format!("{}: reading", src.display()))?;
     let file = SafeTensors::deserialize(&buffer)
         .with_context(|| format!("{}: not a valid safetensors file", src.display()))?;
     let (_, metadata) = SafeTensors::read_metadata(&buffer)

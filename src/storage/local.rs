@@ -1,6 +1,7 @@
-//! The file operations that change the disk when a bundle is written, merged or recovered:
-//! every create, write, fsync, rename and delete of [`super::writer`], [`super::merge`] and
-//! [`super::journal`] goes through here.
+//! The local backend: the file operations that change the disk when a checkpoint is written,
+//! merged, recovered or deleted (every create, write, fsync, rename and delete of
+//! `bundle::writer`, `bundle::merge`, `bundle::journal`, `bundle::lock` and the state file goes
+//! through here), and positional reads.
 //!
 //! In tests a thread-local failpoint ([`failpoint`], compiled only under `cfg(test)`) can stop
 //! the thread at any of them: the operation and every later one fail without touching the
@@ -32,6 +33,12 @@ pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
 pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
     check()?;
     std::fs::remove_file(path)
+}
+
+/// Deletes the directory `dir` and everything in it.
+pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::remove_dir_all(dir)
 }
 
 /// Deletes the empty directory `dir`.
@@ -76,6 +83,27 @@ impl Write for TrackedFile {
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()
     }
+}
+
+/// Fills `out` with the bytes of `file` at `offset` (positional: the file offset is unchanged).
+#[cfg(unix)]
+pub fn read_exact_at(file: &File, out: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, out, offset)
+}
+
+#[cfg(windows)]
+/// Fills `out` with the bytes of `file` at `offset`.
+pub fn read_exact_at(file: &File, mut out: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    while !out.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, out, offset)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                out = &mut out[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(not(test))]
