@@ -133,6 +133,8 @@ mod doc_examples {
     struct Library;
     #[doc = include_str!("../docs/objects.md")]
     struct Objects;
+    #[doc = include_str!("../docs/object-stores.md")]
+    struct ObjectStores;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
     #[doc = include_str!("../docs/rust-api.md")]

@@ -11,12 +11,11 @@
 //! whose writers are gone, and deletes them ([`SaveLock::acquire`] and when the lock is
 //! released, so a save that fails, say on a full disk, leaves no finished shard behind).
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use super::error::{BundleError, Result};
 use super::journal::{Recovered, is_data_file_name, is_unique_id, recover_journal};
-use crate::storage::local as fsops;
+use crate::storage::local::{self as fsops, File};
 
 /// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
 /// recovers an interrupted merge, deletes leftovers and releases the lock.
@@ -118,18 +117,7 @@ pub fn create_parent_dir(prefix: &Path) -> Result<()> {
 /// Anything else that stops it opening (a directory at `path`, no permission to read or
 /// create it) is an error: a save never runs unlocked.
 fn open_lock_file(path: &Path) -> Result<File> {
-    let opened = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path);
-    match opened {
-        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied && path.is_file() => {
-            File::open(path)
-        }
-        opened => opened,
-    }
-    .map_err(|err| BundleError::io(path, "open lock file", err))
+    fsops::open_lock_file(path).map_err(|err| BundleError::io(path, "open lock file", err))
 }
 
 impl Drop for SaveLock {
@@ -142,7 +130,7 @@ impl Drop for SaveLock {
         let _ = recover_journal(&self.prefix);
         remove_leftovers(&self.prefix);
         // Deleted while locked; closing the file then releases the lock.
-        let _ = std::fs::remove_file(lock_path(&self.prefix));
+        let _ = fsops::remove_lock_file(&lock_path(&self.prefix));
         let _ = file.unlock();
     }
 }
@@ -151,7 +139,7 @@ impl Drop for SaveLock {
 #[cfg(unix)]
 fn still_at(file: &File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
+    match (file.metadata(), fsops::metadata(path)) {
         (Ok(ours), Ok(theirs)) => ours.dev() == theirs.dev() && ours.ino() == theirs.ino(),
         _ => false,
     }
@@ -199,9 +187,9 @@ pub fn delete_checkpoint(prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
     };
     delete(super::index_path(prefix))?;
     let (dir, name) = dir_and_name(prefix);
-    if let (Some(name), Ok(entries)) = (name, std::fs::read_dir(dir)) {
+    if let (Some(name), Ok(entries)) = (name, fsops::file_names(dir)) {
         let mut data: Vec<PathBuf> = entries
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .into_iter()
             .filter(|file| is_data_file_of(name, file))
             .map(|file| dir.join(file))
             .collect();
@@ -264,14 +252,10 @@ fn leftovers(prefix: &Path) -> Vec<PathBuf> {
     let (dir, Some(name)) = dir_and_name(prefix) else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(names) = fsops::file_names(dir) else {
         return Vec::new();
     };
     let mut found = Vec::new();
-    let mut names: Vec<String> = entries
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
     for entry in names {
         let path = dir.join(&entry);
         if let Some(rest) = entry.strip_prefix(name).and_then(|r| r.strip_prefix('.')) {
@@ -279,16 +263,15 @@ fn leftovers(prefix: &Path) -> Vec<PathBuf> {
                 found.push(path);
             }
         } else if is_temp_dir_name(name, &entry) && path.is_dir() {
-            let Ok(parts) = std::fs::read_dir(&path) else {
+            let Ok(parts) = fsops::file_names(&path) else {
                 continue;
             };
-            let mut parts: Vec<PathBuf> = parts
-                .filter_map(|part| part.ok())
-                .filter(|part| part.file_name().to_string_lossy().starts_with("part"))
-                .map(|part| part.path())
+            let parts: Vec<PathBuf> = parts
+                .into_iter()
+                .filter(|part| part.starts_with("part"))
+                .map(|part| path.join(part))
                 .filter(|part| part.is_file())
                 .collect();
-            parts.sort();
             found.extend(parts);
             found.push(path);
         }

@@ -440,7 +440,7 @@ fn plan_renames(
     for (source, raw) in present {
         for shard in 0..raw.num_shards {
             let from = data_path(source, shard, raw.num_shards);
-            if let Err(err) = std::fs::metadata(&from) {
+            if let Err(err) = fsops::metadata(&from) {
                 return Err(BundleError::io(&from, "find data file", err));
             }
             renames.push((from, data_path(dest, base + shard, total_shards)));

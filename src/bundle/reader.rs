@@ -111,8 +111,8 @@ struct FileId {
 
 impl Stamp {
     fn take(prefix: &Path) -> Stamp {
-        let journal = std::fs::read(super::journal::journal_path(prefix)).ok();
-        let index = std::fs::metadata(index_path(prefix))
+        let journal = crate::storage::local::read(&super::journal::journal_path(prefix)).ok();
+        let index = crate::storage::local::metadata(&index_path(prefix))
             .ok()
             .map(|meta| FileId {
                 #[cfg(unix)]

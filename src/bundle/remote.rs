@@ -18,9 +18,10 @@
 //!   (backups copied over the final names, the index last; then the journal and backups
 //!   deleted), and every leftover of the prefix (backups, data objects no index names, stray
 //!   parts) is deleted.
-//! - **Lease** ([`Lease`]): `<prefix>.lock`, put with `PutMode::Create`, holds its owner and an
-//!   expiry; a second writer fails in one line while it is live, and takes it over
-//!   (conditional on its entity tag) once expired. Deleted when the save ends.
+//! - **Lease** ([`Lease`]): `<prefix>.lock`, put with `PutMode::Create`, holds its owner (host,
+//!   pid) and an expiry; a second writer fails in one line while it is live, and takes it over
+//!   (conditional on its entity tag) once expired, or at once when its owner is a process of
+//!   the same machine that is gone (a killed save). Deleted when the save ends.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,11 +55,10 @@ fn spool_root() -> PathBuf {
     static CLEANED: std::sync::Once = std::sync::Once::new();
     let tmp = std::env::temp_dir();
     CLEANED.call_once(|| {
-        let Ok(entries) = std::fs::read_dir(&tmp) else {
+        let Ok(entries) = crate::storage::local::file_names(&tmp) else {
             return;
         };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for name in entries {
             let Some(pid) = name.strip_prefix("saveplan-spool-") else {
                 continue;
             };
@@ -66,7 +66,7 @@ fn spool_root() -> PathBuf {
                 .parse::<u32>()
                 .is_ok_and(|pid| pid != std::process::id() && !process_alive(pid));
             if gone {
-                let _ = crate::storage::local::remove_tree(&entry.path());
+                let _ = crate::storage::local::remove_tree(&tmp.join(&name));
             }
         }
     });
@@ -124,7 +124,7 @@ pub(crate) fn publish(local: &Path, url: &Path) -> Result<()> {
         }
         Ok(())
     };
-    let index_bytes = std::fs::read(index_path(local))
+    let index_bytes = crate::storage::local::read(&index_path(local))
         .map_err(|err| BundleError::io(index_path(local), "read", err))?;
     match existing {
         None => {
@@ -371,7 +371,12 @@ impl Lease {
         let expires = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |now| (now + LEASE).as_secs());
-        let owner = format!("pid {} id {}", std::process::id(), unique_id());
+        let owner = format!(
+            "host {} pid {} id {}",
+            host_name(),
+            std::process::id(),
+            unique_id()
+        );
         let body = format!("saveplan lease 1\n{owner}\nexpires {expires}\n").into_bytes();
         for _ in 0..3 {
             match object::put(&path, body.clone(), Put::Create) {
@@ -392,10 +397,11 @@ impl Lease {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |now| now.as_secs());
-            if until > now {
+            let owner = held.lines().nth(1).unwrap_or("?");
+            if until > now && !owner_is_gone(owner) {
                 return Err(BundleError::Locked {
                     path: prefix.to_path_buf(),
-                    owner: held.lines().nth(1).unwrap_or("?").to_string(),
+                    owner: owner.to_string(),
                     seconds: until - now,
                 });
             }
@@ -417,6 +423,30 @@ impl Lease {
             std::io::Error::other("other saves keep taking it"),
         ))
     }
+}
+
+/// This machine's name (empty where it cannot be told).
+fn host_name() -> String {
+    crate::storage::local::read(Path::new("/proc/sys/kernel/hostname"))
+        .map(|name| String::from_utf8_lossy(&name).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Whether a lease's `owner` line names a process of this machine that is no longer running
+/// (a killed save: its lease need not run out).
+fn owner_is_gone(owner: &str) -> bool {
+    let mut words = owner.split_whitespace();
+    let (Some("host"), Some(host), Some("pid"), Some(pid)) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return false;
+    };
+    let here = host_name();
+    !here.is_empty()
+        && host == here
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|pid| pid != std::process::id() && !process_alive(pid))
 }
 
 fn meta_matches_body(path: &Path, body: &[u8]) -> bool {

@@ -55,13 +55,13 @@ fn split(path: &Path) -> io::Result<(&Path, &str)> {
 /// Deletes the temporary files `.<name>.tmp<pid>-<n>` in `dir` whose writer process is gone
 /// (best effort; where it cannot tell, it keeps them).
 fn remove_stale_temps(dir: &Path, name: &str) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = fsops::file_names(dir) else {
         return;
     };
     let marker = format!(".{name}.tmp");
     let stale: Vec<PathBuf> = entries
-        .filter_map(|entry| {
-            let file = entry.ok()?.file_name().into_string().ok()?;
+        .into_iter()
+        .filter_map(|file| {
             let (pid, n) = file.strip_prefix(&marker)?.split_once('-')?;
             let pid: u32 = pid.parse().ok()?;
             let numeric = n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty();

@@ -107,7 +107,7 @@ fn latest_in_state_file(state: &Path) -> Result<PathBuf, CheckpointError> {
     } else {
         parent_dir(state).join(named)
     };
-    if !index_path(&prefix).exists() {
+    if !crate::storage::exists(&index_path(&prefix)).unwrap_or(false) {
         return Err(CheckpointError::MissingLatestCheckpoint {
             path: state.to_owned(),
             prefix,

@@ -403,7 +403,11 @@ impl Books {
 /// (FORMATS.md 13.9).
 fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
     let file = directory.join(STATE_FILE);
-    if !file.is_file() {
+    let found = match crate::storage::is_url(&file) {
+        true => crate::storage::exists(&file).unwrap_or(false),
+        false => file.is_file(),
+    };
+    if !found {
         return Ok(Managed {
             checkpoints: Vec::new(),
             latest: None,

@@ -60,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let prefix = checkpoint_prefix(&args.src)?;
-    if !index_path(&prefix).exists() {
+    if !saveplan::storage::exists(&index_path(&prefix)).unwrap_or(false) {
         bail!(
             "{}: neither a .safetensors file nor a checkpoint prefix (no .index file)",
             args.src.display()

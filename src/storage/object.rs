@@ -352,16 +352,39 @@ fn convert(url: &str, op: &'static str, err: object_store::Error) -> io::Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
+    let detail = match kind {
+        io::ErrorKind::NotFound => "no such object (or bucket)".to_string(),
+        io::ErrorKind::AlreadyExists => "already exists (a conditional put lost)".to_string(),
+        _ => short(&one_line(&err)),
+    };
     StorageError::Store {
         url: url.to_string(),
         op,
-        detail: one_line(&err),
+        detail,
     }
     .into_io(kind)
 }
 
+/// A store's message without the response body and request ids it quotes (the XML's `Code`
+/// and `Message` are kept).
+fn short(text: &str) -> String {
+    let Some((head, xml)) = text.split_once("<?xml") else {
+        return text.to_string();
+    };
+    let field = |name: &str| {
+        let open = format!("<{name}>");
+        let (_, rest) = xml.split_once(open.as_str())?;
+        rest.split_once('<').map(|(value, _)| value.to_string())
+    };
+    let head = head.trim_end().trim_end_matches(':');
+    match (field("Code"), field("Message")) {
+        (Some(code), Some(message)) => format!("{head}: {code}: {message}"),
+        _ => head.to_string(),
+    }
+}
+
 /// An error and its sources on one line, without repeats.
-fn one_line(err: &dyn std::error::Error) -> String {
+fn one_line(err: &impl std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(next) = source {
