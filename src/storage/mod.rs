@@ -49,8 +49,9 @@ pub enum StorageError {
         /// Why.
         detail: String,
     },
-    /// The store refused or failed an operation.
-    #[error("{url}: {op}: {detail}")]
+    /// The store refused or failed an operation (shown after the object's URL, which the
+    /// error carrying it names).
+    #[error("{op}: {detail}")]
     Store {
         /// The object's URL.
         url: String,

@@ -352,10 +352,26 @@ fn convert(url: &str, op: &'static str, err: object_store::Error) -> io::Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
+    let text = one_line(&err);
     let detail = match kind {
-        io::ErrorKind::NotFound => "no such object (or bucket)".to_string(),
+        io::ErrorKind::NotFound if matches!(op, "write" | "upload" | "copy" | "list") => {
+            "no such bucket".to_string()
+        }
+        io::ErrorKind::NotFound => "no such object".to_string(),
         io::ErrorKind::AlreadyExists => "already exists (a conditional put lost)".to_string(),
-        _ => short(&one_line(&err)),
+        io::ErrorKind::PermissionDenied => match short(&text).rsplit_once(": ") {
+            Some((_, message)) if text.contains("<?xml") => {
+                format!("access denied (check the credentials): {message}")
+            }
+            _ => "access denied (check the credentials)".to_string(),
+        },
+        _ => match text.find("tcp connect error") {
+            Some(at) => format!("cannot connect to the store: {}", &text[at..]),
+            None => match text.split_once("error sending request") {
+                Some((_, rest)) => format!("cannot reach the store{rest}"),
+                None => short(&text),
+            },
+        },
     };
     StorageError::Store {
         url: url.to_string(),
