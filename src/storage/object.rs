@@ -54,13 +54,21 @@ pub struct Meta {
     pub e_tag: Option<String>,
 }
 
-/// An object opened for ranged reads: every read is one ranged GET.
+/// Reads smaller than this are served from blocks of this size, fetched whole.
+const BLOCK: u64 = 2 << 20;
+/// Blocks an [`ObjectBlob`] keeps (its memory bound: `BLOCK * CACHED`).
+const CACHED: usize = 8;
+
+/// An object opened for ranged reads: a read of a block or more is its own ranged GET (large
+/// ones split in parallel by the caller); smaller reads are served from a few cached blocks of
+/// [`BLOCK`] bytes, so a restore of many small tensors costs a GET per block, not per tensor.
 #[derive(Debug)]
 pub struct ObjectBlob {
     store: Arc<dyn ObjectStore>,
     key: Key,
     url: String,
     len: u64,
+    blocks: Mutex<std::collections::VecDeque<(u64, bytes::Bytes)>>,
 }
 
 impl ObjectBlob {
@@ -73,6 +81,7 @@ impl ObjectBlob {
             key,
             url,
             len: meta.size,
+            blocks: Mutex::default(),
         })
     }
 
@@ -91,14 +100,63 @@ impl ObjectBlob {
         if out.is_empty() {
             return Ok(());
         }
-        let range = offset..offset + out.len() as u64;
-        let bytes = block(self.store.get_range(&self.key, range))
-            .map_err(|err| convert(&self.url, "read", err))?;
-        if bytes.len() != out.len() {
+        let end = offset + out.len() as u64;
+        if end > self.len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        out.copy_from_slice(&bytes);
+        if out.len() as u64 >= BLOCK {
+            let bytes = self.get(offset..end)?;
+            out.copy_from_slice(&bytes);
+            return Ok(());
+        }
+        let mut at = offset;
+        while at < end {
+            let index = at / BLOCK;
+            let bytes = self.block(index)?;
+            let start = (at - index * BLOCK) as usize;
+            let stop = ((end - index * BLOCK) as usize).min(bytes.len());
+            if start >= stop {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let into = (at - offset) as usize;
+            out[into..into + stop - start].copy_from_slice(&bytes[start..stop]);
+            at += (stop - start) as u64;
+        }
         Ok(())
+    }
+
+    /// Block `index`, from the cache or fetched (and cached, the oldest block dropped).
+    fn block(&self, index: u64) -> io::Result<bytes::Bytes> {
+        let cached = |blocks: &std::collections::VecDeque<(u64, bytes::Bytes)>| {
+            blocks
+                .iter()
+                .find(|(at, _)| *at == index)
+                .map(|(_, bytes)| bytes.clone())
+        };
+        if let Some(bytes) = cached(&self.blocks.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(bytes);
+        }
+        let start = index * BLOCK;
+        let bytes = self.get(start..(start + BLOCK).min(self.len))?;
+        let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if cached(&blocks).is_none() {
+            if blocks.len() == CACHED {
+                blocks.pop_front();
+            }
+            blocks.push_back((index, bytes.clone()));
+        }
+        Ok(bytes)
+    }
+
+    /// One ranged GET.
+    fn get(&self, range: Range<u64>) -> io::Result<bytes::Bytes> {
+        let want = (range.end - range.start) as usize;
+        let bytes = block(self.store.get_range(&self.key, range))
+            .map_err(|err| convert(&self.url, "read", err))?;
+        if bytes.len() != want {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(bytes)
     }
 
     /// Reads `ranges` with concurrent requests (the store coalesces close ranges).
