@@ -97,6 +97,7 @@ fn main() {
         from_helper.read_line(&mut line).unwrap();
         line.trim().parse().unwrap()
     };
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let bare = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name("bench")
         .with_allow_http(true)

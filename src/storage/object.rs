@@ -58,9 +58,13 @@ pub struct Meta {
 const BLOCK: u64 = 2 << 20;
 /// Blocks an [`ObjectBlob`] keeps (its memory bound: `BLOCK * CACHED`).
 const CACHED: usize = 8;
+/// Larger reads are split into ranged GETs of this size…
+const RANGE: u64 = 16 << 20;
+/// …this many in flight at once.
+const RANGES_IN_FLIGHT: usize = 4;
 
-/// An object opened for ranged reads: a read of a block or more is its own ranged GET (large
-/// ones split in parallel by the caller); smaller reads are served from a few cached blocks of
+/// An object opened for ranged reads: a read of a block or more is fetched as ranged GETs of
+/// [`RANGE`] bytes, a few in flight, straight into the caller's buffer; smaller reads are served from a few cached blocks of
 /// [`BLOCK`] bytes, so a restore of many small tensors costs a GET per block, not per tensor.
 #[derive(Debug)]
 pub struct ObjectBlob {
@@ -105,8 +109,31 @@ impl ObjectBlob {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         if out.len() as u64 >= BLOCK {
-            let bytes = self.get(offset..end)?;
-            out.copy_from_slice(&bytes);
+            // Ranges of RANGE bytes, RANGES_IN_FLIGHT at once, each copied into `out`.
+            let ranges: Vec<Range<u64>> = (offset..end)
+                .step_by(RANGE as usize)
+                .map(|start| start..(start + RANGE).min(end))
+                .collect();
+            let got = block(async {
+                use futures::StreamExt;
+                futures::stream::iter(ranges.iter().cloned())
+                    .map(|range| self.store.get_range(&self.key, range))
+                    .buffered(RANGES_IN_FLIGHT)
+                    .collect::<Vec<_>>()
+                    .await
+            });
+            let mut at = 0;
+            for bytes in got {
+                let bytes = bytes.map_err(|err| convert(&self.url, "read", err))?;
+                let into = out
+                    .get_mut(at..at + bytes.len())
+                    .ok_or(io::ErrorKind::UnexpectedEof)?;
+                into.copy_from_slice(&bytes);
+                at += bytes.len();
+            }
+            if at != out.len() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
             return Ok(());
         }
         let mut at = offset;

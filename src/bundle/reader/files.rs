@@ -132,6 +132,21 @@ impl BundleReader {
                 .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
             return self.check_piece(piece, out);
         }
+        if file.file().is_none() {
+            // An object: fetched in concurrent ranges into `out`, then checksummed in parallel.
+            file.read_exact_at(out, piece.offset)
+                .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
+            let actual = crc::mask(parallel_crc32c(out));
+            if actual != piece.crc32c {
+                return Err(BundleError::TensorChecksum {
+                    path: self.data_file(piece),
+                    key: piece.key.clone(),
+                    expected: piece.crc32c,
+                    actual,
+                });
+            }
+            return Ok(());
+        }
         prefault(out);
         // Large tensors: chunks are read and checksummed on rayon's pool (page faults in
         // `out`, the copy and the CRC all split over the cores), then the CRCs are combined.
