@@ -108,7 +108,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    println!("workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  s3-restore  bare-get  boto3-down  restore/bare  restore/boto3");
+    println!(
+        "workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  s3-restore  bare-get  boto3-down  restore/bare  restore/boto3"
+    );
     for workload in &workloads {
         let tensors: Vec<(String, Vec<i64>)> = match workload.as_str() {
             "big" => (0..big_tensors)

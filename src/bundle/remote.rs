@@ -226,9 +226,13 @@ fn is_shard_name(rest: &str) -> bool {
             .all(|b| b.is_ascii_digit())
 }
 
+/// The backup index of a checkpoint being replaced, and its data objects' (final, backup)
+/// names.
+pub(crate) type View = (PathBuf, Vec<(PathBuf, PathBuf)>);
+
 /// What a reader of URL `prefix` reads: `None` for the final names, or the backup index and
 /// (final, backup) data names while a journal says a commit is under way.
-pub(crate) fn read_view(prefix: &Path) -> Result<Option<(PathBuf, Vec<(PathBuf, PathBuf)>)>> {
+pub(crate) fn read_view(prefix: &Path) -> Result<Option<View>> {
     let journal = journal_path(prefix);
     let bytes = match storage::read(&journal) {
         Ok(bytes) => bytes,

@@ -306,10 +306,7 @@ pub fn delete(path: &Path) -> io::Result<()> {
 pub fn list(prefix: &Path) -> io::Result<Vec<(PathBuf, u64)>> {
     let (store, key, url) = resolve(prefix)?;
     let text = key.as_ref().to_string();
-    let dir = match text.rsplit_once('/') {
-        Some((dir, _)) => Some(Key::from(dir)),
-        None => None,
-    };
+    let dir = text.rsplit_once('/').map(|(dir, _)| Key::from(dir));
     let base = url
         .strip_suffix(&text)
         .unwrap_or(url.as_str())
