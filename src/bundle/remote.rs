@@ -4,10 +4,10 @@
 //!
 //! - **Writing**: a writer or merge whose prefix is a URL works on a local *spool* prefix
 //!   (`$TMPDIR/saveplan-spool-<pid>/<scheme>/<bucket>/<key>`) with the local machinery (same
-//!   bytes), then [`publish`]es the finished bundle. TensorFlow's temporary parts
+//!   bytes), then `publish`es the finished bundle. TensorFlow's temporary parts
 //!   (`<prefix>.part-NNNNN-of-NNNNN` for `s3://`, `<prefix>_temp/part-…`) stay in the spool for
 //!   the merge that follows, so they are never visible in the store.
-//! - **Commit** ([`publish`]): the data objects first (multipart when large), the `.index` last.
+//! - **Commit** (`publish`): the data objects first (multipart when large), the `.index` last.
 //!   At a new prefix the index is a conditional put (`PutMode::Create`): its landing is the
 //!   commit point, and a second writer's index fails. At an existing prefix, the old index and
 //!   data objects are first copied (in the store) to backups `….old-<id>`, then a journal

@@ -3,7 +3,7 @@
 //! `bundle::writer`, `bundle::merge`, `bundle::journal`, `bundle::lock` and the state file goes
 //! through here), and positional reads.
 //!
-//! In tests a thread-local failpoint ([`failpoint`], compiled only under `cfg(test)`) can stop
+//! In tests a thread-local failpoint (`failpoint`, compiled only under `cfg(test)`) can stop
 //! the thread at any of them: the operation and every later one fail without touching the
 //! disk, which leaves the files as a crash (SIGKILL) at that point would.
 

@@ -64,8 +64,8 @@ const RANGE: u64 = 16 << 20;
 const RANGES_IN_FLIGHT: usize = 4;
 
 /// An object opened for ranged reads: a read of a block or more is fetched as ranged GETs of
-/// [`RANGE`] bytes, a few in flight, straight into the caller's buffer; smaller reads are served from a few cached blocks of
-/// [`BLOCK`] bytes, so a restore of many small tensors costs a GET per block, not per tensor.
+/// `RANGE` bytes, a few in flight, straight into the caller's buffer; smaller reads are served from a few cached blocks of
+/// `BLOCK` bytes, so a restore of many small tensors costs a GET per block, not per tensor.
 #[derive(Debug)]
 pub struct ObjectBlob {
     store: Arc<dyn ObjectStore>,
@@ -238,7 +238,7 @@ pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>>
         .map_err(|err| convert(&url, "write", err))
 }
 
-/// Uploads the local file `from` as the object at URL `to` (in parts of [`PART_SIZE`], a few
+/// Uploads the local file `from` as the object at URL `to` (in parts of `PART_SIZE`, a few
 /// in flight, when it is larger: memory stays bounded whatever the file's size).
 pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
     let mut file = std::fs::File::open(from)?;
