@@ -58,6 +58,7 @@ pub mod merge;
 mod proto;
 pub mod reader;
 pub mod remote;
+mod remote_view;
 pub mod slice;
 pub mod small_file;
 pub mod sstable;

@@ -136,9 +136,9 @@ impl BundleReader {
     /// the reader holds one whole checkpoint, the old or the new one.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref();
-        if super::remote::is_remote(prefix) {
+        if crate::storage::is_url(prefix) {
             // An object store: the index first (one GET), then ranged reads per tensor.
-            return match super::remote::read_view(prefix)? {
+            return match super::remote_view::read_view(prefix)? {
                 Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved),
                 None => BundleReader::open_view(prefix, None, Vec::new()),
             };

@@ -30,13 +30,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::storage::{self, object, object::Put};
 
 use super::error::{BundleError, Result};
+use super::remote_view::{MAGIC, journal_path, parse_journal, with_suffix};
 use super::{data_path, index_path};
 
 /// How long a save lease lasts.
 pub const LEASE: Duration = Duration::from_secs(15 * 60);
-
-/// The first line of an object-store journal.
-const MAGIC: &str = "saveplan object journal 1";
 
 /// Whether `prefix` names a checkpoint in an object store.
 pub fn is_remote(prefix: &Path) -> bool {
@@ -187,17 +185,6 @@ fn unique_id() -> String {
     )
 }
 
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut text = path.as_os_str().to_owned();
-    text.push(suffix);
-    PathBuf::from(text)
-}
-
-/// `<prefix>.merging`.
-pub(crate) fn journal_path(prefix: &Path) -> PathBuf {
-    with_suffix(prefix, ".merging")
-}
-
 /// The index and data objects of the checkpoint at `url` (what a backup copies).
 fn objects_of(url: &Path) -> Result<Vec<PathBuf>> {
     let text = url.to_string_lossy().into_owned();
@@ -224,53 +211,6 @@ fn is_shard_name(rest: &str) -> bool {
             .take(5)
             .chain(rest.bytes().skip(9))
             .all(|b| b.is_ascii_digit())
-}
-
-/// The backup index of a checkpoint being replaced, and its data objects' (final, backup)
-/// names.
-pub(crate) type View = (PathBuf, Vec<(PathBuf, PathBuf)>);
-
-/// What a reader of URL `prefix` reads: `None` for the final names, or the backup index and
-/// (final, backup) data names while a journal says a commit is under way.
-pub(crate) fn read_view(prefix: &Path) -> Result<Option<View>> {
-    let journal = journal_path(prefix);
-    let bytes = match storage::read(&journal) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(BundleError::io(&journal, "read", err)),
-    };
-    let steps = parse_journal(&journal, &bytes)?;
-    let index = index_path(prefix);
-    let mut backup_index = None;
-    let mut data = Vec::new();
-    for (from, backup) in steps {
-        if from == index {
-            backup_index = Some(backup);
-        } else {
-            data.push((from, backup));
-        }
-    }
-    Ok(backup_index.map(|backup| (backup, data)))
-}
-
-fn parse_journal(journal: &Path, bytes: &[u8]) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let bad = |detail: &str| BundleError::BadJournal {
-        path: journal.to_path_buf(),
-        detail: detail.to_string(),
-    };
-    let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(MAGIC) {
-        return Err(bad("unknown first line"));
-    }
-    lines
-        .map(|line| {
-            let (from, to) = line
-                .split_once('\t')
-                .ok_or_else(|| bad("a line without a tab"))?;
-            Ok((PathBuf::from(from), PathBuf::from(to)))
-        })
-        .collect()
 }
 
 /// Rolls back a journal left at URL `prefix` by a killed save, then deletes the prefix's
@@ -371,7 +311,7 @@ impl Lease {
     /// Takes the lease on `prefix`, or fails with [`BundleError::Locked`] while another save
     /// holds a live one.
     pub fn take(prefix: &Path) -> Result<Lease> {
-        let path = super::lock::lock_path(prefix);
+        let path = with_suffix(prefix, ".lock");
         let expires = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |now| (now + LEASE).as_secs());
