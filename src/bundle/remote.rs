@@ -21,7 +21,8 @@
 //! - **Lease** ([`Lease`]): `<prefix>.lock`, put with `PutMode::Create`, holds its owner (host,
 //!   pid) and an expiry; a second writer fails in one line while it is live, and takes it over
 //!   (conditional on its entity tag) once expired, or at once when its owner is a process of
-//!   the same machine that is gone (a killed save). Deleted when the save ends.
+//!   the same machine that is gone (a killed save). Renewed every third of its life while the
+//!   save runs; deleted when the save ends.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -305,6 +306,8 @@ pub(crate) fn delete_checkpoint(prefix: &Path) -> Result<Vec<PathBuf>> {
 #[derive(Debug)]
 pub struct Lease {
     path: PathBuf,
+    /// Dropped to stop the thread that renews the lease.
+    renewing: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 impl Lease {
@@ -321,10 +324,10 @@ impl Lease {
             std::process::id(),
             unique_id()
         );
-        let body = format!("saveplan lease 1\n{owner}\nexpires {expires}\n").into_bytes();
+        let body = lease_body(&owner, expires);
         for _ in 0..3 {
             match object::put(&path, body.clone(), Put::Create) {
-                Ok(_) => return Ok(Lease { path }),
+                Ok(_) => return Ok(Lease::held(path, owner)),
                 Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(err) => return Err(BundleError::io(&path, "take the save lease", err)),
             }
@@ -341,11 +344,11 @@ impl Lease {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |now| now.as_secs());
-            let owner = held.lines().nth(1).unwrap_or("?");
-            if until > now && !owner_is_gone(owner) {
+            let holder = held.lines().nth(1).unwrap_or("?");
+            if until > now && !owner_is_gone(holder) {
                 return Err(BundleError::Locked {
                     path: prefix.to_path_buf(),
-                    owner: owner.to_string(),
+                    owner: holder.to_string(),
                     seconds: until - now,
                 });
             }
@@ -355,7 +358,7 @@ impl Lease {
                 None => object::delete(&path).map(|()| None),
             };
             match taken {
-                Ok(_) if meta_matches_body(&path, &body) => return Ok(Lease { path }),
+                Ok(_) if meta_matches_body(&path, &body) => return Ok(Lease::held(path, owner)),
                 Ok(_) => {}
                 Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(err) => return Err(BundleError::io(&path, "take the save lease", err)),
@@ -397,8 +400,42 @@ fn meta_matches_body(path: &Path, body: &[u8]) -> bool {
     storage::read(path).is_ok_and(|held| held == body)
 }
 
+impl Lease {
+    /// The lease at `path`, held by `owner`, renewed every third of [`LEASE`] by a thread of
+    /// its own until it is dropped (so a save longer than the lease keeps it).
+    fn held(path: PathBuf, owner: String) -> Lease {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let at = path.clone();
+        let renew = move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(LEASE / 3)
+            {
+                let expires = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |now| (now + LEASE).as_secs());
+                let _ = object::put(&at, lease_body(&owner, expires), Put::Overwrite);
+            }
+        };
+        let renewing = std::thread::Builder::new()
+            .name("saveplan-lease".into())
+            .spawn(renew)
+            .ok()
+            .map(|thread| (stop, thread));
+        Lease { path, renewing }
+    }
+}
+
+/// The content of a lease object.
+fn lease_body(owner: &str, expires: u64) -> Vec<u8> {
+    format!("saveplan lease 1\n{owner}\nexpires {expires}\n").into_bytes()
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some((stop, thread)) = self.renewing.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
         let _ = object::delete(&self.path);
     }
 }
