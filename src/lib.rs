@@ -103,6 +103,7 @@ pub mod object;
 pub mod partition;
 pub mod process;
 pub mod session;
+pub mod storage;
 pub mod trace;
 
 /// What a framework embedding saveplan uses, in one `use saveplan::prelude::*;`: tensors and
@@ -147,6 +148,8 @@ mod doc_examples {
     struct Objects;
     #[doc = include_str!("../docs/partition.md")]
     struct Partition;
+    #[doc = include_str!("../docs/object-stores.md")]
+    struct ObjectStores;
     #[doc = include_str!("../docs/python.md")]
     struct Python;
     #[doc = include_str!("../docs/rust-api.md")]

@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::fsops::failpoint;
 use super::{
     BundleReader, BundleWriter, DType, MergeFlags, MergeOptions, Recovered, SaveLock, Values,
     WriteOptions, data_path, merge_bundles, recover,
 };
+use crate::storage::local::failpoint;
 
 /// With fsync (its fsyncs are crash points too) or without (faster).
 const FSYNC: WriteOptions = WriteOptions { fsync: true };

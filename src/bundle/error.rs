@@ -19,11 +19,21 @@ pub enum BundleError {
         #[source]
         source: std::io::Error,
     },
-    /// A URL where a local path is expected ([`super::check_local`]).
-    #[error("{}: a URL, not a local path: checkpoints are read and written on the local file system only (object stores are not supported yet)", path.display())]
+    /// A URL where only a local path will do ([`super::check_local`]).
+    #[error("{}: a URL, not a local path: this output is written on the local file system only", path.display())]
     NotLocal {
         /// The URL.
         path: PathBuf,
+    },
+    /// Another save holds the lease on an object-store prefix.
+    #[error("{}: another save is writing this checkpoint ({owner}; its lease ends in {seconds} s)", path.display())]
+    Locked {
+        /// The prefix.
+        path: PathBuf,
+        /// Who holds the lease.
+        owner: String,
+        /// Seconds until the lease expires.
+        seconds: u64,
     },
     /// Saves kept replacing the checkpoint while it was being opened.
     #[error("{}: the checkpoint changed under the reader {attempts} times in a row (saves are replacing it); try again", path.display())]

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::{BundleError, Result};
-use super::{fsops, index_path};
+use super::index_path;
+use crate::storage::local as fsops;
 
 /// The first line of every journal.
 const MAGIC: &str = "saveplan merge journal 1";
@@ -105,7 +106,7 @@ pub(crate) fn commit(
 /// must hold the prefix's lock (or know that no other writer is active).
 pub fn recover_journal(prefix: &Path) -> Result<Recovered> {
     let journal = journal_path(prefix);
-    let text = match std::fs::read(&journal) {
+    let text = match fsops::read(&journal) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Recovered::Clean),
         Err(err) => return Err(BundleError::io(&journal, "read", err)),
@@ -387,7 +388,7 @@ pub fn read_view(prefix: &Path) -> ReadView {
         ..ReadView::default()
     };
     let journal = journal_path(prefix);
-    let text = match std::fs::read(&journal) {
+    let text = match fsops::read(&journal) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return ReadView::default(),
         Err(err) => return bad(BundleError::io(&journal, "read", err)),

@@ -11,20 +11,27 @@
 //! whose writers are gone, and deletes them ([`SaveLock::acquire`] and when the lock is
 //! released, so a save that fails, say on a full disk, leaves no finished shard behind).
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use super::error::{BundleError, Result};
-use super::fsops;
 use super::journal::{Recovered, is_data_file_name, is_unique_id, recover_journal};
+use crate::storage::local::{self as fsops, File};
 
 /// An exclusive lock on a checkpoint prefix, held for the whole of a save. Dropping it
 /// recovers an interrupted merge, deletes leftovers and releases the lock.
 #[derive(Debug)]
 pub struct SaveLock {
     prefix: PathBuf,
-    /// The open, locked lock file.
-    file: File,
+    held: Held,
+}
+
+/// What holds the lock.
+#[derive(Debug)]
+enum Held {
+    /// The open, locked lock file (a local prefix).
+    File(File),
+    /// The lease object (a URL prefix, [`super::remote::Lease`]).
+    Lease(#[allow(dead_code)] super::remote::Lease),
 }
 
 /// What [`recover`] found and did at a prefix.
@@ -47,8 +54,14 @@ impl SaveLock {
     /// Waits for the exclusive lock on `prefix` (creating its directory and lock file if
     /// needed), then finishes or rolls back an interrupted merge and deletes the leftovers of
     /// earlier saves.
+    /// On an object store (a URL prefix) the lock is a lease: a second writer fails at once
+    /// with [`BundleError::Locked`] instead of waiting.
     pub fn acquire(prefix: impl AsRef<Path>) -> Result<SaveLock> {
         let lock = SaveLock::wait(prefix.as_ref())?;
+        if let Held::Lease(_) = lock.held {
+            super::remote::recover(&lock.prefix)?;
+            return Ok(lock);
+        }
         recover_journal(&lock.prefix)?;
         remove_leftovers(&lock.prefix);
         Ok(lock)
@@ -56,6 +69,12 @@ impl SaveLock {
 
     /// Takes the lock without recovering anything.
     fn wait(prefix: &Path) -> Result<SaveLock> {
+        if super::remote::is_remote(prefix) {
+            return Ok(SaveLock {
+                prefix: prefix.to_path_buf(),
+                held: Held::Lease(super::remote::Lease::take(prefix)?),
+            });
+        }
         create_parent_dir(prefix)?;
         let path = lock_path(prefix);
         loop {
@@ -65,7 +84,7 @@ impl SaveLock {
             if still_at(&file, &path) {
                 return Ok(SaveLock {
                     prefix: prefix.to_path_buf(),
-                    file,
+                    held: Held::File(file),
                 });
             }
         }
@@ -73,8 +92,11 @@ impl SaveLock {
 }
 
 /// Creates the directory of `prefix` and its parents, where missing.
+/// An object store has no directories: nothing to do for a URL.
 pub fn create_parent_dir(prefix: &Path) -> Result<()> {
-    super::check_local(prefix)?;
+    if super::remote::is_remote(prefix) {
+        return Ok(());
+    }
     let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) else {
         return Ok(());
     };
@@ -95,27 +117,21 @@ pub fn create_parent_dir(prefix: &Path) -> Result<()> {
 /// Anything else that stops it opening (a directory at `path`, no permission to read or
 /// create it) is an error: a save never runs unlocked.
 fn open_lock_file(path: &Path) -> Result<File> {
-    let opened = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path);
-    match opened {
-        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied && path.is_file() => {
-            File::open(path)
-        }
-        opened => opened,
-    }
-    .map_err(|err| BundleError::io(path, "open lock file", err))
+    fsops::open_lock_file(path).map_err(|err| BundleError::io(path, "open lock file", err))
 }
 
 impl Drop for SaveLock {
     fn drop(&mut self) {
+        let Held::File(file) = &self.held else {
+            // The lease: leftovers deleted, then the lease object (by its own drop).
+            let _ = super::remote::recover(&self.prefix);
+            return;
+        };
         let _ = recover_journal(&self.prefix);
         remove_leftovers(&self.prefix);
         // Deleted while locked; closing the file then releases the lock.
-        let _ = std::fs::remove_file(lock_path(&self.prefix));
-        let _ = self.file.unlock();
+        let _ = fsops::remove_lock_file(&lock_path(&self.prefix));
+        let _ = file.unlock();
     }
 }
 
@@ -123,7 +139,7 @@ impl Drop for SaveLock {
 #[cfg(unix)]
 fn still_at(file: &File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
+    match (file.metadata(), fsops::metadata(path)) {
         (Ok(ours), Ok(theirs)) => ours.dev() == theirs.dev() && ours.ino() == theirs.ino(),
         _ => false,
     }
@@ -140,6 +156,10 @@ fn still_at(_file: &File, path: &Path) -> bool {
 /// leftovers of earlier saves (`saveplan recover`).
 pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
     let lock = SaveLock::wait(prefix.as_ref())?;
+    if let Held::Lease(_) = lock.held {
+        let (merge, removed) = super::remote::recover(&lock.prefix)?;
+        return Ok(Recovery { merge, removed });
+    }
     let merge = recover_journal(&lock.prefix)?;
     let removed = remove_leftovers(&lock.prefix);
     Ok(Recovery { merge, removed })
@@ -153,6 +173,9 @@ pub fn recover(prefix: impl AsRef<Path>) -> Result<Recovery> {
 pub fn delete_checkpoint(prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
     let lock = SaveLock::acquire(prefix)?;
     let prefix = lock.prefix.as_path();
+    if let Held::Lease(_) = lock.held {
+        return super::remote::delete_checkpoint(prefix);
+    }
     let mut deleted = Vec::new();
     let mut delete = |path: PathBuf| match fsops::remove_file(&path) {
         Ok(()) => {
@@ -164,9 +187,9 @@ pub fn delete_checkpoint(prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
     };
     delete(super::index_path(prefix))?;
     let (dir, name) = dir_and_name(prefix);
-    if let (Some(name), Ok(entries)) = (name, std::fs::read_dir(dir)) {
+    if let (Some(name), Ok(entries)) = (name, fsops::file_names(dir)) {
         let mut data: Vec<PathBuf> = entries
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .into_iter()
             .filter(|file| is_data_file_of(name, file))
             .map(|file| dir.join(file))
             .collect();
@@ -200,6 +223,9 @@ fn is_data_file_of(name: &str, file: &str) -> bool {
 /// The leftovers of killed saves at `prefix`, without changing anything (for `saveplan
 /// verify`; what a merge journal says is [`super::journal::read_view`]'s).
 pub fn unfinished(prefix: &Path) -> Vec<PathBuf> {
+    if super::remote::is_remote(prefix) {
+        return super::remote::leftovers(prefix).unwrap_or_default();
+    }
     leftovers(prefix)
 }
 
@@ -226,14 +252,10 @@ fn leftovers(prefix: &Path) -> Vec<PathBuf> {
     let (dir, Some(name)) = dir_and_name(prefix) else {
         return Vec::new();
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(names) = fsops::file_names(dir) else {
         return Vec::new();
     };
     let mut found = Vec::new();
-    let mut names: Vec<String> = entries
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
     for entry in names {
         let path = dir.join(&entry);
         if let Some(rest) = entry.strip_prefix(name).and_then(|r| r.strip_prefix('.')) {
@@ -241,16 +263,15 @@ fn leftovers(prefix: &Path) -> Vec<PathBuf> {
                 found.push(path);
             }
         } else if is_temp_dir_name(name, &entry) && path.is_dir() {
-            let Ok(parts) = std::fs::read_dir(&path) else {
+            let Ok(parts) = fsops::file_names(&path) else {
                 continue;
             };
-            let mut parts: Vec<PathBuf> = parts
-                .filter_map(|part| part.ok())
-                .filter(|part| part.file_name().to_string_lossy().starts_with("part"))
-                .map(|part| part.path())
+            let parts: Vec<PathBuf> = parts
+                .into_iter()
+                .filter(|part| part.starts_with("part"))
+                .map(|part| path.join(part))
                 .filter(|part| part.is_file())
                 .collect();
-            parts.sort();
             found.extend(parts);
             found.push(path);
         }
@@ -363,7 +384,7 @@ mod tests {
     /// index whose data is gone.
     #[test]
     fn a_crash_while_deleting_never_leaves_an_index_without_its_data() {
-        use crate::bundle::fsops::failpoint;
+        use crate::storage::local::failpoint;
         for allowed in 0.. {
             let dir = tempfile::tempdir().unwrap();
             let prefix = dir.path().join("ckpt-1");

@@ -18,7 +18,8 @@ use super::proto::BundleEntryProto;
 use super::reader::{RawIndex, read_index_with};
 use super::sstable::{get_varint, put_varint};
 use super::writer::{WriteOptions, write_index};
-use super::{data_path, fsops, index_path};
+use super::{data_path, index_path};
+use crate::storage::local as fsops;
 
 /// The attributes of `MergeV2Checkpoints`. The default is the op's: `delete_old_dirs = true`,
 /// `allow_missing_files = false`.
@@ -67,6 +68,24 @@ pub fn merge_bundles<P: AsRef<Path>>(
     options: MergeOptions,
 ) -> Result<()> {
     let dest = dest.as_ref();
+    let remote = super::remote::is_remote(dest)
+        || sources
+            .iter()
+            .any(|source| super::remote::is_remote(source.as_ref()));
+    if remote {
+        // Parts written by this process to a URL are in its spool: merged there, then the
+        // result is published ([`super::remote`]).
+        let local = |path: &Path| match super::remote::is_remote(path) {
+            true => super::remote::spool(path),
+            false => path.to_path_buf(),
+        };
+        let sources: Vec<PathBuf> = sources.iter().map(|s| local(s.as_ref())).collect();
+        merge_bundles(&sources, local(dest), options)?;
+        if super::remote::is_remote(dest) {
+            super::remote::publish(&local(dest), dest)?;
+        }
+        return Ok(());
+    }
     super::check_write_prefix(dest)?;
     for source in sources {
         if same_prefix(source.as_ref(), dest) {
@@ -421,7 +440,7 @@ fn plan_renames(
     for (source, raw) in present {
         for shard in 0..raw.num_shards {
             let from = data_path(source, shard, raw.num_shards);
-            if let Err(err) = std::fs::metadata(&from) {
+            if let Err(err) = fsops::metadata(&from) {
                 return Err(BundleError::io(&from, "find data file", err));
             }
             renames.push((from, data_path(dest, base + shard, total_shards)));
@@ -498,7 +517,7 @@ mod tests {
     /// new checkpoint; the merge then leaves no staging or backup file behind.
     #[test]
     fn a_failed_operation_rolls_back_or_keeps_the_new_checkpoint() {
-        use crate::bundle::fsops::failpoint;
+        use crate::storage::local::failpoint;
         let new: Vec<u8> = [3.0f32, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         for fail_at in 0.. {
             let dir = tempfile::tempdir().unwrap();

@@ -52,12 +52,13 @@ pub mod crc;
 pub mod dtype;
 pub mod element;
 pub mod error;
-mod fsops;
 pub mod journal;
 pub mod lock;
 pub mod merge;
 mod proto;
 pub mod reader;
+pub mod remote;
+mod remote_view;
 pub mod slice;
 pub mod small_file;
 pub mod sstable;
@@ -80,19 +81,11 @@ pub use reader::{BundleReader, Entry, MappedTensor, Tensor, Values};
 pub use slice::{Extent, ShapeAndSlice, SliceError, TensorSlice};
 pub use writer::{BundleWriter, TensorStream, TensorValues, WriteOptions, check_write_prefix};
 
-/// Refuses a URL (`s3://bucket/ckpt`, `gs://…`, any `scheme://`) where a local path is
-/// expected: the bundle layer reads and writes local files only, and a URL taken as a path
-/// would become a local folder named `s3:`.
+/// Refuses a URL (`s3://bucket/ckpt`, `gs://…`, any `scheme://`) where only a local path will
+/// do (graph files written by `compile`): a URL taken as a path would become a local folder
+/// named `s3:`. Checkpoint prefixes take URLs ([`remote`]).
 pub fn check_local(path: &Path) -> Result<()> {
-    let text = path.to_string_lossy();
-    let is_url = text.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.len() > 1
-            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    });
-    if is_url {
+    if crate::storage::is_url(path) {
         return Err(BundleError::NotLocal {
             path: path.to_path_buf(),
         });

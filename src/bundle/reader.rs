@@ -111,8 +111,8 @@ struct FileId {
 
 impl Stamp {
     fn take(prefix: &Path) -> Stamp {
-        let journal = std::fs::read(super::journal::journal_path(prefix)).ok();
-        let index = std::fs::metadata(index_path(prefix))
+        let journal = crate::storage::local::read(&super::journal::journal_path(prefix)).ok();
+        let index = crate::storage::local::metadata(&index_path(prefix))
             .ok()
             .map(|meta| FileId {
                 #[cfg(unix)]
@@ -136,7 +136,13 @@ impl BundleReader {
     /// the reader holds one whole checkpoint, the old or the new one.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref();
-        super::check_local(prefix)?;
+        if crate::storage::is_url(prefix) {
+            // An object store: the index first (one GET), then ranged reads per tensor.
+            return match super::remote_view::read_view(prefix)? {
+                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved),
+                None => BundleReader::open_view(prefix, None, Vec::new()),
+            };
+        }
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);

@@ -8,10 +8,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::fsops;
+use crate::storage::local as fsops;
 
 /// Replaces the file at `path` with `bytes`, whole (see the module docs).
+///
+/// On an object store (a URL) one put replaces the object whole.
 pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
+    if crate::storage::is_url(path) {
+        let put = crate::storage::object::Put::Overwrite;
+        return crate::storage::object::put(path, bytes.to_vec(), put).map(|_| ());
+    }
     let (dir, name) = split(path)?;
     remove_stale_temps(dir, name);
     // One temporary name per write, so concurrent writers (threads of one process too) never
@@ -49,13 +55,13 @@ fn split(path: &Path) -> io::Result<(&Path, &str)> {
 /// Deletes the temporary files `.<name>.tmp<pid>-<n>` in `dir` whose writer process is gone
 /// (best effort; where it cannot tell, it keeps them).
 fn remove_stale_temps(dir: &Path, name: &str) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = fsops::file_names(dir) else {
         return;
     };
     let marker = format!(".{name}.tmp");
     let stale: Vec<PathBuf> = entries
-        .filter_map(|entry| {
-            let file = entry.ok()?.file_name().into_string().ok()?;
+        .into_iter()
+        .filter_map(|file| {
             let (pid, n) = file.strip_prefix(&marker)?.split_once('-')?;
             let pid: u32 = pid.parse().ok()?;
             let numeric = n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty();
@@ -83,7 +89,7 @@ fn process_alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bundle::fsops::failpoint;
+    use crate::storage::local::failpoint;
 
     /// A process id that is not running: a child that has exited and been waited for.
     fn dead_pid() -> u32 {

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use super::crc;
 use super::dtype::{DType, is_element_list, num_elements};
 use super::error::{BundleError, Result};
-use super::fsops::{self, TrackedFile};
 use super::journal::{self, unique_name};
 use super::proto::{BundleEntryProto, BundleHeaderProto, VersionDef, shape_proto, slice_proto};
 use super::slice::{ShapeAndSlice, TensorSlice, encode_slice_key, overlap_volume};
@@ -19,6 +18,7 @@ use super::sstable::TableBuilder;
 use super::string::encode_strings;
 use super::variant::encode_variants;
 use super::{data_path, index_path};
+use crate::storage::local::{self as fsops, TrackedFile};
 
 /// A slice resolved against its tensor: `(start, length)` per dimension.
 type Region = Vec<(i64, i64)>;
@@ -44,7 +44,10 @@ pub enum TensorValues<'a> {
 /// be laid out, then [`BundleWriter::finish`]. Dropping an unfinished writer removes its
 /// temporary files.
 pub struct BundleWriter {
+    /// Where the files are written: the prefix, or the local spool of a URL prefix.
     prefix: PathBuf,
+    /// A URL prefix the finished bundle is published to ([`super::remote`]).
+    remote: Option<PathBuf>,
     data_final: PathBuf,
     data_temp: PathBuf,
     data: Option<BufWriter<TrackedFile>>,
@@ -81,8 +84,12 @@ impl BundleWriter {
     /// Starts a bundle at `prefix`, creating its directory if needed; the prefix must pass
     /// [`check_write_prefix`].
     pub fn with_options(prefix: impl AsRef<Path>, options: WriteOptions) -> Result<BundleWriter> {
-        let prefix = prefix.as_ref().to_path_buf();
+        let mut prefix = prefix.as_ref().to_path_buf();
         check_write_prefix(&prefix)?;
+        let remote = super::remote::is_remote(&prefix).then(|| prefix.clone());
+        if let Some(url) = &remote {
+            prefix = super::remote::spool(url);
+        }
         if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             fsops::create_dir_all(dir)
                 .map_err(|err| BundleError::io(dir, "create directory", err))?;
@@ -94,6 +101,7 @@ impl BundleWriter {
             .map_err(|err| BundleError::io(&data_temp, "create", err))?;
         Ok(BundleWriter {
             prefix,
+            remote,
             data_final,
             data_temp,
             data: Some(BufWriter::with_capacity(1 << 20, file)),
@@ -108,7 +116,7 @@ impl BundleWriter {
 
     /// The prefix being written.
     pub fn prefix(&self) -> &Path {
-        &self.prefix
+        self.remote.as_deref().unwrap_or(&self.prefix)
     }
 
     /// Adds a whole fixed-width tensor.
@@ -264,7 +272,14 @@ impl BundleWriter {
         if result.is_err() {
             let _ = fsops::remove_file(&self.data_temp);
         }
-        result
+        result?;
+        match &self.remote {
+            // TensorFlow's temporary parts stay in the spool for the merge that follows.
+            Some(url) if !super::remote::is_temp_part(url) => {
+                super::remote::publish(&self.prefix, url)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn finish_files(&mut self) -> Result<()> {
@@ -538,7 +553,9 @@ pub fn check_write_prefix(prefix: &Path) -> Result<()> {
     if prefix.as_os_str().is_empty() {
         return Err(BundleError::EmptyPrefix);
     }
-    super::check_local(prefix)?;
+    if crate::storage::is_url(prefix) {
+        return Ok(());
+    }
     if prefix.is_dir() {
         return Err(BundleError::PrefixIsDirectory {
             path: prefix.to_path_buf(),

@@ -18,7 +18,11 @@ pub const STATE_FILE: &str = "checkpoint";
 /// file.
 pub fn latest_checkpoint(dir: &Path) -> Result<PathBuf, CheckpointError> {
     let state = dir.join(STATE_FILE);
-    if !state.is_file() {
+    let found = match crate::storage::is_url(dir) {
+        true => crate::storage::exists(&state).unwrap_or(false),
+        false => state.is_file(),
+    };
+    if !found {
         return Err(CheckpointError::NoStateFile {
             dir: dir.to_owned(),
         });
@@ -30,6 +34,21 @@ pub fn latest_checkpoint(dir: &Path) -> Result<PathBuf, CheckpointError> {
 /// or a file named `checkpoint` (a state file); the prefix of a checkpoint file named instead
 /// of its prefix (`ckpt-3.index`, `ckpt-3.data-00000-of-00001`); else `path` itself.
 pub fn resolve_prefix(path: &Path) -> Result<PathBuf, CheckpointError> {
+    if crate::storage::is_url(path) {
+        // An object store: a prefix with an index, else a "directory" holding a state file,
+        // else a state file itself.
+        let exists = |path: &Path| crate::storage::exists(path).unwrap_or(false);
+        let state = path.join(STATE_FILE);
+        return if exists(&index_path(path)) {
+            Ok(path.to_owned())
+        } else if exists(&state) {
+            latest_in_state_file(&state)
+        } else if path.file_name().is_some_and(|name| name == STATE_FILE) && exists(path) {
+            latest_in_state_file(path)
+        } else {
+            Ok(path.to_owned())
+        };
+    }
     if path.is_dir() {
         latest_checkpoint(path)
     } else if path.file_name().is_some_and(|name| name == STATE_FILE)
@@ -68,10 +87,11 @@ fn prefix_of_file(path: &Path) -> Option<PathBuf> {
 }
 
 fn latest_in_state_file(state: &Path) -> Result<PathBuf, CheckpointError> {
-    let text = std::fs::read_to_string(state).map_err(|source| CheckpointError::ReadStateFile {
-        path: state.to_owned(),
-        source,
-    })?;
+    let text =
+        crate::storage::read_to_string(state).map_err(|source| CheckpointError::ReadStateFile {
+            path: state.to_owned(),
+            source,
+        })?;
     let parsed = parse_checkpoint_state(&text).map_err(|source| CheckpointError::BadStateFile {
         path: state.to_owned(),
         source,
@@ -87,7 +107,7 @@ fn latest_in_state_file(state: &Path) -> Result<PathBuf, CheckpointError> {
     } else {
         parent_dir(state).join(named)
     };
-    if !index_path(&prefix).exists() {
+    if !crate::storage::exists(&index_path(&prefix)).unwrap_or(false) {
         return Err(CheckpointError::MissingLatestCheckpoint {
             path: state.to_owned(),
             prefix,

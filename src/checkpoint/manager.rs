@@ -403,17 +403,22 @@ impl Books {
 /// (FORMATS.md 13.9).
 fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
     let file = directory.join(STATE_FILE);
-    if !file.is_file() {
+    let found = match crate::storage::is_url(&file) {
+        true => crate::storage::exists(&file).unwrap_or(false),
+        false => file.is_file(),
+    };
+    if !found {
         return Ok(Managed {
             checkpoints: Vec::new(),
             latest: None,
             last_preserved: now - 1.0,
         });
     }
-    let text = std::fs::read_to_string(&file).map_err(|source| CheckpointError::ReadStateFile {
-        path: file.clone(),
-        source,
-    })?;
+    let text =
+        crate::storage::read_to_string(&file).map_err(|source| CheckpointError::ReadStateFile {
+            path: file.clone(),
+            source,
+        })?;
     let recovered =
         parse_checkpoint_state(&text).map_err(|source| CheckpointError::BadStateFile {
             path: file.clone(),

@@ -60,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let prefix = checkpoint_prefix(&args.src)?;
-    if !index_path(&prefix).exists() {
+    if !saveplan::storage::exists(&index_path(&prefix)).unwrap_or(false) {
         bail!(
             "{}: neither a .safetensors file nor a checkpoint prefix (no .index file)",
             args.src.display()
@@ -197,7 +197,8 @@ fn tensor_bytes(dtype: DType, shape: &[i64]) -> u64 {
 }
 
 fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
-    let buffer = std::fs::read(src).with_context(|| format!("{}: reading", src.display()))?;
+    let buffer =
+        saveplan::storage::read(src).with_context(|| format!("{}: reading", src.display()))?;
     let file = SafeTensors::deserialize(&buffer)
         .with_context(|| format!("{}: not a valid safetensors file", src.display()))?;
     let (_, metadata) = SafeTensors::read_metadata(&buffer)

@@ -104,7 +104,7 @@ enum Side {
 impl Side {
     fn open(path: &Path) -> anyhow::Result<Side> {
         let prefix = checkpoint_prefix(path)?;
-        let is_checkpoint = index_path(&prefix).exists()
+        let is_checkpoint = saveplan::storage::exists(&index_path(&prefix)).unwrap_or(false)
             && prefix.extension().is_none_or(|ext| ext != "safetensors");
         Ok(if is_checkpoint {
             Side::Checkpoint(BundleReader::open(&prefix)?)

@@ -22,8 +22,8 @@ use super::output::one_line;
 /// checkpoint).
 pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let path = &checkpoint_prefix(path)?;
-    let is_safetensors =
-        path.extension().is_some_and(|ext| ext == "safetensors") || !index_path(path).exists();
+    let is_safetensors = path.extension().is_some_and(|ext| ext == "safetensors")
+        || !saveplan::storage::exists(&index_path(path)).unwrap_or(false);
     if is_safetensors {
         // A FIFO, a device or a folder would block or fail late: only regular files are read.
         if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
@@ -103,20 +103,49 @@ pub enum ValuesError {
 /// that follows. As with any memory-mapped read, another program truncating the file while the
 /// tensors are in use faults the process.
 pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+    let map = if saveplan::storage::is_url(path) {
+        // An object: fetched whole into an anonymous map the tensors then share.
+        let bytes = saveplan::storage::read(path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        if bytes.is_empty() {
+            None
+        } else {
+            let mut anon = memmap2::MmapMut::map_anon(bytes.len())
+                .with_context(|| format!("{}: cannot read", path.display()))?;
+            anon.copy_from_slice(&bytes);
+            Some(Arc::new(anon.make_read_only().with_context(|| {
+                format!("{}: cannot read", path.display())
+            })?))
+        }
+    } else {
+        map_file(path)?
+    };
+    tensors_of_map(path, map)
+}
+
+/// The read-only memory map of the local file `path` (`None` when empty).
+fn map_file(path: &Path) -> anyhow::Result<Option<Arc<memmap2::Mmap>>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
     let empty = file.metadata().is_ok_and(|meta| meta.len() == 0);
     // SAFETY: the map is read-only; as with any memory-mapped read, another program
     // truncating the file in the meantime would fault the process. An empty file cannot be
     // mapped; it is no safetensors file either.
-    let map = if empty {
+    Ok(if empty {
         None
     } else {
         Some(Arc::new(
             unsafe { memmap2::Mmap::map(&file) }
                 .with_context(|| format!("{}: cannot read", path.display()))?,
         ))
-    };
+    })
+}
+
+/// The tensors of a safetensors file's map, each a view into it.
+fn tensors_of_map(
+    path: &Path,
+    map: Option<Arc<memmap2::Mmap>>,
+) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
     let file = SafeTensors::deserialize(buffer)
         .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
@@ -174,7 +203,10 @@ fn read_checkpoint(prefix: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>
 /// Makes `out` ready to be written before any work is done: its missing folders are created,
 /// and a folder at `out` itself is an error (one line, before a checkpoint is read).
 pub fn prepare_out(out: &Path) -> anyhow::Result<()> {
-    saveplan::bundle::check_local(out)?;
+    if saveplan::storage::is_url(out) {
+        // An object store has no folders to make.
+        return Ok(());
+    }
     if out.is_dir() {
         bail!(
             "{}: is a folder, not a file or prefix to write",
@@ -251,6 +283,14 @@ pub fn serialize_to_file<'a>(
     metadata: Option<std::collections::HashMap<String, String>>,
     path: &Path,
 ) -> anyhow::Result<()> {
+    if saveplan::storage::is_url(path) {
+        let bytes = safetensors::tensor::serialize(views, metadata)
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+        let put = saveplan::storage::object::Put::Overwrite;
+        saveplan::storage::object::put(path, bytes, put)
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+        return Ok(());
+    }
     if let Err(err) = safetensors::tensor::serialize_to_file(views, metadata, path) {
         // An IO error is said by its kind: its message names the temporary file.
         let mut cause: &(dyn std::error::Error + 'static) = &err;
@@ -329,6 +369,5 @@ pub(super) fn from_safetensors(dtype: Dtype) -> Option<DType> {
 /// The checkpoint prefix a command-line path stands for: the path itself, or for a directory
 /// or a `checkpoint` state file the latest checkpoint it names.
 pub fn checkpoint_prefix(path: &Path) -> anyhow::Result<PathBuf> {
-    saveplan::bundle::check_local(path)?;
     resolve_prefix(path).map_err(|err| one_line(&err))
 }

@@ -60,6 +60,7 @@ mod run_cli;
 mod session;
 mod setup_perf;
 mod spec_cli;
+mod storage;
 mod trace;
 mod trace_perf;
 mod verify_fixtures;

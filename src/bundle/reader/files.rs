@@ -2,7 +2,7 @@
 //! where an unfinished commit moved them, and read piece by piece with their CRC32C checked
 //! (large pieces in parallel chunks).
 
-use std::fs::File;
+use crate::storage::Blob;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -24,14 +24,14 @@ pub(super) const PARALLEL_READ_MIN: usize = 8 << 20;
 pub(super) const PARALLEL_READ_CHUNK: usize = 4 << 20;
 
 /// A data file opened on first use: the file and its length, or why it could not be opened.
-pub(super) type Shard = OnceLock<std::result::Result<(File, u64), (std::io::ErrorKind, String)>>;
+pub(super) type Shard = OnceLock<std::result::Result<(Blob, u64), (std::io::ErrorKind, String)>>;
 
 /// A data file's read-only memory map, created on first use by [`BundleReader::map`].
 pub(super) type ShardMap = OnceLock<std::result::Result<Arc<Mmap>, (std::io::ErrorKind, String)>>;
 
 impl BundleReader {
     /// The data file of `entry`, opened on first use, with its length.
-    pub(super) fn shard(&self, entry: &Entry) -> Result<(&File, u64)> {
+    pub(super) fn shard(&self, entry: &Entry) -> Result<(&Blob, u64)> {
         match self.open_shard(entry.shard) {
             Ok((file, len)) => Ok((file, *len)),
             Err((kind, message)) => Err(BundleError::MissingShard {
@@ -46,22 +46,23 @@ impl BundleReader {
     pub(super) fn open_shard(
         &self,
         shard: u32,
-    ) -> &std::result::Result<(File, u64), (std::io::ErrorKind, String)> {
+    ) -> &std::result::Result<(Blob, u64), (std::io::ErrorKind, String)> {
         self.shards[shard as usize].get_or_init(|| {
-            let file =
-                File::open(self.shard_path(shard)).map_err(|err| (err.kind(), err.to_string()))?;
-            let len = file
-                .metadata()
-                .map_err(|err| (err.kind(), err.to_string()))?
-                .len();
-            Ok((file, len))
+            let blob =
+                Blob::open(&self.shard_path(shard)).map_err(|err| (err.kind(), err.to_string()))?;
+            let len = blob.len().map_err(|err| (err.kind(), err.to_string()))?;
+            Ok((blob, len))
         })
     }
 
     /// The read-only memory map of the data file of `entry` (the whole file, as long as it was
     /// when first opened), created on first use.
-    pub(super) fn shard_map(&self, entry: &Entry) -> Result<Arc<Mmap>> {
-        let (file, len) = self.shard(entry)?;
+    /// `None` for a data file in an object store (its tensors are read, not mapped).
+    pub(super) fn shard_map(&self, entry: &Entry) -> Result<Option<Arc<Mmap>>> {
+        let (blob, len) = self.shard(entry)?;
+        let Some(file) = blob.file() else {
+            return Ok(None);
+        };
         let slot = &self.maps[entry.shard as usize];
         let mapped = slot.get_or_init(|| {
             let len = usize::try_from(len).map_err(|_| {
@@ -81,7 +82,7 @@ impl BundleReader {
                 .map_err(|err| (err.kind(), err.to_string()))
         });
         match mapped {
-            Ok(map) => Ok(Arc::clone(map)),
+            Ok(map) => Ok(Some(Arc::clone(map))),
             Err((kind, message)) => Err(BundleError::io(
                 self.data_file(entry),
                 "mmap",
@@ -127,9 +128,24 @@ impl BundleReader {
         self.check_in_file(piece, len)?;
         debug_assert_eq!(out.len() as u64, piece.size);
         if is_element_list(piece.dtype) || out.len() < PARALLEL_READ_MIN {
-            read_exact_at(file, out, piece.offset)
+            file.read_exact_at(out, piece.offset)
                 .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
             return self.check_piece(piece, out);
+        }
+        if file.file().is_none() {
+            // An object: fetched in concurrent ranges into `out`, then checksummed in parallel.
+            file.read_exact_at(out, piece.offset)
+                .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
+            let actual = crc::mask(parallel_crc32c(out));
+            if actual != piece.crc32c {
+                return Err(BundleError::TensorChecksum {
+                    path: self.data_file(piece),
+                    key: piece.key.clone(),
+                    expected: piece.crc32c,
+                    actual,
+                });
+            }
+            return Ok(());
         }
         prefault(out);
         // Large tensors: chunks are read and checksummed on rayon's pool (page faults in
@@ -139,7 +155,8 @@ impl BundleReader {
             .enumerate()
             .map(|(index, chunk)| {
                 let offset = piece.offset + (index * PARALLEL_READ_CHUNK) as u64;
-                read_exact_at(file, chunk, offset).map(|()| (crc::crc32c(chunk), chunk.len()))
+                file.read_exact_at(chunk, offset)
+                    .map(|()| (crc::crc32c(chunk), chunk.len()))
             })
             .collect::<std::io::Result<Vec<(u32, usize)>>>()
             .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
@@ -167,7 +184,7 @@ impl BundleReader {
         let (file, len) = self.shard(piece)?;
         self.check_in_file(piece, len)?;
         let mut bytes = vec![0u8; size];
-        read_exact_at(file, &mut bytes, piece.offset)
+        file.read_exact_at(&mut bytes, piece.offset)
             .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
         Ok(bytes)
     }
@@ -253,27 +270,4 @@ pub(super) fn parallel_crc32c(bytes: &[u8]) -> u32 {
             (crc::combine(crc_a, crc_b, len_b), len_a + len_b)
         })
         .map_or(0, |(crc, _)| crc)
-}
-
-#[cfg(unix)]
-pub(super) fn read_exact_at(file: &File, out: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, out, offset)
-}
-
-#[cfg(windows)]
-pub(super) fn read_exact_at(
-    file: &File,
-    mut out: &mut [u8],
-    mut offset: u64,
-) -> std::io::Result<()> {
-    while !out.is_empty() {
-        match std::os::windows::fs::FileExt::seek_read(file, out, offset)? {
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                out = &mut out[n..];
-                offset += n as u64;
-            }
-        }
-    }
-    Ok(())
 }

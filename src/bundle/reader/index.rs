@@ -41,7 +41,7 @@ pub(crate) fn read_index_with<E>(
     path: &Path,
     decode: impl Fn(&[u8]) -> std::result::Result<E, String>,
 ) -> Result<RawIndex<E>> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match crate::storage::read(path) {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             return Err(BundleError::IndexNotFound {

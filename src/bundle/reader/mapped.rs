@@ -122,7 +122,16 @@ impl BundleReader {
         let (_, len) = self.shard(entry)?;
         self.check_in_file(entry, len)?;
         let end = entry.offset + entry.size;
-        let map = self.shard_map(entry)?;
+        let Some(map) = self.shard_map(entry)? else {
+            // An object store's data file: the tensor is read (ranged, checked), not mapped.
+            let mut bytes = vec![0u8; entry.size as usize];
+            self.read_piece_into(entry, &mut bytes)?;
+            return Ok(MappedTensor {
+                dtype: entry.dtype,
+                shape: entry.shape.clone(),
+                bytes: MappedBytes::Owned(bytes),
+            });
+        };
         // `end <= len`, and `len` (the file's length when it was opened) is the map's length,
         // which fits in memory, so these conversions cannot fail.
         let range = entry.offset as usize..end as usize;

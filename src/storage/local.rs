@@ -1,12 +1,12 @@
-//! The file operations that change the disk when a bundle is written, merged or recovered:
-//! every create, write, fsync, rename and delete of [`super::writer`], [`super::merge`] and
-//! [`super::journal`] goes through here.
+//! The local backend: the file operations that change the disk when a checkpoint is written,
+//! merged, recovered or deleted (every create, write, fsync, rename and delete of
+//! `bundle::writer`, `bundle::merge`, `bundle::journal`, `bundle::lock` and the state file goes
+//! through here), and positional reads.
 //!
-//! In tests a thread-local failpoint ([`failpoint`], compiled only under `cfg(test)`) can stop
+//! In tests a thread-local failpoint (`failpoint`, compiled only under `cfg(test)`) can stop
 //! the thread at any of them: the operation and every later one fail without touching the
 //! disk, which leaves the files as a crash (SIGKILL) at that point would.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -32,6 +32,57 @@ pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
 pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
     check()?;
     std::fs::remove_file(path)
+}
+
+/// The local file type (a lock file's handle).
+pub use std::fs::File;
+
+/// The whole content of `path` (reads are no crash points: no failpoint).
+pub(crate) fn read(path: &Path) -> io::Result<Vec<u8>> {
+    std::fs::read(path)
+}
+
+/// The metadata of `path`.
+pub(crate) fn metadata(path: &Path) -> io::Result<std::fs::Metadata> {
+    std::fs::metadata(path)
+}
+
+/// The UTF-8 names in directory `dir`, sorted (other names skipped).
+pub(crate) fn file_names(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Opens (or creates) the lock file at `path` for `flock`. A lock file left by another user's
+/// killed save may not be writable by us: `flock` needs only an open file, so it is opened
+/// read-only then.
+pub(crate) fn open_lock_file(path: &Path) -> io::Result<File> {
+    let opened = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path);
+    match opened {
+        Err(err) if err.kind() == io::ErrorKind::PermissionDenied && path.is_file() => {
+            File::open(path)
+        }
+        opened => opened,
+    }
+}
+
+/// Deletes a lock file while its lock is held (no failpoint: the lock is released either
+/// way, and a lock file left behind is reused).
+pub(crate) fn remove_lock_file(path: &Path) -> io::Result<()> {
+    std::fs::remove_file(path)
+}
+
+/// Deletes the directory `dir` and everything in it.
+pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
+    check()?;
+    std::fs::remove_dir_all(dir)
 }
 
 /// Deletes the empty directory `dir`.
@@ -76,6 +127,27 @@ impl Write for TrackedFile {
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()
     }
+}
+
+/// Fills `out` with the bytes of `file` at `offset` (positional: the file offset is unchanged).
+#[cfg(unix)]
+pub fn read_exact_at(file: &File, out: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, out, offset)
+}
+
+#[cfg(windows)]
+/// Fills `out` with the bytes of `file` at `offset`.
+pub fn read_exact_at(file: &File, mut out: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    while !out.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, out, offset)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                out = &mut out[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(not(test))]

@@ -1,0 +1,511 @@
+//! Object stores (`s3://`, `gs://`, `az://`, `memory://`) through the `object_store` crate,
+//! behind a blocking API: one small tokio runtime (two worker threads, started on first use)
+//! runs every request, and callers (rayon's threads, the CLI's) block on it.
+//!
+//! Stores are built once per scheme and bucket and kept for the process (so `memory://` is one
+//! store per bucket for the life of the process), from the environment as `object_store`'s
+//! `from_env` builders read it (`AWS_*`, `GOOGLE_*`, `AZURE_*`; `AWS_ENDPOINT_URL` and
+//! `AWS_ALLOW_HTTP` point S3 at a local server). Requests are retried at most twice within
+//! ten seconds, and a connection must open within five: a wrong endpoint, a missing bucket or
+//! bad credentials fail within seconds, without a storm of retries.
+//!
+//! Conditional puts ([`Put::Create`], [`Put::Update`]) are what the commit protocol and the
+//! save lease rely on (`ARCHITECTURE.md`, "Object stores"); S3 is told to use `If-None-Match`
+//! and `If-Match` for them.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::path::Path as Key;
+use object_store::{
+    ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+    UpdateVersion, WriteMultipart,
+};
+
+use super::StorageError;
+
+/// Objects larger than this are uploaded in parts of this size.
+pub const PART_SIZE: usize = 16 << 20;
+/// Parts of one upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// How a [`put`] may replace what is at the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Whatever is there is replaced.
+    Overwrite,
+    /// Only if nothing is there (`AlreadyExists` otherwise).
+    Create,
+    /// Only if the object there still has this entity tag (`AlreadyExists` otherwise).
+    Update(String),
+}
+
+/// What [`head`] tells of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its entity tag, where the store gives one.
+    pub e_tag: Option<String>,
+}
+
+/// Reads smaller than this are served from blocks of this size, fetched whole.
+const BLOCK: u64 = 2 << 20;
+/// Blocks an [`ObjectBlob`] keeps (its memory bound: `BLOCK * CACHED`).
+const CACHED: usize = 8;
+/// Larger reads are split into ranged GETs of this size…
+const RANGE: u64 = 16 << 20;
+/// …this many in flight at once.
+const RANGES_IN_FLIGHT: usize = 4;
+
+/// An object opened for ranged reads: a read of a block or more is fetched as ranged GETs of
+/// `RANGE` bytes, a few in flight, straight into the caller's buffer; smaller reads are served from a few cached blocks of
+/// `BLOCK` bytes, so a restore of many small tensors costs a GET per block, not per tensor.
+#[derive(Debug)]
+pub struct ObjectBlob {
+    store: Arc<dyn ObjectStore>,
+    key: Key,
+    url: String,
+    len: u64,
+    blocks: Mutex<std::collections::VecDeque<(u64, bytes::Bytes)>>,
+}
+
+impl ObjectBlob {
+    /// Opens the object at URL `path` (one HEAD request for its length).
+    pub fn open(path: &Path) -> io::Result<ObjectBlob> {
+        let (store, key, url) = resolve(path)?;
+        let meta = block(store.head(&key)).map_err(|err| convert(&url, "open", err))?;
+        Ok(ObjectBlob {
+            store,
+            key,
+            url,
+            len: meta.size,
+            blocks: Mutex::default(),
+        })
+    }
+
+    /// Its length when opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it was empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fills `out` with the bytes at `offset` (one ranged GET).
+    pub fn read_exact_at(&self, out: &mut [u8], offset: u64) -> io::Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let end = offset + out.len() as u64;
+        if end > self.len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if out.len() as u64 >= BLOCK {
+            // Ranges of RANGE bytes, RANGES_IN_FLIGHT at once, each copied into `out`.
+            let ranges: Vec<Range<u64>> = (offset..end)
+                .step_by(RANGE as usize)
+                .map(|start| start..(start + RANGE).min(end))
+                .collect();
+            let got = block(async {
+                use futures::StreamExt;
+                futures::stream::iter(ranges.iter().cloned())
+                    .map(|range| self.store.get_range(&self.key, range))
+                    .buffered(RANGES_IN_FLIGHT)
+                    .collect::<Vec<_>>()
+                    .await
+            });
+            let mut at = 0;
+            for bytes in got {
+                let bytes = bytes.map_err(|err| convert(&self.url, "read", err))?;
+                let into = out
+                    .get_mut(at..at + bytes.len())
+                    .ok_or(io::ErrorKind::UnexpectedEof)?;
+                into.copy_from_slice(&bytes);
+                at += bytes.len();
+            }
+            if at != out.len() {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            return Ok(());
+        }
+        let mut at = offset;
+        while at < end {
+            let index = at / BLOCK;
+            let bytes = self.block(index)?;
+            let start = (at - index * BLOCK) as usize;
+            let stop = ((end - index * BLOCK) as usize).min(bytes.len());
+            if start >= stop {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let into = (at - offset) as usize;
+            out[into..into + stop - start].copy_from_slice(&bytes[start..stop]);
+            at += (stop - start) as u64;
+        }
+        Ok(())
+    }
+
+    /// Block `index`, from the cache or fetched (and cached, the oldest block dropped).
+    fn block(&self, index: u64) -> io::Result<bytes::Bytes> {
+        let cached = |blocks: &std::collections::VecDeque<(u64, bytes::Bytes)>| {
+            blocks
+                .iter()
+                .find(|(at, _)| *at == index)
+                .map(|(_, bytes)| bytes.clone())
+        };
+        if let Some(bytes) = cached(&self.blocks.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(bytes);
+        }
+        let start = index * BLOCK;
+        let bytes = self.get(start..(start + BLOCK).min(self.len))?;
+        let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if cached(&blocks).is_none() {
+            if blocks.len() == CACHED {
+                blocks.pop_front();
+            }
+            blocks.push_back((index, bytes.clone()));
+        }
+        Ok(bytes)
+    }
+
+    /// One ranged GET.
+    fn get(&self, range: Range<u64>) -> io::Result<bytes::Bytes> {
+        let want = (range.end - range.start) as usize;
+        let bytes = block(self.store.get_range(&self.key, range))
+            .map_err(|err| convert(&self.url, "read", err))?;
+        if bytes.len() != want {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(bytes)
+    }
+
+    /// Reads `ranges` with concurrent requests (the store coalesces close ranges).
+    pub fn read_ranges(&self, ranges: &[Range<u64>]) -> io::Result<Vec<Vec<u8>>> {
+        let got = block(self.store.get_ranges(&self.key, ranges))
+            .map_err(|err| convert(&self.url, "read", err))?;
+        Ok(got.into_iter().map(|bytes| bytes.to_vec()).collect())
+    }
+}
+
+/// The whole object at URL `path`.
+pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+    let (store, key, url) = resolve(path)?;
+    block(async {
+        let got = store.get(&key).await?;
+        got.bytes().await
+    })
+    .map(|bytes| bytes.to_vec())
+    .map_err(|err| convert(&url, "read", err))
+}
+
+/// The object at URL `path`, or `None` when there is none.
+pub fn head(path: &Path) -> io::Result<Option<Meta>> {
+    let (store, key, url) = resolve(path)?;
+    match block(store.head(&key)) {
+        Ok(meta) => Ok(Some(Meta {
+            size: meta.size,
+            e_tag: meta.e_tag,
+        })),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(err) => Err(convert(&url, "look up", err)),
+    }
+}
+
+/// Puts `bytes` as the whole object at URL `path`, as `mode` allows; returns its entity tag.
+pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>> {
+    let (store, key, url) = resolve(path)?;
+    let mode = match mode {
+        Put::Overwrite => PutMode::Overwrite,
+        Put::Create => PutMode::Create,
+        Put::Update(e_tag) => PutMode::Update(UpdateVersion {
+            e_tag: Some(e_tag),
+            version: None,
+        }),
+    };
+    let options = PutOptions {
+        mode,
+        ..PutOptions::default()
+    };
+    block(store.put_opts(&key, PutPayload::from(bytes), options))
+        .map(|done| done.e_tag)
+        .map_err(|err| convert(&url, "write", err))
+}
+
+/// Uploads the local file `from` as the object at URL `to` (in parts of `PART_SIZE`, a few
+/// in flight, when it is larger: memory stays bounded whatever the file's size).
+pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
+    let mut file = std::fs::File::open(from)?;
+    let len = file.metadata()?.len();
+    if len <= PART_SIZE as u64 {
+        let mut bytes = Vec::with_capacity(len as usize);
+        file.read_to_end(&mut bytes)?;
+        return put(to, bytes, Put::Overwrite).map(|_| ());
+    }
+    let (store, key, url) = resolve(to)?;
+    block(async {
+        let upload = store.put_multipart(&key).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut chunk = vec![0u8; PART_SIZE];
+        loop {
+            let n =
+                read_full(&mut file, &mut chunk).map_err(|err| object_store::Error::Generic {
+                    store: "local file",
+                    source: Box::new(err),
+                })?;
+            if n == 0 {
+                break;
+            }
+            if let Err(err) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                let _ = writer.abort().await;
+                return Err(err);
+            }
+            writer.write(&chunk[..n]);
+        }
+        writer.finish().await.map(|_| ())
+    })
+    .map_err(|err| convert(&url, "upload", err))
+}
+
+/// Reads until `out` is full or the file ends; the number of bytes read.
+fn read_full(file: &mut std::fs::File, out: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < out.len() {
+        match file.read(&mut out[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// Copies the object `from` to `to` inside the store (no bytes through this process).
+pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
+    let (store, from_key, url) = resolve(from)?;
+    let (_, to_key, _) = resolve(to)?;
+    block(store.copy(&from_key, &to_key)).map_err(|err| convert(&url, "copy", err))
+}
+
+/// Deletes the object at URL `path` (an absent object is not an error).
+pub fn delete(path: &Path) -> io::Result<()> {
+    let (store, key, url) = resolve(path)?;
+    match block(store.delete(&key)) {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(err) => Err(convert(&url, "delete", err)),
+    }
+}
+
+/// The objects whose URL starts with the text of `prefix` (`s3://b/run/ckpt` lists
+/// `s3://b/run/ckpt.index`, `s3://b/run/ckpt_temp/part…`), with their sizes, sorted.
+pub fn list(prefix: &Path) -> io::Result<Vec<(PathBuf, u64)>> {
+    let (store, key, url) = resolve(prefix)?;
+    let text = key.as_ref().to_string();
+    let dir = text.rsplit_once('/').map(|(dir, _)| Key::from(dir));
+    let base = url
+        .strip_suffix(&text)
+        .unwrap_or(url.as_str())
+        .trim_end_matches('/')
+        .to_string();
+    let found: Vec<object_store::ObjectMeta> =
+        block(store.list(dir.as_ref()).try_collect()).map_err(|err| convert(&url, "list", err))?;
+    let mut found: Vec<(PathBuf, u64)> = found
+        .into_iter()
+        .filter(|meta| meta.location.as_ref().starts_with(text.as_str()))
+        .map(|meta| {
+            (
+                PathBuf::from(format!("{base}/{}", meta.location)),
+                meta.size,
+            )
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// The store, key and URL text of URL `path`.
+fn resolve(path: &Path) -> io::Result<(Arc<dyn ObjectStore>, Key, String)> {
+    let text = path
+        .to_str()
+        .ok_or_else(|| bad_url(&path.to_string_lossy(), "not UTF-8"))?;
+    let url = url::Url::parse(text).map_err(|err| bad_url(text, &err.to_string()))?;
+    let key = Key::from_url_path(url.path()).map_err(|err| bad_url(text, &one_line(&err)))?;
+    if key.as_ref().is_empty() {
+        return Err(bad_url(text, "no object key after the bucket"));
+    }
+    Ok((store_for(&url, text)?, key, text.to_string()))
+}
+
+fn bad_url(url: &str, detail: &str) -> io::Error {
+    StorageError::BadUrl {
+        url: url.to_string(),
+        detail: detail.to_string(),
+    }
+    .into_io(io::ErrorKind::InvalidInput)
+}
+
+/// The store of `url`'s scheme and bucket, built on first use.
+fn store_for(url: &url::Url, text: &str) -> io::Result<Arc<dyn ObjectStore>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let bucket = url.host_str().unwrap_or_default();
+    let id = format!("{}://{bucket}", url.scheme());
+    let mut stores = STORES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(store) = stores.get(&id) {
+        return Ok(Arc::clone(store));
+    }
+    let store = build(url, &id).map_err(|err| match err {
+        Built::Bad(detail) => bad_url(text, &detail),
+        Built::Store(err) => convert(text, "connect", err),
+    })?;
+    stores.insert(id, Arc::clone(&store));
+    Ok(store)
+}
+
+/// Why a store could not be built.
+enum Built {
+    Bad(String),
+    Store(object_store::Error),
+}
+
+fn build(url: &url::Url, id: &str) -> Result<Arc<dyn ObjectStore>, Built> {
+    // reqwest's rustls is built without a crypto provider (ring is installed here, so that no
+    // C toolchain beyond cc is needed); installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let retry = RetryConfig {
+        max_retries: 2,
+        retry_timeout: Duration::from_secs(10),
+        ..RetryConfig::default()
+    };
+    let client = ClientOptions::new()
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(300));
+    let store: Arc<dyn ObjectStore> = match url.scheme() {
+        "memory" => Arc::new(object_store::memory::InMemory::new()),
+        "s3" | "s3a" => {
+            let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                .with_url(id)
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .with_retry(retry);
+            let allow_http = std::env::var("AWS_ALLOW_HTTP")
+                .is_ok_and(|value| matches!(value.to_ascii_lowercase().as_str(), "true" | "1"));
+            builder = builder.with_client_options(client.with_allow_http(allow_http));
+            Arc::new(builder.build().map_err(Built::Store)?)
+        }
+        "gs" => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(id)
+                .with_retry(retry)
+                .with_client_options(client)
+                .build()
+                .map_err(Built::Store)?,
+        ),
+        "az" | "azure" | "abfs" | "abfss" => Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(id)
+                .with_retry(retry)
+                .with_client_options(client)
+                .build()
+                .map_err(Built::Store)?,
+        ),
+        other => {
+            return Err(Built::Bad(format!(
+                "unsupported scheme `{other}` (s3, gs, az and memory are)"
+            )));
+        }
+    };
+    Ok(store)
+}
+
+/// An `object_store` error as a one-line `io::Error` of the matching kind.
+fn convert(url: &str, op: &'static str, err: object_store::Error) -> io::Error {
+    use object_store::Error as E;
+    let kind = match &err {
+        E::NotFound { .. } => io::ErrorKind::NotFound,
+        E::AlreadyExists { .. } | E::Precondition { .. } => io::ErrorKind::AlreadyExists,
+        E::NotSupported { .. } | E::NotImplemented { .. } => io::ErrorKind::Unsupported,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    let text = one_line(&err);
+    let detail = match kind {
+        io::ErrorKind::NotFound if matches!(op, "write" | "upload" | "copy" | "list") => {
+            "no such bucket".to_string()
+        }
+        io::ErrorKind::NotFound => "no such object".to_string(),
+        io::ErrorKind::AlreadyExists => "already exists (a conditional put lost)".to_string(),
+        io::ErrorKind::PermissionDenied => match short(&text).rsplit_once(": ") {
+            Some((_, message)) if text.contains("<?xml") => {
+                format!("access denied (check the credentials): {message}")
+            }
+            _ => "access denied (check the credentials)".to_string(),
+        },
+        _ => match text.find("tcp connect error") {
+            Some(at) => format!("cannot connect to the store: {}", &text[at..]),
+            None => match text.split_once("error sending request") {
+                Some((_, rest)) => format!("cannot reach the store{rest}"),
+                None => short(&text),
+            },
+        },
+    };
+    StorageError::Store {
+        url: url.to_string(),
+        op,
+        detail,
+    }
+    .into_io(kind)
+}
+
+/// A store's message without the response body and request ids it quotes (the XML's `Code`
+/// and `Message` are kept).
+fn short(text: &str) -> String {
+    let Some((head, xml)) = text.split_once("<?xml") else {
+        return text.to_string();
+    };
+    let field = |name: &str| {
+        let open = format!("<{name}>");
+        let (_, rest) = xml.split_once(open.as_str())?;
+        rest.split_once('<').map(|(value, _)| value.to_string())
+    };
+    let head = head.trim_end().trim_end_matches(':');
+    match (field("Code"), field("Message")) {
+        (Some(code), Some(message)) => format!("{head}: {code}: {message}"),
+        _ => head.to_string(),
+    }
+}
+
+/// An error and its sources on one line, without repeats.
+fn one_line(err: &impl std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(next) = source {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = next.source();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Runs `future` to its end on the storage runtime.
+fn block<F: std::future::Future>(future: F) -> F::Output {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("saveplan-storage")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|err| panic!("cannot start the storage runtime: {err}"))
+    });
+    runtime.block_on(future)
+}
