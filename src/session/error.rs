@@ -98,6 +98,10 @@ pub enum SessionError {
         #[source]
         source: Box<ExecError>,
     },
+    /// The session's runner failed in a way a session's own plans never do (a captured save's
+    /// files, a plan traced by the runner).
+    #[error(transparent)]
+    Runner(Box<super::runner::RunError>),
     /// Values for keys the plan saves are missing (all of them counted, the first few named).
     #[error("no value for {}", missing_keys(keys, *count))]
     MissingValue {
