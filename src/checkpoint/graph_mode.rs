@@ -12,9 +12,9 @@
 //!
 //! [`GraphModeWrite::session`] compiles the three runs a TensorFlow session makes (`init`,
 //! the write with the object graph and prefix fed, the restore ops with the read prefix
-//! fed) for either backend and runs them on its own variables: the write and the restore ops
-//! through the one plan runner ([`Runner`], compiled, the object graph a fixed feed of the
-//! write), `init` (which takes no prefix) on its executor.
+//! fed) for either backend and runs them on its own variables through the one plan runner
+//! ([`Runner`]: compiled plans, the object graph a fixed feed of the write, `init` its
+//! initializer).
 
 use std::collections::BTreeMap;
 
@@ -24,7 +24,7 @@ use saveplan_ir::{DType, Module, verify_module};
 use super::CheckpointError;
 use super::save::{Checkpoint, counter_tensor, shape_of};
 use crate::exec::{
-    Backend, BundleIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, RunContext, VarKey,
+    Backend, BundleIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, VarKey,
     VariableError, VariableStore,
 };
 use crate::export::object_graph::encode;
@@ -267,8 +267,8 @@ impl GraphModeWrite {
         let read = compile("read", &restore_ops, &[self.restore_prefix_tensor()])?;
         let object_graph = HostTensor::string_scalar(encode(&self.object_graph));
         Ok(GraphModeSession {
-            init,
             runner: Runner::compiled(Some(write), Some(read), backend)
+                .with_init(init)
                 .with_save_feeds(vec![object_graph]),
             variables: self.variables.clone(),
             store: VariableStore::new(),
@@ -280,8 +280,7 @@ impl GraphModeWrite {
 /// A graph-mode write and read compiled for one backend, with its variables.
 #[derive(Debug)]
 pub struct GraphModeSession {
-    init: Executor,
-    /// The write (the object graph fed first) and the restore ops.
+    /// `init`, the write (the object graph fed first) and the restore ops.
     runner: Runner,
     variables: BTreeMap<String, String>,
     store: VariableStore,
@@ -291,15 +290,8 @@ pub struct GraphModeSession {
 impl GraphModeSession {
     /// `session.run(init)`: assigns every variable its initial value.
     pub fn run_init(&self) -> Result<(), CheckpointError> {
-        let cx = RunContext::new(&self.store);
-        (self.init.run(&cx, Vec::new())).map_err(|source| {
-            GraphModeFailure::Run {
-                what: "init",
-                source,
-            }
-            .into_error("running")
-        })?;
-        Ok(())
+        (self.runner.initialize(&self.store))
+            .map_err(|err| GraphModeFailure::of_run("init", err).into_error("running"))
     }
 
     /// `session.run(write)` with the object graph and `prefix` fed: writes `prefix.index` and

@@ -56,7 +56,9 @@ pub(super) fn write_failure(err: RunError) -> WriteFailure {
 impl From<WriterError> for CheckpointError {
     fn from(err: WriterError) -> CheckpointError {
         match err {
-            WriterError::Spawn { prefix, source } => CheckpointError::SpawnWriter { prefix, source },
+            WriterError::Spawn { prefix, source } => {
+                CheckpointError::SpawnWriter { prefix, source }
+            }
             WriterError::Panicked { prefix } => CheckpointError::WriterPanicked { prefix },
         }
     }

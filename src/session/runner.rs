@@ -26,8 +26,8 @@ use std::sync::Mutex;
 
 use saveplan_ir::{VerifyErrors, verify_module};
 
-pub use super::capture::{Background, CapturedWrite, WriterError};
 use super::capture::RecordingIo;
+pub use super::capture::{Background, CapturedWrite, WriterError};
 use super::eager::{EagerError, EagerSaver};
 use super::function_cache::{CacheEvent, Call};
 use super::options::Mode;
@@ -55,8 +55,10 @@ impl std::fmt::Debug for Runner {
 
 /// What a [`Runner`] runs.
 enum Runs {
-    /// Compiled plans, run with the prefix fed after `save_feeds` (save) or alone (restore).
+    /// Compiled plans, run with the prefix fed after `save_feeds` (save) or alone (restore);
+    /// `init`, the variables' initializer (TF1 graph mode), takes no feed.
     Compiled {
+        init: Option<Executor>,
         save: Option<Executor>,
         restore: Option<Executor>,
         save_feeds: Vec<HostTensor>,
@@ -88,7 +90,7 @@ pub enum RunError {
     /// A call the runner was made without a plan for.
     #[error("no {what} plan to run")]
     LeftOut {
-        /// `save` or `restore`.
+        /// `init`, `save` or `restore`.
         what: &'static str,
     },
     /// The plan could not be traced.
@@ -125,6 +127,7 @@ impl Runner {
     pub fn compiled(save: Option<Executor>, restore: Option<Executor>, backend: Backend) -> Runner {
         Runner {
             runs: Runs::Compiled {
+                init: None,
                 save,
                 restore,
                 save_feeds: Vec::new(),
@@ -139,6 +142,16 @@ impl Runner {
     pub fn with_save_feeds(mut self, feeds: Vec<HostTensor>) -> Runner {
         if let Runs::Compiled { save_feeds, .. } = &mut self.runs {
             *save_feeds = feeds;
+        }
+        self
+    }
+
+    /// The same runner with `init`, a plan that assigns the variables their initial values
+    /// and takes no feed (TF1 graph mode's `global_variables_initializer()`), run by
+    /// [`Runner::initialize`]. An eager runner is returned unchanged.
+    pub fn with_init(mut self, plan: Executor) -> Runner {
+        if let Runs::Compiled { init, .. } = &mut self.runs {
+            *init = Some(plan);
         }
         self
     }
@@ -205,9 +218,7 @@ impl Runner {
     pub fn plan(&self, call: Call) -> Option<&CompiledPlan> {
         match (&self.runs, call) {
             (Runs::Compiled { save, .. }, Call::Save) => save.as_ref().map(Executor::plan),
-            (Runs::Compiled { restore, .. }, Call::Restore) => {
-                restore.as_ref().map(Executor::plan)
-            }
+            (Runs::Compiled { restore, .. }, Call::Restore) => restore.as_ref().map(Executor::plan),
             (Runs::Eager { .. }, _) => None,
         }
     }
@@ -240,6 +251,19 @@ impl Runner {
         runs.execute(call, run.prefix, &cx)
     }
 
+    /// Runs the initializer ([`Runner::with_init`]) on `variables`: no prefix, no file.
+    pub fn initialize(&self, variables: &VariableStore) -> Result<(), RunError> {
+        let init = match &self.runs {
+            Runs::Compiled {
+                init: Some(init), ..
+            } => init,
+            _ => return Err(RunError::LeftOut { what: "init" }),
+        };
+        init.run(&RunContext::new(variables), Vec::new())
+            .map_err(RunError::Plan)?;
+        Ok(())
+    }
+
     /// Runs the save plan against `run.prefix` without writing a file: what each `SaveV2` and
     /// `MergeV2Checkpoints` would write is captured, to be written by
     /// [`CapturedWrite::commit`] (at once, or on a [`Background`] thread). The prefix is not
@@ -261,9 +285,12 @@ impl Runner {
     fn runs_for(&self, call: Call) -> Result<Ready<'_>, RunError> {
         let left_out = || RunError::LeftOut { what: call.name() };
         Ok(match (&self.runs, call) {
-            (Runs::Compiled { save, save_feeds, .. }, Call::Save) => {
-                Ready::Plan(save.as_ref().ok_or_else(left_out)?, save_feeds)
-            }
+            (
+                Runs::Compiled {
+                    save, save_feeds, ..
+                },
+                Call::Save,
+            ) => Ready::Plan(save.as_ref().ok_or_else(left_out)?, save_feeds),
             (Runs::Compiled { restore, .. }, Call::Restore) => {
                 Ready::Plan(restore.as_ref().ok_or_else(left_out)?, &[])
             }
