@@ -65,14 +65,17 @@ use std::collections::BTreeMap;
 use saveplan_ir::{Module, SaverNames, verify_module};
 
 pub use bind::Binding;
+pub use capture::{Background, CapturedWrite, WriterError};
 pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
-pub use error::{BadCheckpointOp, InconsistentKey, MissingSavePlan, SessionError, Unbound};
+pub use error::{
+    BadCheckpointOp, InconsistentKey, MissingSavePlan, RunError, SessionError, Unbound,
+};
 pub use function_cache::{
     CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
 };
 pub use keys::{CheckpointTensor, Part};
 pub use options::{Mode, Plans, SessionOptions, UnknownMode};
-pub use runner::{Background, CapturedWrite, Run, RunError, Runner, WriterError};
+pub use runner::{Run, Runner};
 pub use targets::{infer_targets, meta_graph_targets};
 
 use crate::exec::{
@@ -447,14 +450,14 @@ impl Session {
             RunError::LeftOut { what } => SessionError::PlanLeftOut { what },
             RunError::Prefix(source) => SessionError::BadPrefix {
                 prefix: prefix.to_owned(),
-                source: Box::new(source),
+                source,
             },
             RunError::Plan(source) => SessionError::Run {
                 what: call.name(),
                 prefix: prefix.to_owned(),
-                source: Box::new(source),
+                source,
             },
-            RunError::Eager(source) => SessionError::from(source),
+            RunError::Eager(source) => SessionError::Eager(source),
             other => SessionError::Runner(Box::new(other)),
         })?;
         Ok(())

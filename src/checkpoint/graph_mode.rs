@@ -92,16 +92,19 @@ pub enum GraphModeFailure {
     NoPrefixReturned,
     /// The runner failed otherwise.
     #[error(transparent)]
-    Runner(RunError),
+    Runner(Box<RunError>),
 }
 
 impl GraphModeFailure {
     /// The runner's error `err` of the run `what` (`write` or `read`).
     fn of_run(what: &'static str, err: RunError) -> GraphModeFailure {
         match err {
-            RunError::Prefix(source) => GraphModeFailure::Prefix(source),
-            RunError::Plan(source) => GraphModeFailure::Run { what, source },
-            other => GraphModeFailure::Runner(other),
+            RunError::Prefix(source) => GraphModeFailure::Prefix(*source),
+            RunError::Plan(source) => GraphModeFailure::Run {
+                what,
+                source: *source,
+            },
+            other => GraphModeFailure::Runner(Box::new(other)),
         }
     }
 

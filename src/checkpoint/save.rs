@@ -12,6 +12,7 @@
 //! one shard; [`Checkpoint::write_traced`] places the object graph as a traced `write` does,
 //! on a task of its own (two shards).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -268,7 +269,11 @@ impl Checkpoint {
     /// eager TensorFlow's `MultiDeviceSaver` runs, traced once and run compiled by the one
     /// plan runner ([`Runner::trace_save`], [`Runner::capture`]).
     fn capture(&self, prefix: &str, traced: bool) -> Result<Write, CheckpointError> {
-        let graph = self.object_graph();
+        // The graph given, not a copy of it, until `save_counter` exists.
+        let graph = match self.save_counter {
+            None => Cow::Borrowed(&self.graph),
+            Some(_) => Cow::Owned(with_save_counter(&self.graph)),
+        };
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
         let saved = self.saved_values(&graph, &counter_value)?;
         let EagerVariables {

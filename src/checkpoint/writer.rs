@@ -45,10 +45,10 @@ impl Write {
 /// A runner's error as the [`WriteFailure`] of a write.
 pub(super) fn write_failure(err: RunError) -> WriteFailure {
     match err {
-        RunError::Prefix(source) => WriteFailure::Prefix(source),
-        RunError::Files(source) => WriteFailure::Files(source),
-        RunError::Trace(source) => WriteFailure::Trace(source),
-        RunError::Eager(source) => WriteFailure::Eager(source),
+        RunError::Prefix(source) => WriteFailure::Prefix(*source),
+        RunError::Files(source) => WriteFailure::Files(*source),
+        RunError::Trace(source) => WriteFailure::Trace(*source),
+        RunError::Eager(source) => WriteFailure::Eager(*source),
         other => WriteFailure::Run(other),
     }
 }

@@ -12,7 +12,7 @@
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use super::runner::RunError;
+use super::error::RunError;
 use crate::bundle::MergeFlags;
 use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::{CheckpointIo, HostTensor, IoError, RestoreRequest, SaveRequest};
@@ -117,7 +117,9 @@ impl CapturedWrite {
     /// Writes the files through `io` in the order the plan asked for them, holding the
     /// prefix's save lock ([`CheckpointIo::begin_save`]).
     pub fn commit(self, io: &dyn CheckpointIo) -> Result<(), RunError> {
-        let _guard = io.begin_save(&self.prefix).map_err(RunError::Prefix)?;
+        let _guard = io
+            .begin_save(&self.prefix)
+            .map_err(|err| RunError::Prefix(Box::new(err)))?;
         for step in self.steps {
             match step {
                 Step::Save {
@@ -143,7 +145,7 @@ impl CapturedWrite {
                     io.merge(&sources, &destination, flags)
                 }
             }
-            .map_err(RunError::Files)?;
+            .map_err(|err| RunError::Files(Box::new(err)))?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@
 //!   plan runs, holding the prefix's save lock ([`Runner::run`]), or captured
 //!   ([`Runner::capture`]: the tensors the plan saves kept, shared, not copied) and written
 //!   afterwards under the lock ([`CapturedWrite::commit`]), at once or on a background thread
-//!   ([`Background`], one write in flight: asynchronous checkpoints).
+//!   ([`Background`](super::Background), one write in flight: asynchronous checkpoints).
 //!
 //! A save takes the prefix's lock only once the plan it runs is known to exist, so a plan left
 //! out is refused before anything touches the prefix (the lock cleans up what killed saves
@@ -24,19 +24,19 @@
 
 use std::sync::Mutex;
 
-use saveplan_ir::{VerifyErrors, verify_module};
+use saveplan_ir::verify_module;
 
-use super::capture::RecordingIo;
-pub use super::capture::{Background, CapturedWrite, WriterError};
-use super::eager::{EagerError, EagerSaver};
+use super::capture::{CapturedWrite, RecordingIo};
+use super::eager::EagerSaver;
+use super::error::RunError;
 use super::function_cache::{CacheEvent, Call};
 use super::options::Mode;
 use crate::exec::sync::lock;
 use crate::exec::{
-    Backend, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, RunContext,
-    RunIo, StepEvent, VariableStore,
+    Backend, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo, StepEvent,
+    VariableStore,
 };
-use crate::trace::{TraceError, TraceOptions, Trackable, VariableOps, trace_flat_save_as};
+use crate::trace::{TraceOptions, Trackable, VariableOps, trace_flat_save_as};
 
 /// A plan (or the eager saver) ready to run against any prefix: see the [module docs](self).
 pub struct Runner {
@@ -82,44 +82,6 @@ pub struct Run<'a> {
     pub io: &'a dyn CheckpointIo,
     /// Called after every step of a compiled plan.
     pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
-}
-
-/// Why a [`Runner`] could not be made or could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A call the runner was made without a plan for.
-    #[error("no {what} plan to run")]
-    LeftOut {
-        /// `init`, `save` or `restore`.
-        what: &'static str,
-    },
-    /// The plan could not be traced.
-    #[error(transparent)]
-    Trace(TraceError),
-    /// The traced plan breaks an invariant of the IR (a tracer bug; every violation listed).
-    #[error("the traced plan is not valid")]
-    Invalid(#[source] VerifyErrors),
-    /// The traced plan could not be compiled.
-    #[error("cannot compile the {what} plan")]
-    Compile {
-        /// `save` or `restore`.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: ExecError,
-    },
-    /// A save cannot start at the prefix (empty, a directory, its lock not taken).
-    #[error(transparent)]
-    Prefix(IoError),
-    /// Running the compiled plan failed.
-    #[error(transparent)]
-    Plan(ExecError),
-    /// The eager saver failed.
-    #[error(transparent)]
-    Eager(EagerError),
-    /// Writing the files a captured save made failed.
-    #[error(transparent)]
-    Files(IoError),
 }
 
 impl Runner {
@@ -168,17 +130,17 @@ impl Runner {
         }
     }
 
-    /// Traces the save plan of `trackables` once (the flat plan eager TensorFlow's
-    /// `MultiDeviceSaver.save` runs, with the variables' handles and reads and no
-    /// initializers) and compiles it for `backend`: a runner that saves them compiled, as an
-    /// object-based write does, rather than op by op.
+    /// Traces the save plan of `trackables` once (the ops eager TensorFlow's
+    /// `MultiDeviceSaver.save` runs, each variable's handle and read attached,
+    /// [`VariableOps::Attach`], as the eager saver traces them) and compiles it for `backend`:
+    /// a runner that saves them compiled, as an object-based write does, rather than op by op.
     pub fn trace_save(
         trackables: &[Trackable],
         options: &TraceOptions,
         backend: Backend,
     ) -> Result<Runner, RunError> {
-        let trace = trace_flat_save_as(trackables, options, VariableOps::Handles)
-            .map_err(RunError::Trace)?;
+        let trace = trace_flat_save_as(trackables, options, VariableOps::Attach)
+            .map_err(|err| RunError::Trace(Box::new(err)))?;
         let plan = verify_module(&trace.module)
             .map_err(RunError::Invalid)
             .and_then(|verified| {
@@ -190,7 +152,7 @@ impl Runner {
                 .and_then(|plan| Executor::lazy(plan, backend))
                 .map_err(|source| RunError::Compile {
                     what: Call::Save.name(),
-                    source,
+                    source: Box::new(source),
                 })
             });
         // The runner keeps nothing of the trace; freeing a graph of N variables is left to a
@@ -240,7 +202,11 @@ impl Runner {
         let runs = self.runs_for(call)?;
         // Held until the save ends: BundleIo's lock on the prefix.
         let _guard = match call {
-            Call::Save => Some(run.io.begin_save(run.prefix).map_err(RunError::Prefix)?),
+            Call::Save => Some(
+                run.io
+                    .begin_save(run.prefix)
+                    .map_err(|err| RunError::Prefix(Box::new(err)))?,
+            ),
             Call::Restore => None,
         };
         let io = RunIo::new(run.io);
@@ -260,7 +226,7 @@ impl Runner {
             _ => return Err(RunError::LeftOut { what: "init" }),
         };
         init.run(&RunContext::new(variables), Vec::new())
-            .map_err(RunError::Plan)?;
+            .map_err(|err| RunError::Plan(Box::new(err)))?;
         Ok(())
     }
 
@@ -318,12 +284,13 @@ impl Ready<'_> {
                 let mut feeds = Vec::with_capacity(fixed.len() + 1);
                 feeds.extend_from_slice(fixed);
                 feeds.push(HostTensor::string_scalar(prefix));
-                plan.run(cx, feeds).map_err(RunError::Plan)
+                plan.run(cx, feeds)
+                    .map_err(|err| RunError::Plan(Box::new(err)))
             }
             Ready::Eager(saver, options) => {
                 lock(saver)
                     .call(cx, call, prefix, options)
-                    .map_err(RunError::Eager)?;
+                    .map_err(|err| RunError::Eager(Box::new(err)))?;
                 Ok(Vec::new())
             }
         }

@@ -309,13 +309,13 @@ fn an_object_spec_write_costs_the_same_per_variable() {
         .build()
         .unwrap();
     let write_work = |n: usize| {
-        let checkpoint = ObjectSpec::parse(&flat_spec(n))
-            .unwrap()
-            .fresh_checkpoint()
-            .unwrap();
+        let spec = ObjectSpec::parse(&flat_spec(n)).unwrap();
         let prefix = dir.path().join(format!("ckpt_{n}"));
         let prefix = prefix.to_str().unwrap();
-        pool.install(|| allocations(|| assert_eq!(checkpoint.write(prefix).unwrap(), prefix)))
+        pool.install(|| {
+            let checkpoint = spec.fresh_checkpoint().unwrap();
+            allocations(|| assert_eq!(checkpoint.write(prefix).unwrap(), prefix))
+        })
     };
     let (small, large) = (write_work(500), write_work(2_000));
     assert!(
