@@ -232,8 +232,8 @@ impl Runner {
 
     /// Runs the save plan against `run.prefix` without writing a file: what each `SaveV2` and
     /// `MergeV2Checkpoints` would write is captured, to be written by
-    /// [`CapturedWrite::commit`] (at once, or on a [`Background`] thread). The prefix is not
-    /// locked meanwhile (nothing is written); the caller checks it first
+    /// [`CapturedWrite::commit`] (at once, or on a [`Background`](super::Background) thread).
+    /// The prefix is not locked meanwhile (nothing is written); the caller checks it first
     /// ([`CheckpointIo::check_save_prefix`]) when it wants a bad prefix refused before the
     /// plan runs. A restore the plan makes reads through `run.io`.
     pub fn capture(&self, run: Run<'_>) -> Result<CapturedWrite, RunError> {
