@@ -43,7 +43,9 @@
 //!   tracer.
 //! * [`session`] drives the tracer and the runtime for a user: a [`session::Session`] binds
 //!   checkpoint keys to the plan's variables, takes values in and gives them back by key, in
-//!   graph mode or eager mode ([`session::Mode`], [`session::EagerSaver`]).
+//!   graph mode or eager mode ([`session::Mode`], [`session::EagerSaver`]); every plan run
+//!   against a prefix, a session's or an object-based write's, goes through its one runner
+//!   ([`session::Runner`]).
 //! * [`checkpoint`] is object-based checkpointing (`tf.train.Checkpoint`), the driver around
 //!   [`object`] (whose types it re-exports): the object graph a
 //!   framework's objects make ([`checkpoint::Checkpointable`], [`checkpoint::Object`]), the

@@ -50,31 +50,34 @@
 
 pub mod bind;
 mod bound;
+mod capture;
 pub mod eager;
 pub mod error;
 pub mod function_cache;
 mod keys;
 mod options;
-mod runner;
+pub mod runner;
 mod targets;
 pub mod values;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use saveplan_ir::{Module, SaverNames, verify_module};
 
 pub use bind::Binding;
+pub use capture::{Background, CapturedWrite, WriterError};
 pub use eager::{EagerBuilder, EagerError, EagerFailure, EagerSaver};
-pub use error::{BadCheckpointOp, InconsistentKey, MissingSavePlan, SessionError, Unbound};
+pub use error::{
+    BadCheckpointOp, InconsistentKey, MissingSavePlan, RunError, SessionError, Unbound,
+};
 pub use function_cache::{
     CacheEvent, Call, FunctionCache, FunctionKey, OptionsKey, RetracePolicy, RetraceReason,
 };
 pub use keys::{CheckpointTensor, Part};
 pub use options::{Mode, Plans, SessionOptions, UnknownMode};
+pub use runner::{Run, Runner};
 pub use targets::{infer_targets, meta_graph_targets};
 
-use crate::exec::sync::lock;
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, StepEvent, VariableStore,
 };
@@ -83,7 +86,6 @@ use crate::trace::spec::SpecFile;
 use crate::trace::{VariableOps, trace_flat_as, trace_flat_save_as};
 use bound::Bound;
 use keys::Keys;
-use runner::Runner;
 
 /// A compiled save and restore plan with its variables.
 pub struct Session {
@@ -174,12 +176,8 @@ impl Session {
         let session = match options.mode {
             Mode::Graph => Session::compiled(&module, names, keys, options, values),
             Mode::Eager => {
-                let saver = EagerSaver::new(trackables)?.with_backend(options.backend);
-                let runner = Runner::Eager {
-                    saver: Mutex::new(saver),
-                    options: Box::new(trace_options),
-                    backend: options.backend,
-                };
+                let saver = EagerSaver::new(trackables)?;
+                let runner = Runner::eager(saver, trace_options, options.backend);
                 Session::bound(&module, names, keys, runner, options).and_then(|session| {
                     match values() {
                         Some(values) => session.assign(values).map(|()| session),
@@ -294,11 +292,7 @@ impl Session {
             },
         );
         let (save, restore) = plans?;
-        let runner = Runner::Graph {
-            save,
-            restore,
-            backend: options.backend,
-        };
+        let runner = Runner::compiled(save, restore, options.backend);
         Ok(Session::assemble(targets, runner, bound?, options))
     }
 
@@ -363,43 +357,29 @@ impl Session {
     /// The compiled save plan; `None` in eager mode, which traces each call, and when
     /// [`SessionOptions::plans`] left it out.
     pub fn save_plan(&self) -> Option<&CompiledPlan> {
-        match &self.runner {
-            Runner::Graph { save, .. } => save.as_ref().map(Executor::plan),
-            Runner::Eager { .. } => None,
-        }
+        self.runner.plan(Call::Save)
     }
 
     /// The compiled restore plan; `None` in eager mode and when [`SessionOptions::plans`]
     /// left it out.
     pub fn restore_plan(&self) -> Option<&CompiledPlan> {
-        match &self.runner {
-            Runner::Graph { restore, .. } => restore.as_ref().map(Executor::plan),
-            Runner::Eager { .. } => None,
-        }
+        self.runner.plan(Call::Restore)
     }
 
     /// The backend the plans (in eager mode, the traced functions) run on.
     pub fn backend(&self) -> Backend {
-        match &self.runner {
-            Runner::Graph { backend, .. } | Runner::Eager { backend, .. } => *backend,
-        }
+        self.runner.backend()
     }
 
     /// The mode the session runs in.
     pub fn mode(&self) -> Mode {
-        match self.runner {
-            Runner::Graph { .. } => Mode::Graph,
-            Runner::Eager { .. } => Mode::Eager,
-        }
+        self.runner.mode()
     }
 
     /// What eager mode's function cache did on each call so far, oldest first (when and why
     /// a call traced a function); empty in graph mode.
     pub fn trace_log(&self) -> Vec<CacheEvent> {
-        match &self.runner {
-            Runner::Graph { .. } => Vec::new(),
-            Runner::Eager { saver, .. } => lock(saver).trace_log().to_vec(),
-        }
+        self.runner.trace_log()
     }
 
     /// The variables.
@@ -453,19 +433,33 @@ impl Session {
         self.bound.values()
     }
 
-    /// Runs `call` with `prefix` (see [`Runner::run`]).
+    /// Runs `call` with `prefix` through the session's [`Runner`].
     fn run(
         &self,
         call: Call,
         prefix: &str,
         observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
     ) -> Result<(), SessionError> {
-        self.runner.run(
-            call,
+        let run = Run {
             prefix,
-            &self.bound.variables,
-            self.io.as_ref(),
+            variables: &self.bound.variables,
+            io: self.io.as_ref(),
             observer,
-        )
+        };
+        self.runner.run(call, run).map_err(|err| match err {
+            RunError::LeftOut { what } => SessionError::PlanLeftOut { what },
+            RunError::Prefix(source) => SessionError::BadPrefix {
+                prefix: prefix.to_owned(),
+                source,
+            },
+            RunError::Plan(source) => SessionError::Run {
+                what: call.name(),
+                prefix: prefix.to_owned(),
+                source,
+            },
+            RunError::Eager(source) => SessionError::Eager(source),
+            other => SessionError::Runner(Box::new(other)),
+        })?;
+        Ok(())
     }
 }

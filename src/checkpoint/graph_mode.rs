@@ -12,7 +12,9 @@
 //!
 //! [`GraphModeWrite::session`] compiles the three runs a TensorFlow session makes (`init`,
 //! the write with the object graph and prefix fed, the restore ops with the read prefix
-//! fed) for either backend and runs them on its own variables.
+//! fed) for either backend and runs them on its own variables through the one plan runner
+//! ([`Runner`]: compiled plans, the object graph a fixed feed of the write, `init` its
+//! initializer).
 
 use std::collections::BTreeMap;
 
@@ -22,10 +24,11 @@ use saveplan_ir::{DType, Module, verify_module};
 use super::save::{counter_tensor, shape_of};
 use super::{Checkpoint, CheckpointError};
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, ExecError, Executor, HostTensor, IoError,
-    RunContext, VarKey, VariableError, VariableStore,
+    Backend, BundleIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, VarKey,
+    VariableError, VariableStore,
 };
 use crate::export::object_graph::encode;
+use crate::session::{Call, Run, RunError, Runner};
 use crate::trace::{
     GraphModeTrace, Init, ReadKind, SaveableTensor, Scalar, TraceError, Trackable, VariableDef,
     trace_graph_mode_write,
@@ -87,9 +90,24 @@ pub enum GraphModeFailure {
     /// The write ran but did not return its prefix as a string scalar.
     #[error("`write` returned no prefix")]
     NoPrefixReturned,
+    /// The runner failed otherwise.
+    #[error(transparent)]
+    Runner(Box<RunError>),
 }
 
 impl GraphModeFailure {
+    /// The runner's error `err` of the run `what` (`write` or `read`).
+    fn of_run(what: &'static str, err: RunError) -> GraphModeFailure {
+        match err {
+            RunError::Prefix(source) => GraphModeFailure::Prefix(*source),
+            RunError::Plan(source) => GraphModeFailure::Run {
+                what,
+                source: *source,
+            },
+            other => GraphModeFailure::Runner(Box::new(other)),
+        }
+    }
+
     fn into_error(self, what: &'static str) -> CheckpointError {
         CheckpointError::GraphMode {
             what,
@@ -250,11 +268,11 @@ impl GraphModeWrite {
         )?;
         let restore_ops: Vec<&str> = self.restore_ops().values().map(String::as_str).collect();
         let read = compile("read", &restore_ops, &[self.restore_prefix_tensor()])?;
+        let object_graph = HostTensor::string_scalar(encode(&self.object_graph));
         Ok(GraphModeSession {
-            init,
-            write,
-            read,
-            object_graph: encode(&self.object_graph),
+            runner: Runner::compiled(Some(write), Some(read), backend)
+                .with_init(init)
+                .with_save_feeds(vec![object_graph]),
             variables: self.variables.clone(),
             store: VariableStore::new(),
             io: BundleIo::default(),
@@ -265,10 +283,8 @@ impl GraphModeWrite {
 /// A graph-mode write and read compiled for one backend, with its variables.
 #[derive(Debug)]
 pub struct GraphModeSession {
-    init: Executor,
-    write: Executor,
-    read: Executor,
-    object_graph: Vec<u8>,
+    /// `init`, the write (the object graph fed first) and the restore ops.
+    runner: Runner,
     variables: BTreeMap<String, String>,
     store: VariableStore,
     io: BundleIo,
@@ -277,39 +293,20 @@ pub struct GraphModeSession {
 impl GraphModeSession {
     /// `session.run(init)`: assigns every variable its initial value.
     pub fn run_init(&self) -> Result<(), CheckpointError> {
-        let cx = RunContext::new(&self.store);
-        (self.init.run(&cx, Vec::new())).map_err(|source| {
-            GraphModeFailure::Run {
-                what: "init",
-                source,
-            }
-            .into_error("running")
-        })?;
-        Ok(())
+        (self.runner.initialize(&self.store))
+            .map_err(|err| GraphModeFailure::of_run("init", err).into_error("running"))
     }
 
     /// `session.run(write)` with the object graph and `prefix` fed: writes `prefix.index` and
-    /// its data files (the parent directory must exist) and returns the prefix the graph
-    /// returns.
+    /// its data files (the parent directory must exist), holding the prefix's save lock, and
+    /// returns the prefix the graph returns.
     pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
         let fail = |failure: GraphModeFailure| CheckpointError::Write {
             prefix: prefix.to_owned(),
             source: Box::new(super::WriteFailure::GraphMode(Box::new(failure))),
         };
-        // Held until the write ends: the prefix's lock, as `Session::save` holds it.
-        let _guard = (self.io.begin_save(prefix))
-            .map_err(|source| fail(GraphModeFailure::Prefix(source)))?;
-        let cx = RunContext::new(&self.store).with_io(&self.io);
-        let feeds = vec![
-            HostTensor::string_scalar(self.object_graph.clone()),
-            HostTensor::string_scalar(prefix),
-        ];
-        let fetched = (self.write.run(&cx, feeds)).map_err(|source| {
-            fail(GraphModeFailure::Run {
-                what: "write",
-                source,
-            })
-        })?;
+        let fetched = (self.runner.run(Call::Save, self.run(prefix)))
+            .map_err(|err| fail(GraphModeFailure::of_run("write", err)))?;
         let returned = (fetched.first().and_then(HostTensor::as_string_scalar))
             .ok_or_else(|| fail(GraphModeFailure::NoPrefixReturned))?;
         Ok(String::from_utf8_lossy(returned).into_owned())
@@ -317,17 +314,23 @@ impl GraphModeSession {
 
     /// `read(prefix).run_restore_ops()`: runs the restore ops with `prefix` fed.
     pub fn run_restore_ops(&self, prefix: &str) -> Result<(), CheckpointError> {
-        let cx = RunContext::new(&self.store).with_io(&self.io);
-        (self.read.run(&cx, vec![HostTensor::string_scalar(prefix)])).map_err(|source| {
+        (self.runner.run(Call::Restore, self.run(prefix))).map_err(|err| {
             CheckpointError::Read {
                 prefix: prefix.to_owned(),
-                source: Box::new(GraphModeFailure::Run {
-                    what: "read",
-                    source,
-                }),
+                source: Box::new(GraphModeFailure::of_run("read", err)),
             }
         })?;
         Ok(())
+    }
+
+    /// A call of the runner with `prefix` on the session's variables and files.
+    fn run<'a>(&'a self, prefix: &'a str) -> Run<'a> {
+        Run {
+            prefix,
+            variables: &self.store,
+            io: &self.io,
+            observer: None,
+        }
     }
 
     /// The value of every restored variable, by checkpoint key.
@@ -348,7 +351,7 @@ impl GraphModeSession {
 
     /// The backend the plans run on.
     pub fn backend(&self) -> Backend {
-        self.write.backend()
+        self.runner.backend()
     }
 }
 

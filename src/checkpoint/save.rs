@@ -1,29 +1,32 @@
 //! Writing object-based checkpoints: [`Checkpoint`], `tf.train.Checkpoint.write` and `.save`
 //! in eager mode (FORMATS.md 13.5–13.8).
 //!
-//! A write goes through the traced `MultiDeviceSaver` plan, run eagerly
-//! ([`EagerSaver`]): every attribute of the object graph is one saveable (a variable read at
-//! save time), and the serialized object graph is one more, a string `Const` on `/cpu:0`
-//! ([`ReadKind::Constant`]). Tensors are saved in node order with the object graph last, so
-//! the data file holds them in that order; the bundle writer is the only code writing the
-//! files. Devices are resolved as eager TensorFlow places its tensors (against
-//! [`DEFAULT_DEVICE`]), so local variables and the object graph share one task and one shard;
-//! [`Checkpoint::write_traced`] places the object graph as a traced `write` does, on a task of
-//! its own (two shards).
+//! A write runs the `MultiDeviceSaver` save plan eager TensorFlow runs, traced once and run
+//! compiled through the one plan runner ([`Runner::trace_save`], captured by
+//! [`Runner::capture`]; `writer.rs` writes the files): every attribute of the object graph is
+//! one saveable (a variable read at save time), and the serialized object graph is one more, a
+//! string `Const` on `/cpu:0` ([`ReadKind::Constant`]). Tensors are saved in node order with
+//! the object graph last, so the data file holds them in that order; the bundle writer is the
+//! only code writing the files. Devices are resolved as eager TensorFlow places its tensors
+//! (against [`DEFAULT_DEVICE`]), so local variables and the object graph share one task and
+//! one shard; [`Checkpoint::write_traced`] places the object graph as a traced `write` does,
+//! on a task of its own (two shards).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{Attribute, OBJECT_GRAPH_KEY, ObjectGraph};
 
-use super::writer::{AfterWrite, CapturedWrite, RecordingIo};
+use super::writer::{AfterWrite, Write, write_failure};
 use super::{Checkpoint, CheckpointError, STATE_FILE, parent_dir};
 use crate::exec::VariableStore;
-use crate::exec::{BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, RunContext, VarKey};
+use crate::exec::{Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKey};
 use crate::export::object_graph::encode;
 use crate::export::{CheckpointState, checkpoint_state_text};
+use crate::object::counter::with_save_counter;
 use crate::object::{PYTHON_STATE, value_keys};
-use crate::session::EagerSaver;
+use crate::session::{Run, Runner};
 use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, Trackable, VariableDef};
 
 impl Checkpoint {
@@ -60,7 +63,7 @@ impl Checkpoint {
     fn finish(
         &self,
         prefix: &str,
-        captured: CapturedWrite,
+        captured: Write,
         after: Option<AfterWrite>,
     ) -> Result<String, CheckpointError> {
         let write = move || {
@@ -75,9 +78,15 @@ impl Checkpoint {
         Ok(prefix.to_owned())
     }
 
-    /// Runs the save plan of a write to `prefix` and captures what it would write.
-    fn capture(&self, prefix: &str, traced: bool) -> Result<CapturedWrite, CheckpointError> {
-        let graph = self.object_graph();
+    /// Runs the save plan of a write to `prefix` and captures what it would write: the plan
+    /// eager TensorFlow's `MultiDeviceSaver` runs, traced once and run compiled by the one
+    /// plan runner ([`Runner::trace_save`], [`Runner::capture`]).
+    fn capture(&self, prefix: &str, traced: bool) -> Result<Write, CheckpointError> {
+        // The graph given, not a copy of it, until `save_counter` exists.
+        let graph = match self.save_counter {
+            None => Cow::Borrowed(&self.graph),
+            Some(_) => Cow::Owned(with_save_counter(&self.graph)),
+        };
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
         let saved = self.saved_values(&graph, &counter_value)?;
         let EagerVariables {
@@ -114,14 +123,17 @@ impl Checkpoint {
         };
         io.check_save_prefix(prefix)
             .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
-        let mut saver = EagerSaver::new(trackables)
-            .map_err(|source| write_error(WriteFailure::Trace(source)))?;
-        let recording = RecordingIo::default();
-        let run = RunContext::new(&variables).with_io(&recording);
-        saver
-            .save(&run, prefix, &self.options)
-            .map_err(|source| write_error(WriteFailure::Eager(source)))?;
-        Ok(recording.into_write(prefix, io))
+        let runner = Runner::trace_save(&trackables, &self.options, Backend::Interp)
+            .map_err(|source| write_error(write_failure(source)))?;
+        let captured = runner
+            .capture(Run {
+                prefix,
+                variables: &variables,
+                io: &io,
+                observer: None,
+            })
+            .map_err(|source| write_error(write_failure(source)))?;
+        Ok(Write { captured, io })
     }
 
     /// `tf.train.Checkpoint.save(file_prefix)`: creates `save_counter` at 0 if needed, adds one,
@@ -193,9 +205,8 @@ pub(super) struct SavedValue<'a> {
 }
 
 /// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
-/// saver traces for them, one saveable each, and the store holding their values. Writing by
-/// object runs the eager `MultiDeviceSaver` plan over these (a restore reads the matched
-/// values from the reader it matched against, `restore.rs`).
+/// saver traces for them, one saveable each, and the store holding their values: what a write
+/// runs its save plan over.
 pub(super) struct EagerVariables {
     /// One trackable per value, placed as eager TensorFlow places it.
     pub trackables: Vec<Trackable>,
@@ -270,6 +281,9 @@ pub enum WriteFailure {
     /// Writing the files the plan made failed.
     #[error(transparent)]
     Files(crate::exec::IoError),
+    /// Making or running the write's compiled plan failed.
+    #[error(transparent)]
+    Run(crate::session::RunError),
     /// Running the TF1 graph-mode form failed ([`super::GraphModeSession`]).
     #[error(transparent)]
     GraphMode(Box<super::GraphModeFailure>),

@@ -98,6 +98,10 @@ pub enum SessionError {
         #[source]
         source: Box<ExecError>,
     },
+    /// The session's runner failed in a way a session's own plans never do (a captured save's
+    /// files, a plan traced by the runner).
+    #[error(transparent)]
+    Runner(Box<RunError>),
     /// Values for keys the plan saves are missing (all of them counted, the first few named).
     #[error("no value for {}", missing_keys(keys, *count))]
     MissingValue {
@@ -335,4 +339,42 @@ fn missing_keys(keys: &[String], count: usize) -> String {
             format!("{count} checkpoint keys: {}{more}", named.join(", "))
         }
     }
+}
+
+/// Why a [`Runner`](super::Runner) could not be made or could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A call the runner was made without a plan for.
+    #[error("no {what} plan to run")]
+    LeftOut {
+        /// `init`, `save` or `restore`.
+        what: &'static str,
+    },
+    /// The plan could not be traced.
+    #[error(transparent)]
+    Trace(Box<TraceError>),
+    /// The traced plan breaks an invariant of the IR (a tracer bug; every violation listed).
+    #[error("the traced plan is not valid")]
+    Invalid(#[source] VerifyErrors),
+    /// The traced plan could not be compiled.
+    #[error("cannot compile the {what} plan")]
+    Compile {
+        /// `save` or `restore`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ExecError>,
+    },
+    /// A save cannot start at the prefix (empty, a directory, its lock not taken).
+    #[error(transparent)]
+    Prefix(Box<IoError>),
+    /// Running the compiled plan failed.
+    #[error(transparent)]
+    Plan(Box<ExecError>),
+    /// The eager saver failed.
+    #[error(transparent)]
+    Eager(Box<EagerError>),
+    /// Writing the files a captured save made failed.
+    #[error(transparent)]
+    Files(Box<IoError>),
 }

@@ -1,93 +1,298 @@
-//! [`Runner`]: what runs a session's save and restore, the compiled plans (graph mode) or the
-//! spec's eager saver (eager mode), and how one call runs: the prefix's save lock taken, the
-//! run's view of the checkpoint backend, then the plan or the saver.
+//! [`Runner`]: the one plan runner. Whatever runs a save or restore plan against a prefix goes
+//! through it: a [`Session`](super::Session) in graph or eager mode, and the object-based
+//! writes of [`crate::checkpoint`] (`write`, a traced `write`, TF1 graph mode and asynchronous
+//! writes); the CLI's `save`, `restore`, `run` and object specs reach it through those two.
+//!
+//! A runner takes a compiled plan (or the eager saver), the variables and a prefix ([`Run`]).
+//! Its modes are data:
+//!
+//! * **What runs.** Compiled plans, one per call, run with the prefix fed after the save plan's
+//!   fixed feeds (graph mode; TF1 graph mode feeds the serialized object graph first,
+//!   [`Runner::with_save_feeds`]), or eager TensorFlow's `MultiDeviceSaver` ([`EagerSaver`]:
+//!   op by op for one task, a traced function for several, retraced by TensorFlow's rule, see
+//!   [`super::function_cache`]). An object-based write traces its plan once and runs it
+//!   compiled ([`Runner::trace_save`]): the plan eager TensorFlow runs, so the same files.
+//! * **How a save's files are written.** Straight through the checkpoint backend while the
+//!   plan runs, holding the prefix's save lock ([`Runner::run`]), or captured
+//!   ([`Runner::capture`]: the tensors the plan saves kept, shared, not copied) and written
+//!   afterwards under the lock ([`CapturedWrite::commit`]), at once or on a background thread
+//!   ([`Background`](super::Background), one write in flight: asynchronous checkpoints).
+//!
+//! A save takes the prefix's lock only once the plan it runs is known to exist, so a plan left
+//! out is refused before anything touches the prefix (the lock cleans up what killed saves
+//! left there).
 
 use std::sync::Mutex;
 
+use saveplan_ir::verify_module;
+
+use super::capture::{CapturedWrite, RecordingIo};
 use super::eager::EagerSaver;
-use super::error::SessionError;
-use super::function_cache::Call;
+use super::error::RunError;
+use super::function_cache::{CacheEvent, Call};
+use super::options::Mode;
 use crate::exec::sync::lock;
 use crate::exec::{
-    Backend, CheckpointIo, Executor, HostTensor, RunContext, RunIo, StepEvent, VariableStore,
+    Backend, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo, StepEvent,
+    VariableStore,
 };
-use crate::trace::TraceOptions;
+use crate::trace::{TraceOptions, Trackable, VariableOps, trace_flat_save_as};
 
-/// What runs a session's save and restore.
-pub(super) enum Runner {
-    /// Graph mode: the compiled save and restore plans (those [`Plans`](super::Plans) asked
-    /// for).
-    Graph {
+/// A plan (or the eager saver) ready to run against any prefix: see the [module docs](self).
+pub struct Runner {
+    runs: Runs,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("mode", &self.mode())
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Runner`] runs.
+enum Runs {
+    /// Compiled plans, run with the prefix fed after `save_feeds` (save) or alone (restore);
+    /// `init`, the variables' initializer (TF1 graph mode), takes no feed.
+    Compiled {
+        init: Option<Executor>,
         save: Option<Executor>,
         restore: Option<Executor>,
-        backend: Backend,
+        save_feeds: Vec<HostTensor>,
     },
-    /// Eager mode: the spec's saver and the options it was traced with.
+    /// The eager saver and the options its calls trace with.
     Eager {
         saver: Mutex<EagerSaver>,
         options: Box<TraceOptions>,
-        backend: Backend,
     },
 }
 
+/// One call of a [`Runner`]: the prefix, the variables the plan reads and assigns, the
+/// checkpoint backend and an observer of its steps.
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    /// The checkpoint prefix fed to the plan.
+    pub prefix: &'a str,
+    /// The variables.
+    pub variables: &'a VariableStore,
+    /// Where the plan's file operations go.
+    pub io: &'a dyn CheckpointIo,
+    /// Called after every step of a compiled plan.
+    pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
+}
+
 impl Runner {
-    /// Runs `call` with `prefix` on `variables`, through `io`: the compiled plan with the
-    /// prefix fed, or the eager saver.
-    pub(super) fn run(
-        &self,
-        call: Call,
-        prefix: &str,
-        variables: &VariableStore,
-        io: &dyn CheckpointIo,
-        observer: Option<&(dyn Fn(&StepEvent<'_>) + Sync)>,
-    ) -> Result<(), SessionError> {
-        /// What runs the call.
-        enum Runs<'s> {
-            Plan(&'s Executor),
-            Eager(&'s Mutex<EagerSaver>, &'s TraceOptions),
+    /// A runner of compiled plans (either may be left out) on `backend`.
+    pub fn compiled(save: Option<Executor>, restore: Option<Executor>, backend: Backend) -> Runner {
+        Runner {
+            runs: Runs::Compiled {
+                init: None,
+                save,
+                restore,
+                save_feeds: Vec::new(),
+            },
+            backend,
         }
-        // A plan the session left out is refused before anything touches the prefix (a
-        // save's lock cleans up what killed saves left there).
-        let left_out = || SessionError::PlanLeftOut { what: call.name() };
-        let runs = match (self, call) {
-            (Runner::Graph { save, .. }, Call::Save) => {
-                Runs::Plan(save.as_ref().ok_or_else(left_out)?)
-            }
-            (Runner::Graph { restore, .. }, Call::Restore) => {
-                Runs::Plan(restore.as_ref().ok_or_else(left_out)?)
-            }
-            (Runner::Eager { saver, options, .. }, _) => Runs::Eager(saver, options),
-        };
-        // Held until the save ends: BundleIo's lock on the prefix.
-        let _guard = if call == Call::Save {
-            let guard = io
-                .begin_save(prefix)
-                .map_err(|source| SessionError::BadPrefix {
-                    prefix: prefix.to_owned(),
+    }
+
+    /// The same runner feeding `feeds` to the save plan, in its compile order, before the
+    /// prefix (TF1 graph mode's `write` takes the serialized object graph first). An eager
+    /// runner takes the prefix alone and is returned unchanged.
+    pub fn with_save_feeds(mut self, feeds: Vec<HostTensor>) -> Runner {
+        if let Runs::Compiled { save_feeds, .. } = &mut self.runs {
+            *save_feeds = feeds;
+        }
+        self
+    }
+
+    /// The same runner with `init`, a plan that assigns the variables their initial values
+    /// and takes no feed (TF1 graph mode's `global_variables_initializer()`), run by
+    /// [`Runner::initialize`]. An eager runner is returned unchanged.
+    pub fn with_init(mut self, plan: Executor) -> Runner {
+        if let Runs::Compiled { init, .. } = &mut self.runs {
+            *init = Some(plan);
+        }
+        self
+    }
+
+    /// A runner of eager TensorFlow's `MultiDeviceSaver`: `saver`'s calls traced with
+    /// `options`, its functions run on `backend`.
+    pub fn eager(saver: EagerSaver, options: TraceOptions, backend: Backend) -> Runner {
+        Runner {
+            runs: Runs::Eager {
+                saver: Mutex::new(saver.with_backend(backend)),
+                options: Box::new(options),
+            },
+            backend,
+        }
+    }
+
+    /// Traces the save plan of `trackables` once (the ops eager TensorFlow's
+    /// `MultiDeviceSaver.save` runs, each variable's handle and read attached,
+    /// [`VariableOps::Attach`], as the eager saver traces them) and compiles it for `backend`:
+    /// a runner that saves them compiled, as an object-based write does, rather than op by op.
+    pub fn trace_save(
+        trackables: &[Trackable],
+        options: &TraceOptions,
+        backend: Backend,
+    ) -> Result<Runner, RunError> {
+        let trace = trace_flat_save_as(trackables, options, VariableOps::Attach)
+            .map_err(|err| RunError::Trace(Box::new(err)))?;
+        let plan = verify_module(&trace.module)
+            .map_err(RunError::Invalid)
+            .and_then(|verified| {
+                CompiledPlan::compile(
+                    verified,
+                    &[trace.saver.save_target.as_str()],
+                    &[trace.saver.filename_tensor_name.as_str()],
+                )
+                .and_then(|plan| Executor::lazy(plan, backend))
+                .map_err(|source| RunError::Compile {
+                    what: Call::Save.name(),
                     source: Box::new(source),
-                })?;
-            Some(guard)
-        } else {
-            None
+                })
+            });
+        // The runner keeps nothing of the trace; freeing a graph of N variables is left to a
+        // pool thread, as a session leaves it.
+        let module = trace.module;
+        rayon::spawn(move || drop(module));
+        Ok(Runner::compiled(Some(plan?), None, backend))
+    }
+
+    /// Graph mode (compiled plans) or eager mode.
+    pub fn mode(&self) -> Mode {
+        match self.runs {
+            Runs::Compiled { .. } => Mode::Graph,
+            Runs::Eager { .. } => Mode::Eager,
+        }
+    }
+
+    /// The backend the plans (in eager mode, the traced functions) run on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The compiled plan of `call`; `None` in eager mode, which traces each call, and for a
+    /// plan the runner was made without.
+    pub fn plan(&self, call: Call) -> Option<&CompiledPlan> {
+        match (&self.runs, call) {
+            (Runs::Compiled { save, .. }, Call::Save) => save.as_ref().map(Executor::plan),
+            (Runs::Compiled { restore, .. }, Call::Restore) => restore.as_ref().map(Executor::plan),
+            (Runs::Eager { .. }, _) => None,
+        }
+    }
+
+    /// What eager mode's function cache did on each call so far, oldest first; empty for
+    /// compiled plans.
+    pub fn trace_log(&self) -> Vec<CacheEvent> {
+        match &self.runs {
+            Runs::Compiled { .. } => Vec::new(),
+            Runs::Eager { saver, .. } => lock(saver).trace_log().to_vec(),
+        }
+    }
+
+    /// Runs `call` against `run.prefix`, its file operations going straight to `run.io`
+    /// (through one run's view of it, [`RunIo`], so its restores share what they open); a
+    /// save holds the prefix's save lock ([`CheckpointIo::begin_save`]) until it ends. Returns
+    /// what a compiled plan fetches (nothing in eager mode).
+    pub fn run(&self, call: Call, run: Run<'_>) -> Result<Vec<HostTensor>, RunError> {
+        let runs = self.runs_for(call)?;
+        // Held until the save ends: BundleIo's lock on the prefix.
+        let _guard = match call {
+            Call::Save => Some(
+                run.io
+                    .begin_save(run.prefix)
+                    .map_err(|err| RunError::Prefix(Box::new(err)))?,
+            ),
+            Call::Restore => None,
         };
-        // One run's view of the backend: its restore ops share the bundles they open.
-        let io = RunIo::new(io);
-        let mut cx = RunContext::new(variables).with_io(&io);
-        if let Some(observer) = observer {
+        let io = RunIo::new(run.io);
+        let mut cx = RunContext::new(run.variables).with_io(&io);
+        if let Some(observer) = run.observer {
             cx = cx.with_observer(observer);
         }
-        let plan = match runs {
-            Runs::Plan(plan) => plan,
-            Runs::Eager(saver, options) => {
-                return Ok(lock(saver).call(&cx, call, prefix, options)?);
-            }
+        runs.execute(call, run.prefix, &cx)
+    }
+
+    /// Runs the initializer ([`Runner::with_init`]) on `variables`: no prefix, no file.
+    pub fn initialize(&self, variables: &VariableStore) -> Result<(), RunError> {
+        let init = match &self.runs {
+            Runs::Compiled {
+                init: Some(init), ..
+            } => init,
+            _ => return Err(RunError::LeftOut { what: "init" }),
         };
-        plan.run(&cx, vec![HostTensor::string_scalar(prefix)])
-            .map_err(|source| SessionError::Run {
-                what: call.name(),
-                prefix: prefix.to_owned(),
-                source: Box::new(source),
-            })?;
+        init.run(&RunContext::new(variables), Vec::new())
+            .map_err(|err| RunError::Plan(Box::new(err)))?;
         Ok(())
+    }
+
+    /// Runs the save plan against `run.prefix` without writing a file: what each `SaveV2` and
+    /// `MergeV2Checkpoints` would write is captured, to be written by
+    /// [`CapturedWrite::commit`] (at once, or on a [`Background`](super::Background) thread).
+    /// The prefix is not locked meanwhile (nothing is written); the caller checks it first
+    /// ([`CheckpointIo::check_save_prefix`]) when it wants a bad prefix refused before the
+    /// plan runs. A restore the plan makes reads through `run.io`.
+    pub fn capture(&self, run: Run<'_>) -> Result<CapturedWrite, RunError> {
+        let runs = self.runs_for(Call::Save)?;
+        let recording = RecordingIo::new(run.io);
+        let mut cx = RunContext::new(run.variables).with_io(&recording);
+        if let Some(observer) = run.observer {
+            cx = cx.with_observer(observer);
+        }
+        runs.execute(Call::Save, run.prefix, &cx)?;
+        Ok(recording.into_write(run.prefix))
+    }
+
+    /// What runs `call`, or [`RunError::LeftOut`].
+    fn runs_for(&self, call: Call) -> Result<Ready<'_>, RunError> {
+        let left_out = || RunError::LeftOut { what: call.name() };
+        Ok(match (&self.runs, call) {
+            (
+                Runs::Compiled {
+                    save, save_feeds, ..
+                },
+                Call::Save,
+            ) => Ready::Plan(save.as_ref().ok_or_else(left_out)?, save_feeds),
+            (Runs::Compiled { restore, .. }, Call::Restore) => {
+                Ready::Plan(restore.as_ref().ok_or_else(left_out)?, &[])
+            }
+            (Runs::Eager { saver, options }, _) => Ready::Eager(saver, options),
+        })
+    }
+}
+
+/// The plan (or saver) one call runs, with its fixed feeds.
+enum Ready<'r> {
+    Plan(&'r Executor, &'r [HostTensor]),
+    Eager(&'r Mutex<EagerSaver>, &'r TraceOptions),
+}
+
+impl Ready<'_> {
+    /// Runs `call` with `prefix` on `cx`.
+    fn execute(
+        self,
+        call: Call,
+        prefix: &str,
+        cx: &RunContext<'_>,
+    ) -> Result<Vec<HostTensor>, RunError> {
+        match self {
+            Ready::Plan(plan, fixed) => {
+                let mut feeds = Vec::with_capacity(fixed.len() + 1);
+                feeds.extend_from_slice(fixed);
+                feeds.push(HostTensor::string_scalar(prefix));
+                plan.run(cx, feeds)
+                    .map_err(|err| RunError::Plan(Box::new(err)))
+            }
+            Ready::Eager(saver, options) => {
+                lock(saver)
+                    .call(cx, call, prefix, options)
+                    .map_err(|err| RunError::Eager(Box::new(err)))?;
+                Ok(Vec::new())
+            }
+        }
     }
 }

@@ -342,6 +342,41 @@ fn the_object_layer_rule_catches_grouped_imports() {
     }
 }
 
+/// A plan runs against a prefix only through the one plan runner (`session::Runner`): outside
+/// the runtime (`exec`), only `session/runner.rs` and eager mode's builder (`session/eager.rs`,
+/// which runs each op as it is traced, the runner's eager mode) make the `RunContext` a plan
+/// runs with.
+#[test]
+fn plans_run_only_through_the_one_runner() {
+    let names_run_context =
+        |file: &SourceFile| file.names(|path| path.iter().any(|segment| segment == "RunContext"));
+    let files = source_files();
+    let runner = files
+        .iter()
+        .find(|file| file.relative == "session/runner.rs")
+        .expect("src/session/runner.rs exists");
+    assert!(
+        names_run_context(runner),
+        "the runner's RunContext is not seen"
+    );
+    let wrong: BTreeSet<String> = files
+        .iter()
+        .filter(|file| {
+            file.top() != "exec"
+                && !matches!(
+                    file.relative.as_str(),
+                    "session/runner.rs" | "session/eager.rs"
+                )
+                && names_run_context(file)
+        })
+        .map(SourceFile::path)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "plans run outside session::Runner: {wrong:#?}"
+    );
+}
+
 /// Only the binary prints: the workspace lints deny `print!`/`eprint!` (CI runs clippy with
 /// `-D warnings`), and only `src/main.rs`, `src/cli/` and tests of the library lift them.
 #[test]

@@ -289,3 +289,37 @@ fn an_object_spec_costs_the_same_per_variable_and_per_level() {
         "deep: {small} allocations at depth 200, {large} at depth 800"
     );
 }
+
+/// An object spec of `n` float32[2] root variables.
+fn flat_spec(n: usize) -> String {
+    let objects: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"path":["v{i}"],"dtype":"float32","shape":[2]}}"#))
+        .collect();
+    format!(r#"{{"objects":[{}]}}"#, objects.join(","))
+}
+
+/// A write by object spec costs the same per variable (issue 35, item 4): its save plan is
+/// traced once and run compiled by the one plan runner. Counted in the allocations of a
+/// one-thread pool that runs the whole write (the plan's trace, compile and run included).
+#[test]
+fn an_object_spec_write_costs_the_same_per_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let write_work = |n: usize| {
+        let spec = ObjectSpec::parse(&flat_spec(n)).unwrap();
+        let prefix = dir.path().join(format!("ckpt_{n}"));
+        let prefix = prefix.to_str().unwrap();
+        pool.install(|| {
+            let checkpoint = spec.fresh_checkpoint().unwrap();
+            allocations(|| assert_eq!(checkpoint.write(prefix).unwrap(), prefix))
+        })
+    };
+    let (small, large) = (write_work(500), write_work(2_000));
+    assert!(
+        large * 10 <= small * 45,
+        "write: {small} allocations for 500 variables, {large} for 2,000"
+    );
+}
