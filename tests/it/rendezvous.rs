@@ -91,3 +91,32 @@ fn an_abort_wakes_a_blocked_receive_at_once() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// The scenarios one after another on one cluster, as a program runs them (the abort of the
+/// last one may land while a slower task still leaves the barrier before it), many times over.
+#[test]
+fn the_scenarios_in_sequence_on_one_cluster() {
+    for round in 0..20 {
+        let cluster = LocalRendezvous::new(4);
+        let errors: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|task| {
+                    let view = cluster.task(task).unwrap();
+                    scope.spawn(move || {
+                        for (name, scenario) in conformance::SCENARIOS {
+                            if let Err(error) = scenario(&view) {
+                                return Some(format!("task {task}: {name}: {error}"));
+                            }
+                        }
+                        None
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect()
+        });
+        assert!(errors.is_empty(), "round {round}: {errors:?}");
+    }
+}

@@ -138,9 +138,11 @@ impl Rendezvous for LocalTask {
             self.shared.changed.notify_all();
             return Ok(());
         }
+        // A barrier that completed counts even if an abort follows at once (the aborting
+        // task may have passed it already).
         while state.generation == generation {
-            state = self.shared.wait(state);
             state.check()?;
+            state = self.shared.wait(state);
         }
         Ok(())
     }
