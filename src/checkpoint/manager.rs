@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use saveplan_ir::DType;
 
-use super::save::write_state;
+use super::tf_checkpoint::write_state;
 use super::{Checkpoint, CheckpointError, STATE_FILE};
 use crate::exec::HostTensor;
 use crate::exec::sync::lock;

@@ -29,12 +29,10 @@
 //! ```
 
 mod framework;
-mod graph_mode;
 mod latest;
 mod manager;
 mod read;
 mod restore;
-mod save;
 mod spec;
 mod spec_of;
 mod tf_checkpoint;
@@ -49,18 +47,18 @@ pub use crate::object::{
     display_path, without_attributes_of,
 };
 pub use framework::{RestoreNode, SaveNode, Saveable, Variable, restore_object, save_object};
-pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
 pub use latest::{STATE_FILE, latest_checkpoint, resolve_prefix};
 pub use manager::{CheckpointManager, Clock, ManagerOptions, system_time};
 pub use read::{full_name_keys, read_all, read_value, resolve_name};
 pub use restore::RestoreMatch;
-pub use save::WriteFailure;
 pub use saveplan_ir::object_graph::{
     Attribute, ChildRef, NodeId, OBJECT_GRAPH_KEY, ObjectGraph, ObjectNode, SlotVariable,
 };
 pub use spec::{ObjectEntry, ObjectSpec, ObjectSpecError, SlotSpec};
 pub use spec_of::{object_spec_of, plain_spec_of};
-pub use tf_checkpoint::Checkpoint;
+pub use tf_checkpoint::{
+    Checkpoint, GraphModeFailure, GraphModeSession, GraphModeWrite, WriteFailure,
+};
 
 use saveplan_ir::device::DeviceError;
 

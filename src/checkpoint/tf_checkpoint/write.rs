@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::object_graph::{Attribute, OBJECT_GRAPH_KEY, ObjectGraph};
 
-use super::writer::{AfterWrite, Write, write_failure};
-use super::{Checkpoint, CheckpointError, STATE_FILE, parent_dir};
+use super::Checkpoint;
+use crate::checkpoint::writer::{AfterWrite, Write, write_failure};
+use crate::checkpoint::{CheckpointError, STATE_FILE, parent_dir};
 use crate::exec::VariableStore;
 use crate::exec::{Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKey};
 use crate::export::object_graph::encode;
@@ -48,7 +49,7 @@ impl Checkpoint {
 
     /// [`Checkpoint::write`], then `after` (TensorFlow's write callback) once the files are
     /// written: at once, or on the background thread of an asynchronous checkpoint.
-    pub(super) fn write_then(
+    pub(in crate::checkpoint) fn write_then(
         &self,
         prefix: &str,
         after: Option<AfterWrite>,
@@ -148,7 +149,7 @@ impl Checkpoint {
 
     /// Waits for the write in flight, adds one to `save_counter` (creating it at 0) and returns
     /// `<file_prefix>-<number>`, the counter's new value unless `number` is given.
-    pub(super) fn next_save_path(
+    pub(in crate::checkpoint) fn next_save_path(
         &mut self,
         file_prefix: &str,
         number: Option<i64>,
@@ -163,7 +164,7 @@ impl Checkpoint {
     /// TensorFlow writes them: node order, `PythonState` attributes after every tensor
     /// attribute (13.5), a legacy saveable's values in key order. `counter` is the value of
     /// `save_counter`, the only attribute without a value.
-    pub(super) fn saved_values<'a>(
+    pub(in crate::checkpoint) fn saved_values<'a>(
         &'a self,
         graph: &'a ObjectGraph,
         counter: &'a HostTensor,
@@ -193,7 +194,7 @@ impl Checkpoint {
 }
 
 /// One value a write saves ([`Checkpoint::saved_values`]).
-pub(super) struct SavedValue<'a> {
+pub(in crate::checkpoint) struct SavedValue<'a> {
     /// Its checkpoint key.
     pub key: &'a str,
     /// The attribute it belongs to.
@@ -207,7 +208,7 @@ pub(super) struct SavedValue<'a> {
 /// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
 /// saver traces for them, one saveable each, and the store holding their values: what a write
 /// runs its save plan over.
-pub(super) struct EagerVariables {
+pub(in crate::checkpoint) struct EagerVariables {
     /// One trackable per value, placed as eager TensorFlow places it.
     pub trackables: Vec<Trackable>,
     /// The values, under [`EagerVariables::key`].
@@ -257,12 +258,12 @@ impl EagerVariables {
 }
 
 /// A host tensor's shape as the tracer's signed dimensions.
-pub(super) fn shape_of(value: &HostTensor) -> Vec<i64> {
+pub(in crate::checkpoint) fn shape_of(value: &HostTensor) -> Vec<i64> {
     value.shape().iter().map(|&dim| dim as i64).collect()
 }
 
 /// `save_counter`'s value as a tensor (an int64 scalar).
-pub(super) fn counter_tensor(value: i64) -> HostTensor {
+pub(in crate::checkpoint) fn counter_tensor(value: i64) -> HostTensor {
     HostTensor::int64_scalar(value)
 }
 
@@ -284,9 +285,9 @@ pub enum WriteFailure {
     /// Making or running the write's compiled plan failed.
     #[error(transparent)]
     Run(crate::session::RunError),
-    /// Running the TF1 graph-mode form failed ([`super::GraphModeSession`]).
+    /// Running the TF1 graph-mode form failed ([`crate::checkpoint::GraphModeSession`]).
     #[error(transparent)]
-    GraphMode(Box<super::GraphModeFailure>),
+    GraphMode(Box<crate::checkpoint::GraphModeFailure>),
 }
 
 /// Every attribute of `graph`, in node order.
@@ -295,7 +296,10 @@ fn attributes(graph: &ObjectGraph) -> impl Iterator<Item = &Attribute> {
 }
 
 /// `device` as eager TensorFlow places a tensor: merged onto the local CPU.
-pub(super) fn eager_device(key: &str, device: &str) -> Result<String, CheckpointError> {
+pub(in crate::checkpoint) fn eager_device(
+    key: &str,
+    device: &str,
+) -> Result<String, CheckpointError> {
     let spec = DeviceSpec::parse(device).map_err(|source| CheckpointError::BadDevice {
         key: key.to_owned(),
         device: device.to_owned(),
@@ -328,7 +332,10 @@ fn write_state_file(prefix: &Path) -> Result<(), CheckpointError> {
 
 /// Writes `state` as the `checkpoint` file of `dir`, always whole and synced
 /// ([`crate::bundle::small_file`]).
-pub(super) fn write_state(dir: &Path, state: &CheckpointState) -> Result<(), CheckpointError> {
+pub(in crate::checkpoint) fn write_state(
+    dir: &Path,
+    state: &CheckpointState,
+) -> Result<(), CheckpointError> {
     let path = dir.join(STATE_FILE);
     crate::bundle::small_file::replace_whole(&path, checkpoint_state_text(state).as_bytes(), true)
         .map_err(|source| CheckpointError::WriteStateFile { path, source })

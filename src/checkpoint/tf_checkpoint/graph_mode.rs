@@ -21,8 +21,9 @@ use std::collections::BTreeMap;
 use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph};
 use saveplan_ir::{DType, Module, verify_module};
 
-use super::save::{counter_tensor, shape_of};
-use super::{Checkpoint, CheckpointError};
+use super::Checkpoint;
+use super::write::{counter_tensor, shape_of};
+use crate::checkpoint::CheckpointError;
 use crate::exec::{
     Backend, BundleIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, VarKey,
     VariableError, VariableStore,
@@ -303,7 +304,7 @@ impl GraphModeSession {
     pub fn write(&self, prefix: &str) -> Result<String, CheckpointError> {
         let fail = |failure: GraphModeFailure| CheckpointError::Write {
             prefix: prefix.to_owned(),
-            source: Box::new(super::WriteFailure::GraphMode(Box::new(failure))),
+            source: Box::new(super::write::WriteFailure::GraphMode(Box::new(failure))),
         };
         let fetched = (self.runner.run(Call::Save, self.run(prefix)))
             .map_err(|err| fail(GraphModeFailure::of_run("write", err)))?;

@@ -7,19 +7,27 @@
 //!
 //! Matching, statuses and restore-on-create's bookkeeping are the object layer's
 //! ([`crate::object`]); reading the matched values from the reader they were matched against
-//! is `restore.rs`'s. Writing (`write`, `save`, `write_traced`: the plan run and the files) is
-//! in `save.rs` and `writer.rs`, the TF1 graph-mode form ([`Checkpoint::graph_mode`]) in
-//! `graph_mode.rs`: both are the plan runner's.
+//! is `restore.rs`'s. The type's other methods live beside it, one file per job: `write.rs`
+//! (`write`, `save`, `write_traced`: the save plan run through the plan runner, the state
+//! file) and `graph_mode.rs` (the TF1 graph-mode form, [`Checkpoint::graph_mode`]); how a
+//! write's files are made is the checkpoint layer's `writer.rs`.
 
 use std::collections::BTreeMap;
 
 use saveplan_ir::object_graph::ObjectGraph;
 
-use super::framework::{RestoreNode, Saveable, graph_and_values};
-use super::restore::RestoreMatch;
-use super::writer::Pending;
-use super::{CheckpointError, SAVE_COUNTER, SAVE_COUNTER_KEY};
+mod graph_mode;
+mod write;
+
+pub use graph_mode::{GraphModeFailure, GraphModeSession, GraphModeWrite};
+pub use write::WriteFailure;
+pub(in crate::checkpoint) use write::write_state;
+
 use crate::bundle::WriteOptions;
+use crate::checkpoint::framework::{RestoreNode, Saveable, graph_and_values};
+use crate::checkpoint::restore::RestoreMatch;
+use crate::checkpoint::writer::Pending;
+use crate::checkpoint::{CheckpointError, SAVE_COUNTER, SAVE_COUNTER_KEY};
 use crate::exec::HostTensor;
 use crate::object::ObjectError;
 use crate::object::build::value_keys;
@@ -348,7 +356,7 @@ impl Checkpoint {
     }
 
     /// Takes `root`'s current objects and values (after training steps, say), keeping the
-    /// counter, devices, options and pending restores: what a [`super::CheckpointManager`]
+    /// counter, devices, options and pending restores: what a [`crate::checkpoint::CheckpointManager`]
     /// saves next.
     pub fn update(&mut self, root: &dyn Saveable) -> Result<(), CheckpointError> {
         let (graph, values) = graph_and_values(root)?;
