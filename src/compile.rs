@@ -151,12 +151,12 @@ fn flat_plan(
     let mut attrs = Attrs::new();
     attrs.insert("T", AttrValue::Type(DType::String));
     let device = graph.op(merge).device.clone();
-    let save_name = unused_name(graph, "save/Identity");
+    let save_name = graph.unused_name("save/Identity");
     let save = graph.add_op(save_name.clone(), Op::Identity, device, attrs)?;
     graph.push_input(save, prefix, Port::Index(0));
     graph.add_control(merge, save);
 
-    let restore_name = unused_name(graph, "save/restore_all");
+    let restore_name = graph.unused_name("save/restore_all");
     let restore = graph.add_op(restore_name.clone(), Op::NoOp, "", Attrs::new())?;
     // The trace's restore targets are the assigns of its restored values, in creation order
     // (`saver_ops::restore_assigns`).
@@ -176,17 +176,6 @@ fn function_plan(trackables: &[crate::trace::Trackable]) -> Result<Plan, Compile
     };
     let trace = trace_functions(trackables, &options)?;
     Ok((trace.module, trace.saver_def, trace.variables))
-}
-
-/// `base`, or `base_1`, `base_2`, … whichever is free first.
-fn unused_name(graph: &Graph, base: &str) -> String {
-    let mut name = base.to_owned();
-    let mut suffix = 0;
-    while graph.find(&name).is_some() {
-        suffix += 1;
-        name = format!("{base}_{suffix}");
-    }
-    name
 }
 
 /// One [`VariableEntry`] per `VarHandleOp` the trace made, in creation order: `variables`

@@ -290,6 +290,18 @@ impl Graph {
             .copied()
     }
 
+    /// `base` if no op has that name, else the first free of `base_1`, `base_2`, … (how TF
+    /// names an op whose name is taken).
+    pub fn unused_name(&self, base: &str) -> String {
+        let mut name = base.to_owned();
+        let mut suffix = 0;
+        while self.find(&name).is_some() {
+            suffix += 1;
+            name = format!("{base}_{suffix}");
+        }
+        name
+    }
+
     /// [`Graph::find`], looking first at the indices `guesses` ([`OpId::index`]), in turn,
     /// where the caller expects the op (names met in order, [`Stride`]): a read of one op
     /// instead of the name index's cache misses when a guess is right. A guess counts only

@@ -102,7 +102,7 @@ pub(super) fn partition(
             attrs.insert("tensor_name", AttrValue::s(tensor.as_str()));
             attrs.insert("tensor_type", AttrValue::Type(dtype));
             let target = &mut parts[part].graph;
-            let name = unused(target, &format!("_recv_{}_{}", node.name, feed.output));
+            let name = target.unused_name(&format!("_recv_{}_{}", node.name, feed.output));
             let recv = target.add_op(name.clone(), Op::Other("_Recv".into()), &*device, attrs)?;
             parts[part].feeds.push(Feed {
                 tensor,
@@ -272,17 +272,6 @@ fn prune(
         stack.extend(graph.control_inputs(id));
     }
     Ok((kept, used))
-}
-
-/// `base` if `graph` has no op of that name, else `base_1`, `base_2`, …
-fn unused(graph: &Graph, base: &str) -> String {
-    let mut name = base.to_owned();
-    let mut suffix = 0;
-    while graph.find(&name).is_some() {
-        suffix += 1;
-        name = format!("{base}_{suffix}");
-    }
-    name
 }
 
 /// The pairs cut so far, and the counters that name them.
