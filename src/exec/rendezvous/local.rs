@@ -6,9 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::{
-    Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send, check_transferable,
-};
+use super::{Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
 use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::tensor::HostTensor;
 
@@ -96,9 +94,7 @@ impl Rendezvous for LocalTask {
     }
 
     fn send(&self, key: &RendezvousKey, value: HostTensor) -> Result<(), RendezvousError> {
-        check_send(key, self.task, self.shared.n_tasks)?;
-        // As across processes: a handle names a variable of its own task's store.
-        check_transferable(key, &value)?;
+        check_send(key, &value, self.task, self.shared.n_tasks)?;
         let mut state = lock(&self.shared.state);
         state.check()?;
         if state.mailbox.contains_key(key) {

@@ -180,18 +180,19 @@ impl ClusterRun<'_> {
     }
 }
 
-/// Checks that `key` is a send of task `caller` to a task of a cluster of `n_tasks`.
+/// Checks that `key` is a send of task `caller` to a task of a cluster of `n_tasks`, and that
+/// `value` can leave its process (a resource handle names a variable of its own task's store).
 pub(crate) fn check_send(
     key: &RendezvousKey,
+    value: &HostTensor,
     caller: usize,
     n_tasks: usize,
 ) -> Result<(), RendezvousError> {
-    check_ends(key, n_tasks)?;
-    if key.src != caller {
-        return Err(RendezvousError::WrongTask {
-            caller,
-            what: "send",
-            task: key.src,
+    check_end(key, caller, n_tasks, "send", key.src)?;
+    if value.resources().is_some() {
+        return Err(RendezvousError::NotTransferable {
+            tensor: key.tensor.clone(),
+            dtype: value.dtype().to_string(),
         });
     }
     Ok(())
@@ -203,35 +204,25 @@ pub(crate) fn check_recv(
     caller: usize,
     n_tasks: usize,
 ) -> Result<(), RendezvousError> {
-    check_ends(key, n_tasks)?;
-    if key.dst != caller {
+    check_end(key, caller, n_tasks, "receive", key.dst)
+}
+
+/// Both ends of `key` are tasks of the cluster, and `own` (the caller's end) is `caller`.
+fn check_end(
+    key: &RendezvousKey,
+    caller: usize,
+    n_tasks: usize,
+    what: &'static str,
+    own: usize,
+) -> Result<(), RendezvousError> {
+    if let Some(task) = [key.src, key.dst].into_iter().find(|&task| task >= n_tasks) {
+        return Err(RendezvousError::NoSuchTask { task, n_tasks });
+    }
+    if own != caller {
         return Err(RendezvousError::WrongTask {
             caller,
-            what: "receive",
-            task: key.dst,
-        });
-    }
-    Ok(())
-}
-
-fn check_ends(key: &RendezvousKey, n_tasks: usize) -> Result<(), RendezvousError> {
-    for task in [key.src, key.dst] {
-        if task >= n_tasks {
-            return Err(RendezvousError::NoSuchTask { task, n_tasks });
-        }
-    }
-    Ok(())
-}
-
-/// Refuses values that cannot leave their process.
-pub(crate) fn check_transferable(
-    key: &RendezvousKey,
-    value: &HostTensor,
-) -> Result<(), RendezvousError> {
-    if value.resources().is_some() {
-        return Err(RendezvousError::NotTransferable {
-            tensor: key.tensor.clone(),
-            dtype: value.dtype().to_string(),
+            what,
+            task: own,
         });
     }
     Ok(())

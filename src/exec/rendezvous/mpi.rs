@@ -30,9 +30,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, MatchedReceiveVec, Source};
 
 use super::wire;
-use super::{
-    Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send, check_transferable,
-};
+use super::{Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
 use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::tensor::HostTensor;
 
@@ -107,8 +105,14 @@ impl Shared {
 }
 
 enum Command {
-    Send { dst: usize, message: Vec<u8> },
-    Abort { reason: String },
+    /// A value in the wire form, led by its 8-byte length.
+    Send {
+        dst: usize,
+        message: Vec<u8>,
+    },
+    Abort {
+        reason: String,
+    },
     Barrier,
     Shutdown,
 }
@@ -165,11 +169,14 @@ impl Rendezvous for MpiRendezvous {
     }
 
     fn send(&self, key: &RendezvousKey, value: HostTensor) -> Result<(), RendezvousError> {
-        check_send(key, self.task, self.n_tasks)?;
-        check_transferable(key, &value)?;
+        check_send(key, &value, self.task, self.n_tasks)?;
         lock(&self.shared.state).check()?;
-        let mut message = Vec::new();
+        // Framed as its first part is sent: the length first, so that a value of one part
+        // (all but values over 1 GiB) goes to MPI without another copy.
+        let mut message = vec![0; 8];
         wire::encode(&key.tensor, &value, &mut message);
+        let length = (message.len() - 8) as u64;
+        message[..8].copy_from_slice(&length.to_le_bytes());
         self.command(Command::Send {
             dst: key.dst,
             message,
@@ -314,7 +321,7 @@ struct Mover {
 impl Mover {
     fn command(&mut self, command: Command) {
         match command {
-            Command::Send { dst, message } => self.post_message(dst, &message),
+            Command::Send { dst, message } => self.post_message(dst, message),
             Command::Abort { reason } => {
                 // The barriers this task saw released travel with the abort: a peer that hears
                 // of the abort before the release of a barrier the aborting task had passed
@@ -339,14 +346,14 @@ impl Mover {
         }
     }
 
-    /// Posts `message` to `dst` as parts of at most [`PART`] bytes, each led by the total length.
-    fn post_message(&mut self, dst: usize, message: &[u8]) {
-        let total = (message.len() as u64).to_le_bytes();
-        let mut parts = message.chunks(PART).peekable();
-        if parts.peek().is_none() {
-            self.post(dst, total.to_vec(), DATA);
+    /// Posts `message` (led by its length) to `dst` as parts of at most [`PART`] bytes, each
+    /// led by the total length: as it is when it fits one part.
+    fn post_message(&mut self, dst: usize, message: Vec<u8>) {
+        if message.len() - 8 <= PART {
+            return self.post(dst, message, DATA);
         }
-        for part in parts {
+        let total: [u8; 8] = message[..8].try_into().expect("8 bytes");
+        for part in message[8..].chunks(PART) {
             let mut buffer = Vec::with_capacity(8 + part.len());
             buffer.extend_from_slice(&total);
             buffer.extend_from_slice(part);
@@ -434,6 +441,10 @@ impl Mover {
             return self.bad(src, "a data part without its length");
         };
         let total = u64::from_le_bytes(*total) as usize;
+        if part.len() == total && !self.partial.contains_key(&src) {
+            // The whole value in one part: decoded where it arrived.
+            return self.deliver(src, part);
+        }
         let (expected, mut so_far) = self
             .partial
             .remove(&src)
@@ -446,7 +457,12 @@ impl Mover {
             self.partial.insert(src, (total, so_far));
             return;
         }
-        match wire::decode(&so_far) {
+        self.deliver(src, &so_far);
+    }
+
+    /// Decodes a whole value from `src` into the mailbox.
+    fn deliver(&self, src: usize, message: &[u8]) {
+        match wire::decode(message) {
             Ok((name, value)) => self.shared.update(|state| {
                 state.mailbox.insert((src, name), value);
             }),
