@@ -7,33 +7,17 @@
 
 use std::path::Path;
 
-use saveplan::compile::{Form, compile};
 use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous};
 use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
 use saveplan::partition::{PartitionOptions, SaverRun, partition};
-use saveplan::trace::spec::SpecFile;
 use saveplan_ir::{Module, SaverDef};
 
+use crate::partition::{CASES, compiled};
 use crate::support::exec::{fill_variables, verified};
 use crate::support::files::file_bytes_under;
-use crate::support::root;
-
-const CASES: [&str; 6] = [
-    "p1_two_tasks",
-    "p2_three_tasks_io_device",
-    "p3_sliced_across_tasks",
-    "p4_four_tasks",
-    "p5_default_device",
-    "p6_four_tasks_io_device",
-];
 
 fn plan_of(case: &str) -> (Module, SaverDef) {
-    let path = root()
-        .join("tests/fixtures/part")
-        .join(case)
-        .join("case.json");
-    let spec = SpecFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let meta = compile(&spec, Form::Flat).unwrap().meta_graph;
+    let meta = compiled(case).meta_graph;
     (meta.module, meta.saver_def.expect("a saver"))
 }
 
@@ -128,10 +112,6 @@ fn run_partitioned(
     assert_eq!(rendezvous.pending(), 0, "every value sent was received");
 }
 
-fn dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    file_bytes_under(dir)
-}
-
 #[test]
 fn partitioned_saves_write_the_whole_plans_bytes_and_restores_bring_values_back() {
     for case in CASES {
@@ -154,7 +134,10 @@ fn partitioned_saves_write_the_whole_plans_bytes_and_restores_bring_values_back(
             &store,
             &prefix(parted.path()),
         );
-        let (a, b) = (dir_bytes(whole.path()), dir_bytes(parted.path()));
+        let (a, b) = (
+            file_bytes_under(whole.path()),
+            file_bytes_under(parted.path()),
+        );
         assert!(!a.is_empty(), "{case}: the whole plan wrote nothing");
         assert_eq!(a, b, "{case}: partitioned save differs");
 

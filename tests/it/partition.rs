@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::support::{for_each_case, root, saveplan, settings};
 
 /// The cases under `tests/fixtures/part/`.
-const CASES: [&str; 6] = [
+pub(crate) const CASES: [&str; 6] = [
     "p1_two_tasks",
     "p2_three_tasks_io_device",
     "p3_sliced_across_tasks",
@@ -37,7 +37,7 @@ fn case_dir(case: &str) -> std::path::PathBuf {
 }
 
 /// The compiled flat plan of a case's spec.
-fn compiled(case: &str) -> saveplan::compile::Compilation {
+pub(crate) fn compiled(case: &str) -> saveplan::compile::Compilation {
     let text = std::fs::read_to_string(case_dir(case).join("case.json")).unwrap();
     let spec = SpecFile::parse(&text).unwrap();
     compile(&spec, Form::Flat).unwrap()
