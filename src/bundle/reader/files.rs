@@ -136,16 +136,7 @@ impl BundleReader {
             // An object: fetched in concurrent ranges into `out`, then checksummed in parallel.
             file.read_exact_at(out, piece.offset)
                 .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
-            let actual = crc::mask(parallel_crc32c(out));
-            if actual != piece.crc32c {
-                return Err(BundleError::TensorChecksum {
-                    path: self.data_file(piece),
-                    key: piece.key.clone(),
-                    expected: piece.crc32c,
-                    actual,
-                });
-            }
-            return Ok(());
+            return self.expect_crc(piece, parallel_crc32c(out));
         }
         prefault(out);
         // Large tensors: chunks are read and checksummed on rayon's pool (page faults in
@@ -160,12 +151,11 @@ impl BundleReader {
             })
             .collect::<std::io::Result<Vec<(u32, usize)>>>()
             .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
-        let crc = crcs
-            .into_iter()
-            .reduce(|(crc_a, len_a), (crc_b, len_b)| {
-                (crc::combine(crc_a, crc_b, len_b), len_a + len_b)
-            })
-            .map_or(0, |(crc, _)| crc);
+        self.expect_crc(piece, combine_crcs(crcs.into_iter()))
+    }
+
+    /// `crc` (unmasked, of the piece's bytes) is the one the index holds for `piece`.
+    fn expect_crc(&self, piece: &Entry, crc: u32) -> Result<()> {
         let actual = crc::mask(crc);
         if actual != piece.crc32c {
             return Err(BundleError::TensorChecksum {
@@ -194,16 +184,7 @@ impl BundleReader {
         if is_element_list(piece.dtype) {
             return self.decode_piece_strings(piece, bytes).map(drop);
         }
-        let actual = crc::mask(crc::crc32c(bytes));
-        if actual != piece.crc32c {
-            return Err(BundleError::TensorChecksum {
-                path: self.shard_path(piece.shard),
-                key: piece.key.clone(),
-                expected: piece.crc32c,
-                actual,
-            });
-        }
-        Ok(())
+        self.expect_crc(piece, crc::crc32c(bytes))
     }
 
     pub(super) fn decode_piece_strings(&self, piece: &Entry, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -263,11 +244,15 @@ pub(super) fn parallel_crc32c(bytes: &[u8]) -> u32 {
     if bytes.len() < PARALLEL_READ_MIN {
         return crc::crc32c(bytes);
     }
-    bytes
+    let crcs: Vec<(u32, usize)> = bytes
         .par_chunks(PARALLEL_READ_CHUNK)
         .map(|chunk| (crc::crc32c(chunk), chunk.len()))
-        .reduce_with(|(crc_a, len_a), (crc_b, len_b)| {
-            (crc::combine(crc_a, crc_b, len_b), len_a + len_b)
-        })
+        .collect();
+    combine_crcs(crcs.into_iter())
+}
+
+/// The CRC32C of consecutive chunks, given each chunk's CRC and length in order.
+fn combine_crcs(crcs: impl Iterator<Item = (u32, usize)>) -> u32 {
+    crcs.reduce(|(crc_a, len_a), (crc_b, len_b)| (crc::combine(crc_a, crc_b, len_b), len_a + len_b))
         .map_or(0, |(crc, _)| crc)
 }
