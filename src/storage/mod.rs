@@ -86,6 +86,26 @@ pub fn url_scheme(path: &Path) -> Option<&str> {
     ok.then_some(scheme)
 }
 
+/// How an object [`object::put`] may replace what is at the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Whatever is there is replaced.
+    Overwrite,
+    /// Only if nothing is there (`AlreadyExists` otherwise).
+    Create,
+    /// Only if the object there still has this entity tag (`AlreadyExists` otherwise).
+    Update(String),
+}
+
+/// What [`object::head`] tells of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its entity tag, where the store gives one.
+    pub e_tag: Option<String>,
+}
+
 /// The whole content of the file or object `path`.
 pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     if is_url(path) {

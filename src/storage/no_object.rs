@@ -6,26 +6,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::StorageError;
-
-/// How a [`put`] may replace what is at the key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Put {
-    /// Whatever is there is replaced.
-    Overwrite,
-    /// Only if nothing is there.
-    Create,
-    /// Only if the object there still has this entity tag.
-    Update(String),
-}
-
-/// What [`head`] tells of an object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Meta {
-    /// Its length in bytes.
-    pub size: u64,
-    /// Its entity tag.
-    pub e_tag: Option<String>,
-}
+pub use super::{Meta, Put};
 
 /// An object opened for ranged reads (never made without the feature).
 #[derive(Debug)]

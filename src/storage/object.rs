@@ -28,31 +28,12 @@ use object_store::{
 };
 
 use super::StorageError;
+pub use super::{Meta, Put};
 
 /// Objects larger than this are uploaded in parts of this size.
 pub const PART_SIZE: usize = 16 << 20;
 /// Parts of one upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 4;
-
-/// How a [`put`] may replace what is at the key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Put {
-    /// Whatever is there is replaced.
-    Overwrite,
-    /// Only if nothing is there (`AlreadyExists` otherwise).
-    Create,
-    /// Only if the object there still has this entity tag (`AlreadyExists` otherwise).
-    Update(String),
-}
-
-/// What [`head`] tells of an object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Meta {
-    /// Its length in bytes.
-    pub size: u64,
-    /// Its entity tag, where the store gives one.
-    pub e_tag: Option<String>,
-}
 
 /// Reads smaller than this are served from blocks of this size, fetched whole.
 const BLOCK: u64 = 2 << 20;
