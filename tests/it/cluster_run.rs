@@ -159,3 +159,69 @@ fn partitioned_saves_write_the_whole_plans_bytes_and_restores_bring_values_back(
         }
     }
 }
+
+/// A partition's sends and receives fail in one line, never hang, outside a cluster run or in
+/// a cluster that lacks their tasks.
+#[test]
+fn sends_outside_a_cluster_or_to_unknown_tasks_are_errors() {
+    let (module, saver) = plan_of("p1_two_tasks");
+    let parts = partition(
+        verified(&module),
+        &PartitionOptions::for_saver(&saver, SaverRun::Save, None),
+    )
+    .unwrap();
+    let part = &parts.partitions[0];
+    let graph = &part.module.graph;
+    let names: Vec<&str> = graph
+        .ops()
+        .into_iter()
+        .map(|id| graph.op(id).name.as_str())
+        .collect();
+    let feeds: Vec<String> = part
+        .feeds
+        .iter()
+        .map(|feed| format!("{}:0", feed.recv_op))
+        .collect();
+    let feeds: Vec<&str> = feeds.iter().map(String::as_str).collect();
+    let plan = CompiledPlan::compile(verified(&part.module), &names, &feeds).unwrap();
+    let store = VariableStore::new();
+    fill_variables(&module, &store, 1);
+    let io = BundleIo::default();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+    let values = || {
+        feeds
+            .iter()
+            .map(|_| HostTensor::string_scalar(prefix.as_str()))
+            .collect()
+    };
+
+    let error = plan
+        .run(&RunContext::new(&store).with_io(&io), values())
+        .unwrap_err();
+    let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
+    assert!(
+        text.contains("runs only in one task's partition of a cluster run"),
+        "{text}"
+    );
+
+    let rendezvous = LocalRendezvous::new(1);
+    let view = rendezvous.task(0).unwrap();
+    let cluster = ClusterRun {
+        rendezvous: &view,
+        tasks: &[ClusterTask {
+            job: "ps".into(),
+            replica: 0,
+            task: 0,
+        }],
+    };
+    let error = plan
+        .run(
+            &RunContext::new(&store).with_io(&io).with_cluster(cluster),
+            values(),
+        )
+        .unwrap_err();
+    let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
+    assert!(text.contains("is on no task of the cluster"), "{text}");
+    assert_eq!(rendezvous.pending(), 0, "nothing was sent");
+}
