@@ -19,7 +19,7 @@
 //! other task of the job.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -276,31 +276,47 @@ fn progress_thread(
     };
     let mut idle = 0u32;
     loop {
+        // Waits for the run's next command only as long as the backoff says, so that what
+        // arrives from MPI is still looked at every 100 µs at the latest.
+        let command = match wait(idle) {
+            None => commands
+                .try_recv()
+                .map_err(|error| error == TryRecvError::Disconnected),
+            Some(timeout) => commands
+                .recv_timeout(timeout)
+                .map_err(|error| error == RecvTimeoutError::Disconnected),
+        };
         let mut worked = false;
-        match commands.try_recv() {
-            Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => break,
+        match command {
+            Ok(Command::Shutdown) | Err(true) => break,
             Ok(command) => {
                 mover.command(command);
                 worked = true;
             }
-            Err(TryRecvError::Empty) => {}
+            Err(false) => {}
         }
         worked |= mover.receive_all();
         worked |= mover.complete_sends();
         idle = if worked { 0 } else { idle.saturating_add(1) };
-        pause(idle);
     }
     mover.shutdown();
     drop(mover);
     drop(universe);
 }
 
-/// Spins briefly, then sleeps longer the longer nothing happens (at most 1 ms).
-fn pause(idle: u32) {
+/// How long the progress thread may wait for a command after `idle` rounds with nothing to
+/// do: not at all at first (spinning, then yielding), then 1 µs more each round up to 100 µs.
+fn wait(idle: u32) -> Option<Duration> {
     match idle {
-        0..=64 => std::hint::spin_loop(),
-        65..=256 => std::thread::yield_now(),
-        _ => std::thread::sleep(Duration::from_micros(u64::from(idle.min(1000)))),
+        0..=64 => {
+            std::hint::spin_loop();
+            None
+        }
+        65..=256 => {
+            std::thread::yield_now();
+            None
+        }
+        _ => Some(Duration::from_micros(u64::from((idle - 256).min(100)))),
     }
 }
 
