@@ -61,6 +61,7 @@ mod targets;
 pub mod values;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use saveplan_ir::{Module, SaverNames, verify_module};
 
@@ -78,8 +79,9 @@ pub use options::{Mode, Plans, SessionOptions, UnknownMode};
 pub use runner::{Run, Runner};
 pub use targets::{infer_targets, meta_graph_targets};
 
+use crate::exec::rendezvous::{ClusterTask, Rendezvous, RendezvousKey};
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, CompiledPlan, Executor, HostTensor, StepEvent, VariableStore,
+    Backend, BundleIo, CheckpointIo, HostTensor, StepEvent, TaskPlans, VarKey, VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -93,6 +95,8 @@ pub struct Session {
     runner: Runner,
     bound: Bound,
     io: Box<dyn CheckpointIo + Send>,
+    /// When set, this process runs one task of the plans ([`Session::with_cluster`]).
+    cluster: Option<Arc<dyn Rendezvous>>,
 }
 
 /// Whether [`Session::from_spec`] traces the save plan alone: a graph-mode session that only
@@ -241,12 +245,12 @@ impl Session {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
         let compile = |verified, targets: &[&str], what| {
-            CompiledPlan::compile(verified, targets, &feeds)
-                .and_then(|plan| Executor::lazy(plan, options.backend))
-                .map_err(|source| SessionError::Compile {
+            TaskPlans::compile(verified, targets, &feeds, options.backend).map_err(|source| {
+                SessionError::Compile {
                     what,
                     source: Box::new(source),
-                })
+                }
+            })
         };
         // Four independent walks of one graph, done at the same time: the two plans, after
         // the verifier (the one place a graph to run enters: verified here, trusted by the
@@ -330,6 +334,7 @@ impl Session {
             io: Box::new(BundleIo {
                 write: options.write,
             }),
+            cluster: None,
         }
     }
 
@@ -337,6 +342,23 @@ impl Session {
     pub fn with_io(mut self, io: Box<dyn CheckpointIo + Send>) -> Session {
         self.io = io;
         self
+    }
+
+    /// The same session running one task of its plans, `rendezvous.task()`, in a cluster of
+    /// processes that meet through `rendezvous` (one process per task of the plan, in sorted
+    /// `(job, replica, task)` order: [`Session::tasks`]). Every process saves to and
+    /// restores from a prefix all of them reach. Without it (the default), every task runs
+    /// in this process.
+    pub fn with_cluster(mut self, rendezvous: Arc<dyn Rendezvous>) -> Session {
+        self.cluster = Some(rendezvous);
+        self
+    }
+
+    /// The tasks the plan of `call` runs on, sorted by `(job, replica, task)`: one
+    /// (`/job:localhost/replica:0/task:0` when its ops name no task) unless it spans several.
+    /// `None` in eager mode and for a plan left out.
+    pub fn tasks(&self, call: Call) -> Option<&[ClusterTask]> {
+        self.runner.task_plans(call).map(TaskPlans::tasks)
     }
 
     /// The targets the session runs.
@@ -354,16 +376,17 @@ impl Session {
         &self.bound.restored
     }
 
-    /// The compiled save plan; `None` in eager mode, which traces each call, and when
-    /// [`SessionOptions::plans`] left it out.
-    pub fn save_plan(&self) -> Option<&CompiledPlan> {
-        self.runner.plan(Call::Save)
+    /// The compiled save plan, task by task ([`TaskPlans::whole_plan`] when it runs whole);
+    /// `None` in eager mode, which traces each call, and when [`SessionOptions::plans`] left
+    /// it out.
+    pub fn save_plan(&self) -> Option<&TaskPlans> {
+        self.runner.task_plans(Call::Save)
     }
 
-    /// The compiled restore plan; `None` in eager mode and when [`SessionOptions::plans`]
-    /// left it out.
-    pub fn restore_plan(&self) -> Option<&CompiledPlan> {
-        self.runner.plan(Call::Restore)
+    /// The compiled restore plan, task by task; `None` in eager mode and when
+    /// [`SessionOptions::plans`] left it out.
+    pub fn restore_plan(&self) -> Option<&TaskPlans> {
+        self.runner.task_plans(Call::Restore)
     }
 
     /// The backend the plans (in eager mode, the traced functions) run on.
@@ -425,6 +448,65 @@ impl Session {
         self.run(Call::Restore, prefix, observer)
     }
 
+    /// In a cluster run ([`Session::with_cluster`]), after a restore: every other task sends
+    /// the variables it holds to task 0, which takes them into its own, so that task 0's
+    /// [`Session::values`] are the whole restore's. Returns whether this process holds them
+    /// (task 0, or a session without a cluster, which has nothing to gather).
+    pub fn gather(&self) -> Result<bool, SessionError> {
+        let Some(cluster) = self.cluster.as_deref() else {
+            return Ok(true);
+        };
+        let store = &self.bound.variables;
+        let (task, n_tasks) = (cluster.task(), cluster.n_tasks());
+        let key = |src: usize, what: String| {
+            RendezvousKey::new(src, 0, format!("saveplan/gather/{what}"))
+        };
+        let gathered = (|| -> Result<(), SessionError> {
+            if task != 0 {
+                let keys = store.keys();
+                let names = (keys.iter()).flat_map(|key| {
+                    [
+                        key.container.as_bytes().to_vec(),
+                        key.shared_name.as_bytes().to_vec(),
+                    ]
+                });
+                cluster.send(&key(task, "keys".into()), HostTensor::string_vector(names))?;
+                for (index, name) in keys.iter().enumerate() {
+                    let value = store.get(name).map_err(|source| SessionError::Variable {
+                        key: name.shared_name.clone(),
+                        source,
+                    })?;
+                    cluster.send(&key(task, index.to_string()), value)?;
+                }
+                return Ok(());
+            }
+            for src in 1..n_tasks {
+                let names = cluster.recv(&key(src, "keys".into()))?;
+                let names = names.strings().unwrap_or_default();
+                for (index, pair) in names.chunks_exact(2).enumerate() {
+                    let name = VarKey::new(
+                        String::from_utf8_lossy(&pair[0]),
+                        String::from_utf8_lossy(&pair[1]),
+                    );
+                    let value = cluster.recv(&key(src, index.to_string()))?;
+                    store
+                        .put(&name, value)
+                        .map_err(|source| SessionError::Variable {
+                            key: name.shared_name.clone(),
+                            source,
+                        })?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(err) = &gathered {
+            cluster.abort(&crate::exec::error_line(err));
+        }
+        gathered?;
+        cluster.barrier()?;
+        Ok(task == 0)
+    }
+
     /// The values of the variables the restore plan assigns, by checkpoint key: whole tensors
     /// shared with the variables, sliced ones assembled into their full shape. A sliced tensor
     /// whose restored slices do not cover its full shape is an error
@@ -445,6 +527,7 @@ impl Session {
             variables: &self.bound.variables,
             io: self.io.as_ref(),
             observer,
+            cluster: self.cluster.as_deref(),
         };
         self.runner.run(call, run).map_err(|err| match err {
             RunError::LeftOut { what } => SessionError::PlanLeftOut { what },
@@ -458,6 +541,7 @@ impl Session {
                 source,
             },
             RunError::Eager(source) => SessionError::Eager(source),
+            RunError::Cluster(source) => SessionError::Cluster(source),
             other => SessionError::Runner(Box::new(other)),
         })?;
         Ok(())

@@ -6,9 +6,11 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use saveplan::compile::{Compilation, Form, compile};
+use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::exec::{Backend, HostTensor, StepEvent};
 use saveplan::session::{
     CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
@@ -16,7 +18,7 @@ use saveplan::session::{
 use saveplan::trace::spec::SpecFile;
 use saveplan_ir::saver_ops::save_v2;
 
-use super::output::one_line;
+use super::output::{one_line, render_error};
 use super::values::write_values;
 
 /// Ends the life of `value` without running its destructor, for what a subcommand holds
@@ -138,6 +140,10 @@ pub fn restore_to_file_as(
             session.restore_observed(prefix, observer)
         })
     })?;
+    // In a cluster, task 0 gathers every task's values and writes the file alone.
+    if !session.gather()? {
+        return Ok(());
+    }
     let values = session
         .values()?
         .into_iter()
@@ -184,6 +190,62 @@ impl BackendArg {
             ..SessionOptions::default()
         })
     }
+}
+
+/// `--cluster`: run one task of the plan per process (`save`, `restore`, `run`).
+#[derive(Debug, clap::Args)]
+pub struct ClusterArg {
+    /// Run one task of the plan in this process, as one of a cluster: `mpi` under
+    /// `mpirun -n N` (N the plan's tasks; rank r runs task r in sorted (job, replica, task)
+    /// order; every rank reads the same --values, rank 0 writes --out). Needs a build with
+    /// the cargo feature `mpi`.
+    #[arg(long, value_name = "KIND", value_enum)]
+    cluster: Option<ClusterKind>,
+}
+
+/// The kinds of `--cluster`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ClusterKind {
+    /// One process per task, started by `mpirun`.
+    Mpi,
+}
+
+impl ClusterArg {
+    /// Joins the cluster asked for (MPI is initialized here): the rendezvous this process's
+    /// task meets the others through; `None` without `--cluster`.
+    pub fn join(&self) -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
+        match self.cluster {
+            None => Ok(None),
+            Some(ClusterKind::Mpi) => join_mpi(),
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn join_mpi() -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
+    let rendezvous = saveplan::exec::rendezvous::MpiRendezvous::start()
+        .context("--cluster mpi: cannot start MPI")?;
+    Ok(Some(Arc::new(rendezvous)))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn join_mpi() -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
+    bail!("--cluster mpi: this saveplan was built without MPI (cargo feature `mpi`)")
+}
+
+/// Runs `job`, this process's share of the work of `cluster` (when there is one): any error
+/// of it aborts the cluster's rendezvous with the error's line, so that the other processes
+/// stop at once (each saying which task failed and why) instead of waiting for this one.
+/// The rendezvous is let go of last: MPI ends when every process got there.
+pub fn in_cluster<T>(
+    cluster: Option<Arc<dyn Rendezvous>>,
+    job: impl FnOnce(Option<&Arc<dyn Rendezvous>>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let result = job(cluster.as_ref());
+    if let (Err(err), Some(cluster)) = (&result, &cluster) {
+        cluster.abort(&render_error(err));
+    }
+    result
 }
 
 /// `--mode` and `--backend`: how `save` and `restore` run a spec.

@@ -22,11 +22,15 @@ use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
     Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
+use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
-use super::common::{ModeArgs, free_at_exit, restore_to_file, restore_to_file_as, spec_session};
+use super::common::{
+    ClusterArg, ModeArgs, free_at_exit, in_cluster, restore_to_file, restore_to_file_as,
+    spec_session,
+};
 use super::output::{one_line, out};
 use super::values::{checkpoint_prefix, is_safetensors_name, prepare_out, write_values};
 
@@ -61,6 +65,8 @@ pub struct Args {
     expect: Option<Expect>,
     #[command(flatten)]
     run: ModeArgs,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 /// `--expect`: which assertion.
@@ -76,11 +82,24 @@ enum Expect {
 
 /// Runs `saveplan restore`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    in_cluster(args.cluster.join()?, |cluster| restore(&args, cluster))
+}
+
+/// `saveplan restore`: this process's task of it, with `cluster`.
+fn restore(
+    args: &Args,
+    cluster: Option<&Arc<dyn Rendezvous>>,
+) -> anyhow::Result<std::process::ExitCode> {
     let text = super::common::read_spec_text(&args.spec)?;
     // Where the values go is checked (and its folders made) before anything is read.
     prepare_out(&args.out)?;
+    let one_process = |what: &str| match cluster {
+        Some(_) => anyhow::bail!("--cluster: {what} restores in one process"),
+        None => Ok(()),
+    };
     if ObjectSpec::is_object_spec(&text) {
-        return restore_objects(&args, &text);
+        one_process("an object spec")?;
+        return restore_objects(args, &text);
     }
     if args.read || args.json || args.expect.is_some() {
         anyhow::bail!("--read, --json and --expect need an object spec");
@@ -92,15 +111,25 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     if let Some(reader) = &reader
         && is_object_based(reader)
     {
-        return restore_names_from_objects(&args, &text, reader);
+        one_process("a plain spec on an object-based checkpoint")?;
+        return restore_names_from_objects(args, &text, reader);
     }
     let options = SessionOptions {
         plans: Plans::RestoreOnly,
         ..args.run.options()?
     };
     let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
-    restore_to_file(&session, &prefix, &args.out)?;
-    free_at_exit(session);
+    match cluster {
+        None => {
+            restore_to_file(&session, &prefix, &args.out)?;
+            free_at_exit(session);
+        }
+        // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
+        Some(cluster) => {
+            let session = session.with_cluster(Arc::clone(cluster));
+            restore_to_file(&session, &prefix, &args.out)?;
+        }
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -15,13 +15,17 @@
 //! `AssignVariableOp`s (TF1: `Assign`s) it feeds write.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::export::{Loaded, read_graph_file};
 use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_graph_targets};
 use saveplan_ir::{Module, SaverNames};
 
-use super::common::{BackendArg, free_at_exit, restore_to_file, save, session_error};
+use super::common::{
+    BackendArg, ClusterArg, free_at_exit, in_cluster, restore_to_file, save, session_error,
+};
 use super::values::{checkpoint_prefix, prepare_out, read_values_beside, values_or_earlier_error};
 
 /// Arguments of `saveplan run`.
@@ -55,10 +59,26 @@ pub struct Args {
     out: Option<PathBuf>,
     #[command(flatten)]
     backend: BackendArg,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 /// Runs `saveplan run`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
+    in_cluster(args.cluster.join()?, |cluster| run_graph(&args, cluster))
+}
+
+/// `saveplan run`: this process's task of it, with `cluster`.
+fn run_graph(
+    args: &Args,
+    cluster: Option<&Arc<dyn Rendezvous>>,
+) -> anyhow::Result<std::process::ExitCode> {
+    // In a cluster the session shares the rendezvous, which ends MPI: it is freed, not
+    // left to the exit.
+    let joined = |session: Session| match cluster {
+        Some(cluster) => (session.with_cluster(Arc::clone(cluster)), true),
+        None => (session, false),
+    };
     // The job is known before the graph is read: a bad combination costs no loading, and the
     // session compiles only the plan the job runs.
     let job = match (&args.save, &args.values, &args.restore, &args.out) {
@@ -101,16 +121,22 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             })?;
             let session = Session::new_with_values(module, targets, options, read)
                 .map_err(|err| session_error(err, &args.graph, values))?;
+            let (session, in_cluster) = joined(session);
             save(&session, prefix)?;
-            free_at_exit((session, loaded));
+            if !in_cluster {
+                free_at_exit((session, loaded));
+            }
         }
         Job::Restore { prefix, out } => {
             prepare_out(out)?;
             let (loaded, targets) = load()?;
             let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
                 .with_context(|| format!("{}", args.graph.display()))?;
+            let (session, in_cluster) = joined(session);
             restore_to_file(&session, &checkpoint_prefix(Path::new(prefix))?, out)?;
-            free_at_exit((session, loaded));
+            if !in_cluster {
+                free_at_exit((session, loaded));
+            }
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

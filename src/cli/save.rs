@@ -10,12 +10,16 @@
 //! and backend options do not apply).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
+use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::session::{Plans, Session, SessionOptions};
 
-use super::common::{ModeArgs, free_at_exit, prefault, save, spec_session_with_values};
+use super::common::{
+    ClusterArg, ModeArgs, free_at_exit, in_cluster, prefault, save, spec_session_with_values,
+};
 use super::values::with_values_read_beside;
 
 /// Arguments of `saveplan save`.
@@ -34,15 +38,31 @@ pub struct Args {
     prefix: String,
     #[command(flatten)]
     run: ModeArgs,
+    #[command(flatten)]
+    cluster: ClusterArg,
 }
 
 /// Runs `saveplan save`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let text = super::common::read_spec_text(&args.spec)?;
-    if ObjectSpec::is_object_spec(&text) {
-        save_objects(&args.spec, &text, &args.values, &args.prefix)?;
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
+    in_cluster(args.cluster.join()?, |cluster| {
+        let text = super::common::read_spec_text(&args.spec)?;
+        if ObjectSpec::is_object_spec(&text) {
+            if cluster.is_some() {
+                anyhow::bail!("--cluster: an object spec saves in one process");
+            }
+            save_objects(&args.spec, &text, &args.values, &args.prefix)?;
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
+        save_spec(&args, &text, cluster)
+    })
+}
+
+/// `saveplan save` of a plain spec: this process's task of it, with `cluster`.
+fn save_spec(
+    args: &Args,
+    text: &str,
+    cluster: Option<&Arc<dyn Rendezvous>>,
+) -> anyhow::Result<std::process::ExitCode> {
     let options = SessionOptions {
         plans: Plans::SaveOnly,
         ..args.run.options()?
@@ -53,15 +73,21 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     // errors come first.
     let mut unread = None;
     let session = with_values_read_beside(&args.values, |reading| {
-        spec_session_with_values(&args.spec, &text, options, &args.values, || {
+        spec_session_with_values(&args.spec, text, options, &args.values, || {
             reading.wait().map_err(|err| unread = Some(err)).ok()
         })
     })?;
     if let Some(err) = unread {
         return Err(err);
     }
-    save(&session, &args.prefix)?;
-    free_at_exit(session);
+    match cluster {
+        None => {
+            save(&session, &args.prefix)?;
+            free_at_exit(session);
+        }
+        // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
+        Some(cluster) => save(&session.with_cluster(Arc::clone(cluster)), &args.prefix)?,
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }
 

@@ -142,6 +142,37 @@ pub enum ExecError {
         #[source]
         source: Box<KernelError>,
     },
+    /// A plan that spans several tasks could not be split by task.
+    #[error("cannot split the plan by task")]
+    Partition(#[source] Box<crate::partition::PartitionError>),
+    /// A partition the partitioner made does not verify (a bug of the partitioner).
+    #[error("the partition is not valid")]
+    InvalidPartition(#[source] saveplan_ir::VerifyErrors),
+    /// One task of a plan that spans several failed.
+    #[error("task {task}")]
+    Task {
+        /// The task, `/job:J/replica:R/task:T`.
+        task: String,
+        /// What failed there.
+        #[source]
+        source: Box<ExecError>,
+    },
+    /// A cluster of processes does not have one process per task of the plan.
+    #[error(
+        "the cluster has {processes} process(es) but the plan has {tasks} task(s) ({names}): \
+         start one process per task"
+    )]
+    ClusterSize {
+        /// The processes (MPI ranks) started.
+        processes: usize,
+        /// The tasks of the plan.
+        tasks: usize,
+        /// The tasks' names, sorted.
+        names: String,
+    },
+    /// The rendezvous of an in-process cluster run could not be made.
+    #[error(transparent)]
+    Rendezvous(Box<super::rendezvous::RendezvousError>),
     /// A backend this build does not include.
     #[error("backend `{backend}` is not built in (enable the cargo feature `{backend}`)")]
     BackendUnavailable {
@@ -244,4 +275,17 @@ impl KernelError {
     pub fn unsupported(what: impl Into<String>) -> KernelError {
         KernelError::Unsupported { what: what.into() }
     }
+}
+
+/// `err` and its sources on one line, `: `-separated (what a cluster's other tasks are told
+/// when one fails).
+pub fn error_line<E: std::error::Error + ?Sized>(err: &E) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
 }

@@ -57,6 +57,11 @@ impl Executor {
     /// Prepares `plan` for `backend` without generating the JIT's native code: the first
     /// [`Executor::run`] does (and reports a lowering error). Fails only if `backend` is not
     /// built in.
+    ///
+    /// A plan that receives from other tasks (a cluster partition, [`CompiledPlan::receives`])
+    /// runs on the interpreter whatever `backend` says: its scheduler waits for receives off
+    /// the pool ([`super::scheduler`]), where the JIT's queues would block a pool thread. Both
+    /// write the same bytes.
     pub fn lazy(
         plan: impl Into<Arc<CompiledPlan>>,
         backend: Backend,
@@ -64,6 +69,8 @@ impl Executor {
         let plan = plan.into();
         let backend = match backend {
             Backend::Interp => Prepared::Interp,
+            #[cfg(feature = "jit")]
+            Backend::Jit if plan.receives() => Prepared::Interp,
             #[cfg(feature = "jit")]
             Backend::Jit => Prepared::Jit(LazyJit::default()),
             #[cfg(not(feature = "jit"))]

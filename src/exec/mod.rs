@@ -27,6 +27,9 @@
 //!   other tensors: in one process ([`rendezvous::LocalRendezvous`]) or over MPI (feature `mpi`).
 //! * [`executor`]: [`Executor`], a plan prepared for a [`Backend`]: the interpreter or the JIT,
 //!   which run the same kernels in the same per-device order and write the same bytes.
+//! * [`cluster`]: [`TaskPlans`], how every compiled plan runs: whole when it names at most
+//!   one task, else split by task ([`crate::partition`]) and run task by task, all in this
+//!   process through a [`rendezvous::LocalRendezvous`] or one task per process.
 //!
 //! # Semantics worth knowing
 //!
@@ -57,6 +60,7 @@
 //! ```
 
 pub mod backend;
+pub mod cluster;
 pub mod error;
 pub mod executor;
 pub mod fuse;
@@ -74,7 +78,8 @@ mod typed;
 pub mod variables;
 
 pub use backend::{Backend, UnknownBackend};
-pub use error::{ExecError, KernelError};
+pub use cluster::TaskPlans;
+pub use error::{ExecError, KernelError, error_line};
 pub use executor::Executor;
 pub use io::{
     BundleIo, CheckpointIo, IoError, MergeFlags, OpenedBundleIo, OpenedBundles, RestoreRequest,

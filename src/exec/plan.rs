@@ -240,6 +240,17 @@ impl CompiledPlan {
         self.n_run_slots
     }
 
+    /// Whether the plan runs a `_Recv` (`_HostRecv`): a partition of a cluster run, whose
+    /// receives wait for other tasks.
+    pub fn receives(&self) -> bool {
+        (self.queues.iter().flat_map(|queue| &queue.steps)).any(|&id| self.is_receive(id))
+    }
+
+    /// Whether step `id` is a `_Recv` (`_HostRecv`).
+    pub fn is_receive(&self, id: StepId) -> bool {
+        matches!(self.step(id).work, Work::Kernel(Kernel::Recv(_)))
+    }
+
     /// Renumbers the slots so that those a run holds come first, in the order the plan's
     /// builder numbered them (feeds, then the queued steps' slots in step order), and the ones
     /// only folded steps use after them, in their old order. A fused plan of N variables

@@ -18,13 +18,26 @@
 //! When a kernel fails, its error (with the op's name and device) is kept, the run is marked
 //! cancelled, and drainers stop taking steps; ops already running finish. With several
 //! threads, if two ops fail at once the earlier-scheduled error wins.
+//!
+//! # Receives
+//!
+//! In one task's partition of a cluster run ([`RunContext::cluster`]), a `_Recv` waits for a
+//! value another task sends, which may come only after this task ran more steps. A drainer
+//! never waits for it: a ready receive is handed to the run's caller (the *pump*, which owns
+//! the run), which waits for it on a thread of its own and, once it arrived, readies its
+//! users as a finished step would. So no pool thread ever blocks on another task, however
+//! few threads the pool has and however many tasks share it. The pump ends the run when no
+//! drainer and no receive is left. The first error of such a run also aborts the cluster's
+//! rendezvous, so that the other tasks stop instead of waiting for what will never come.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
-use super::error::ExecError;
+use super::error::{ExecError, error_line};
 use super::fuse::run_fused;
 use super::plan::{CompiledPlan, StepId, Work};
 use super::step::{RunContext, StepInputs, fetch, finish_call, prepare_slots, run_kernel};
@@ -41,6 +54,22 @@ struct RunState<'p> {
     cancelled: AtomicBool,
     error: Mutex<Option<ExecError>>,
     finished: AtomicUsize,
+    /// In a cluster run whose plan receives: where drainers hand ready receives and report
+    /// that they ended, for the pump (see the module docs). `None` otherwise.
+    pump: Option<Mutex<Sender<Pumped>>>,
+    /// Drainers running plus receives handed to the pump and not yet finished by it (counted
+    /// only when `pump` is set): the run is over when none is left.
+    active: AtomicUsize,
+}
+
+/// What the pump of a cluster run hears.
+enum Pumped {
+    /// A receive is ready: wait for its value on a thread of its own.
+    Receive(StepId),
+    /// A receive ran (on its thread) with this result.
+    Received(StepId, Result<(), ExecError>),
+    /// A drainer ended with nothing left active at that moment.
+    Idle,
 }
 
 /// The ready steps of one queue and whether a drainer is active on it.
@@ -81,6 +110,13 @@ fn run(
             *pending[id.0 as usize].get_mut() = plan.step(id).deps.len();
         }
     }
+    // Only a partition of a cluster run receives; other runs never pay for the pump.
+    let (pump, pumped) = if cx.cluster.is_some() && plan.receives() {
+        let (sender, receiver) = channel();
+        (Some(Mutex::new(sender)), Some(receiver))
+    } else {
+        (None, None)
+    };
     let state = RunState {
         plan,
         cx,
@@ -90,17 +126,18 @@ fn run(
         cancelled: AtomicBool::new(false),
         error: Mutex::new(None),
         finished: AtomicUsize::new(0),
+        pump,
+        active: AtomicUsize::new(0),
     };
-    rayon::scope(|scope| {
-        // Steps folded into a fused step are in no queue and never run.
-        for queue in plan.queues() {
-            for &id in &queue.steps {
-                if plan.step(id).deps.is_empty() {
-                    state.make_ready(scope, id);
-                }
-            }
-        }
-    });
+    match pumped {
+        None => rayon::scope(|scope| state.start(scope)),
+        Some(pumped) => std::thread::scope(|threads| {
+            rayon::in_place_scope(|scope| {
+                state.start(scope);
+                state.pump(scope, threads, &pumped);
+            });
+        }),
+    }
     if let Some(err) = lock(&state.error).take() {
         return Err(err);
     }
@@ -115,7 +152,22 @@ fn run(
     Ok(fetch(plan, &state.slots))
 }
 
+/// How long a pump on a pool thread waits for news before helping the pool again.
+const PUMP_POLL: Duration = Duration::from_micros(200);
+
 impl<'p> RunState<'p> {
+    /// Readies every queued step without dependencies.
+    fn start<'s>(&'s self, scope: &rayon::Scope<'s>) {
+        // Steps folded into a fused step are in no queue and never run.
+        for queue in self.plan.queues() {
+            for &id in &queue.steps {
+                if self.plan.step(id).deps.is_empty() {
+                    self.make_ready(scope, id);
+                }
+            }
+        }
+    }
+
     /// Puts `step` on its queue and starts a drainer if the queue has none.
     fn make_ready<'s>(&'s self, scope: &rayon::Scope<'s>, id: StepId) {
         let queue = self.plan.step(id).queue.0 as usize;
@@ -125,7 +177,89 @@ impl<'p> RunState<'p> {
             !std::mem::replace(&mut queue_state.draining, true)
         };
         if start {
+            if self.pump.is_some() {
+                self.active.fetch_add(1, Ordering::AcqRel);
+            }
             scope.spawn(move |scope| self.drain(scope, queue));
+        }
+    }
+
+    /// Tells the pump `news` (a cluster run's only).
+    fn tell(&self, news: Pumped) {
+        if let Some(pump) = &self.pump {
+            // The pump holds the receiving end until the run is over.
+            let _ = lock(pump).send(news);
+        }
+    }
+
+    /// Readies the users of `id`, which finished, or records its error and cancels the run.
+    fn finished<'s>(&'s self, scope: &rayon::Scope<'s>, id: StepId, result: Result<(), ExecError>) {
+        match result {
+            Ok(()) => {
+                self.finished.fetch_add(1, Ordering::AcqRel);
+                for &user in &self.plan.step(id).users {
+                    if self.pending[user.0 as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.make_ready(scope, user);
+                    }
+                }
+            }
+            Err(err) => {
+                self.cancelled.store(true, Ordering::Release);
+                let mut first = lock(&self.error);
+                if first.is_none() {
+                    // The other tasks of a cluster stop too, and this task's pending
+                    // receives with them.
+                    if let Some(cluster) = self.cx.cluster {
+                        cluster.rendezvous.abort(&error_line(&err));
+                    }
+                    *first = Some(err);
+                }
+            }
+        }
+    }
+
+    /// The pump of a cluster run (on the run's own thread): starts each ready receive on a
+    /// thread of its own, finishes it once it ran, and returns when nothing is left active.
+    fn pump<'s, 't>(
+        &'s self,
+        scope: &rayon::Scope<'s>,
+        threads: &'t std::thread::Scope<'t, '_>,
+        pumped: &Receiver<Pumped>,
+    ) where
+        's: 't,
+    {
+        let on_pool = rayon::current_thread_index().is_some();
+        while self.active.load(Ordering::Acquire) > 0 {
+            let news = if on_pool {
+                // A pump on a pool thread must not hold the thread the drainers need.
+                match pumped.try_recv() {
+                    Ok(news) => news,
+                    Err(_) if rayon::yield_now() == Some(rayon::Yield::Executed) => continue,
+                    Err(_) => match pumped.recv_timeout(PUMP_POLL) {
+                        Ok(news) => news,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    },
+                }
+            } else {
+                match pumped.recv() {
+                    Ok(news) => news,
+                    Err(_) => return,
+                }
+            };
+            match news {
+                Pumped::Receive(id) => {
+                    let pump = lock(self.pump.as_ref().expect("a pumped run")).clone();
+                    threads.spawn(move || {
+                        let _ = pump.send(Pumped::Received(id, self.run_step(id)));
+                    });
+                }
+                Pumped::Received(id, result) => {
+                    self.finished(scope, id, result);
+                    self.active.fetch_sub(1, Ordering::AcqRel);
+                }
+                Pumped::Idle => {}
+            }
         }
     }
 
@@ -145,21 +279,20 @@ impl<'p> RunState<'p> {
                 }
                 next
             };
-            let Some(id) = next else { return };
-            match self.run_step(id) {
-                Ok(()) => {
-                    self.finished.fetch_add(1, Ordering::AcqRel);
-                    for &user in &self.plan.step(id).users {
-                        if self.pending[user.0 as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                            self.make_ready(scope, user);
-                        }
-                    }
+            let Some(id) = next else {
+                if self.pump.is_some() && self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.tell(Pumped::Idle);
                 }
-                Err(err) => {
-                    self.cancelled.store(true, Ordering::Release);
-                    lock(&self.error).get_or_insert(err);
-                }
+                return;
+            };
+            if self.pump.is_some() && self.plan.is_receive(id) {
+                // Counted until the pump finishes it.
+                self.active.fetch_add(1, Ordering::AcqRel);
+                self.tell(Pumped::Receive(id));
+                continue;
             }
+            let result = self.run_step(id);
+            self.finished(scope, id, result);
         }
     }
 

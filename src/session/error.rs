@@ -98,6 +98,9 @@ pub enum SessionError {
         #[source]
         source: Box<ExecError>,
     },
+    /// Another task of the cluster failed, or could not be reached, while this one waited.
+    #[error(transparent)]
+    Cluster(#[from] crate::exec::rendezvous::RendezvousError),
     /// The session's runner failed in a way a session's own plans never do (a captured save's
     /// files, a plan traced by the runner).
     #[error(transparent)]
@@ -377,4 +380,11 @@ pub enum RunError {
     /// Writing the files a captured save made failed.
     #[error(transparent)]
     Files(Box<IoError>),
+    /// Another task of the cluster failed (or could not be reached) while this one waited
+    /// for it.
+    #[error(transparent)]
+    Cluster(crate::exec::rendezvous::RendezvousError),
+    /// Eager mode runs its tasks in one process only.
+    #[error("eager mode runs in one process: a cluster run needs a compiled plan (graph mode)")]
+    EagerCluster,
 }

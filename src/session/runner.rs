@@ -31,10 +31,10 @@ use super::eager::EagerSaver;
 use super::error::RunError;
 use super::function_cache::{CacheEvent, Call};
 use super::options::Mode;
+use crate::exec::rendezvous::Rendezvous;
 use crate::exec::sync::lock;
 use crate::exec::{
-    Backend, CheckpointIo, CompiledPlan, Executor, HostTensor, RunContext, RunIo, StepEvent,
-    VariableStore,
+    Backend, CheckpointIo, HostTensor, RunContext, RunIo, StepEvent, TaskPlans, VariableStore,
 };
 use crate::trace::{TraceOptions, Trackable, VariableOps, trace_flat_save_as};
 
@@ -58,9 +58,9 @@ enum Runs {
     /// Compiled plans, run with the prefix fed after `save_feeds` (save) or alone (restore);
     /// `init`, the variables' initializer (TF1 graph mode), takes no feed.
     Compiled {
-        init: Option<Executor>,
-        save: Option<Executor>,
-        restore: Option<Executor>,
+        init: Option<TaskPlans>,
+        save: Option<TaskPlans>,
+        restore: Option<TaskPlans>,
         save_feeds: Vec<HostTensor>,
     },
     /// The eager saver and the options its calls trace with.
@@ -82,11 +82,19 @@ pub struct Run<'a> {
     pub io: &'a dyn CheckpointIo,
     /// Called after every step of a compiled plan.
     pub observer: Option<&'a (dyn Fn(&StepEvent<'_>) + Sync)>,
+    /// When set, this process runs one task of the plan, `cluster.task()`, and meets the
+    /// others (in other processes) through it ([`TaskPlans::run_task`]); when `None`, every
+    /// task runs here ([`TaskPlans::run`]).
+    pub cluster: Option<&'a dyn Rendezvous>,
 }
 
 impl Runner {
     /// A runner of compiled plans (either may be left out) on `backend`.
-    pub fn compiled(save: Option<Executor>, restore: Option<Executor>, backend: Backend) -> Runner {
+    pub fn compiled(
+        save: Option<TaskPlans>,
+        restore: Option<TaskPlans>,
+        backend: Backend,
+    ) -> Runner {
         Runner {
             runs: Runs::Compiled {
                 init: None,
@@ -111,7 +119,7 @@ impl Runner {
     /// The same runner with `init`, a plan that assigns the variables their initial values
     /// and takes no feed (TF1 graph mode's `global_variables_initializer()`), run by
     /// [`Runner::initialize`]. An eager runner is returned unchanged.
-    pub fn with_init(mut self, plan: Executor) -> Runner {
+    pub fn with_init(mut self, plan: TaskPlans) -> Runner {
         if let Runs::Compiled { init, .. } = &mut self.runs {
             *init = Some(plan);
         }
@@ -144,12 +152,12 @@ impl Runner {
         let plan = verify_module(&trace.module)
             .map_err(RunError::Invalid)
             .and_then(|verified| {
-                CompiledPlan::compile(
+                TaskPlans::compile(
                     verified,
                     &[trace.saver.save_target.as_str()],
                     &[trace.saver.filename_tensor_name.as_str()],
+                    backend,
                 )
-                .and_then(|plan| Executor::lazy(plan, backend))
                 .map_err(|source| RunError::Compile {
                     what: Call::Save.name(),
                     source: Box::new(source),
@@ -175,12 +183,12 @@ impl Runner {
         self.backend
     }
 
-    /// The compiled plan of `call`; `None` in eager mode, which traces each call, and for a
-    /// plan the runner was made without.
-    pub fn plan(&self, call: Call) -> Option<&CompiledPlan> {
+    /// The compiled plan of `call`, task by task; `None` in eager mode and for a plan the
+    /// runner was made without.
+    pub fn task_plans(&self, call: Call) -> Option<&TaskPlans> {
         match (&self.runs, call) {
-            (Runs::Compiled { save, .. }, Call::Save) => save.as_ref().map(Executor::plan),
-            (Runs::Compiled { restore, .. }, Call::Restore) => restore.as_ref().map(Executor::plan),
+            (Runs::Compiled { save, .. }, Call::Save) => save.as_ref(),
+            (Runs::Compiled { restore, .. }, Call::Restore) => restore.as_ref(),
             (Runs::Eager { .. }, _) => None,
         }
     }
@@ -198,23 +206,46 @@ impl Runner {
     /// (through one run's view of it, [`RunIo`], so its restores share what they open); a
     /// save holds the prefix's save lock ([`CheckpointIo::begin_save`]) until it ends. Returns
     /// what a compiled plan fetches (nothing in eager mode).
+    ///
+    /// With [`Run::cluster`], this process runs its task alone: task 0 takes the save lock
+    /// while the others wait at a barrier, every task meets the others at a barrier once its
+    /// share ran (so a task that failed, wherever it is, fails them all), and task 0 lets the
+    /// lock go last. Fetches held by other tasks are left out.
     pub fn run(&self, call: Call, run: Run<'_>) -> Result<Vec<HostTensor>, RunError> {
         let runs = self.runs_for(call)?;
+        // Every process finds the same, so none is left waiting: checked before the lock.
+        match (run.cluster, &runs) {
+            (Some(cluster), Ready::Plan(plan, _)) => plan
+                .check_cluster(cluster)
+                .map_err(|err| RunError::Plan(Box::new(err)))?,
+            (Some(_), Ready::Eager(..)) => return Err(RunError::EagerCluster),
+            (None, _) => {}
+        }
+        let lead = run.cluster.is_none_or(|cluster| cluster.task() == 0);
         // Held until the save ends: BundleIo's lock on the prefix.
-        let _guard = match call {
-            Call::Save => Some(
-                run.io
-                    .begin_save(run.prefix)
-                    .map_err(|err| RunError::Prefix(Box::new(err)))?,
-            ),
-            Call::Restore => None,
+        let guard = match call {
+            Call::Save if lead => Some(run.io.begin_save(run.prefix).map_err(|err| {
+                if let Some(cluster) = run.cluster {
+                    cluster.abort(&format!("cannot save to {}: {err}", run.prefix));
+                }
+                RunError::Prefix(Box::new(err))
+            })?),
+            _ => None,
         };
+        if let Some(cluster) = run.cluster {
+            cluster.barrier().map_err(RunError::Cluster)?;
+        }
         let io = RunIo::new(run.io);
         let mut cx = RunContext::new(run.variables).with_io(&io);
         if let Some(observer) = run.observer {
             cx = cx.with_observer(observer);
         }
-        runs.execute(call, run.prefix, &cx)
+        let fetched = runs.execute(call, run.prefix, &cx, run.cluster)?;
+        if let Some(cluster) = run.cluster {
+            cluster.barrier().map_err(RunError::Cluster)?;
+        }
+        drop(guard);
+        Ok(fetched)
     }
 
     /// Runs the initializer ([`Runner::with_init`]) on `variables`: no prefix, no file.
@@ -243,7 +274,7 @@ impl Runner {
         if let Some(observer) = run.observer {
             cx = cx.with_observer(observer);
         }
-        runs.execute(Call::Save, run.prefix, &cx)?;
+        runs.execute(Call::Save, run.prefix, &cx, run.cluster)?;
         Ok(recording.into_write(run.prefix))
     }
 
@@ -267,26 +298,38 @@ impl Runner {
 
 /// The plan (or saver) one call runs, with its fixed feeds.
 enum Ready<'r> {
-    Plan(&'r Executor, &'r [HostTensor]),
+    Plan(&'r TaskPlans, &'r [HostTensor]),
     Eager(&'r Mutex<EagerSaver>, &'r TraceOptions),
 }
 
 impl Ready<'_> {
-    /// Runs `call` with `prefix` on `cx`.
+    /// Runs `call` with `prefix` on `cx`: every task here, or `cluster`'s task alone.
     fn execute(
         self,
         call: Call,
         prefix: &str,
         cx: &RunContext<'_>,
+        cluster: Option<&dyn Rendezvous>,
     ) -> Result<Vec<HostTensor>, RunError> {
         match self {
             Ready::Plan(plan, fixed) => {
                 let mut feeds = Vec::with_capacity(fixed.len() + 1);
                 feeds.extend_from_slice(fixed);
                 feeds.push(HostTensor::string_scalar(prefix));
-                plan.run(cx, feeds)
-                    .map_err(|err| RunError::Plan(Box::new(err)))
+                let ran = match cluster {
+                    None => plan.run(cx, feeds),
+                    Some(cluster) => (plan.run_task(cluster, cx, &feeds))
+                        .map(|fetched| fetched.into_iter().flatten().collect()),
+                };
+                ran.map_err(|err| {
+                    // A failure before the plan ran (the cluster's size) stops the others too.
+                    if let Some(cluster) = cluster {
+                        cluster.abort(&crate::exec::error_line(&err));
+                    }
+                    RunError::Plan(Box::new(err))
+                })
             }
+            Ready::Eager(..) if cluster.is_some() => Err(RunError::EagerCluster),
             Ready::Eager(saver, options) => {
                 lock(saver)
                     .call(cx, call, prefix, options)

@@ -1,14 +1,17 @@
 //! Partitions run by task through the in-process rendezvous write the same checkpoint as the
 //! whole plan run in one piece, and restore the same values: for every partition case of
 //! `tests/fixtures/part/` (plans TensorFlow partitioned across 2 to 4 tasks), the save run's
-//! partitions, each on a thread of its own as each task runs on its own worker, leave files
-//! byte-identical to the unpartitioned save's; the restore run's partitions bring back every
-//! variable's value.
+//! partitions ([`TaskPlans`], each task on a thread of its own as each runs on its own
+//! worker) leave files byte-identical to the unpartitioned save's; the restore run's
+//! partitions bring back every variable's value. A task that fails stops the others, and the
+//! error names it.
 
 use std::path::Path;
 
 use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous};
-use saveplan::exec::{BundleIo, CompiledPlan, HostTensor, RunContext, VariableStore};
+use saveplan::exec::{
+    Backend, BundleIo, CompiledPlan, HostTensor, RunContext, TaskPlans, VariableStore,
+};
 use saveplan::partition::{PartitionOptions, SaverRun, partition};
 use saveplan_ir::{Module, SaverDef};
 
@@ -43,8 +46,8 @@ fn run_whole(
     .unwrap();
 }
 
-/// Runs `run` of `saver` partitioned by task, each partition on a thread of its own, meeting
-/// the others through one `LocalRendezvous`.
+/// Runs `run` of `saver` as every compiled plan runs ([`TaskPlans`]): split by task, each
+/// task on a thread of its own, meeting the others through a `LocalRendezvous`.
 fn run_partitioned(
     module: &Module,
     saver: &SaverDef,
@@ -52,64 +55,28 @@ fn run_partitioned(
     store: &VariableStore,
     prefix: &str,
 ) {
-    let parts = partition(
+    let target = match run {
+        SaverRun::Save => &saver.save_tensor_name,
+        SaverRun::Restore => &saver.restore_op_name,
+    };
+    let plans = TaskPlans::compile(
         verified(module),
-        &PartitionOptions::for_saver(saver, run, None),
+        &[target],
+        &[&saver.filename_tensor_name],
+        Backend::Interp,
     )
     .unwrap();
-    let tasks: Vec<ClusterTask> = (parts.partitions.iter())
-        .map(|part| ClusterTask {
-            job: part.task.job.clone(),
-            replica: part.task.replica,
-            task: part.task.task,
-        })
-        .collect();
-    let rendezvous = LocalRendezvous::new(tasks.len());
+    assert!(
+        plans.tasks().len() > 1 && plans.whole_plan().is_none(),
+        "the case spans tasks"
+    );
     let io = BundleIo::default();
-    std::thread::scope(|scope| {
-        for (index, part) in parts.partitions.iter().enumerate() {
-            let view = rendezvous.task(index).unwrap();
-            let (tasks, io) = (&tasks, &io);
-            scope.spawn(move || {
-                let graph = &part.module.graph;
-                let names: Vec<&str> = graph
-                    .ops()
-                    .into_iter()
-                    .map(|id| graph.op(id).name.as_str())
-                    .collect();
-                let feeds: Vec<String> = part
-                    .feeds
-                    .iter()
-                    .map(|feed| format!("{}:0", feed.recv_op))
-                    .collect();
-                let feeds: Vec<&str> = feeds.iter().map(String::as_str).collect();
-                let plan = CompiledPlan::compile(verified(&part.module), &names, &feeds)
-                    .unwrap_or_else(|error| panic!("{}: {error}", part.task));
-                let values = feeds
-                    .iter()
-                    .map(|_| HostTensor::string_scalar(prefix))
-                    .collect();
-                let cluster = ClusterRun {
-                    rendezvous: &view,
-                    tasks,
-                };
-                // A pool of its own, a thread per queue: a receive waiting on one queue never
-                // holds up a queue whose send it waits for.
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(plan.queues().len().max(1))
-                    .build()
-                    .unwrap();
-                pool.install(|| {
-                    plan.run(
-                        &RunContext::new(store).with_io(io).with_cluster(cluster),
-                        values,
-                    )
-                })
-                .unwrap_or_else(|error| panic!("{}: {error}", part.task));
-            });
-        }
-    });
-    assert_eq!(rendezvous.pending(), 0, "every value sent was received");
+    plans
+        .run(
+            &RunContext::new(store).with_io(&io),
+            vec![HostTensor::string_scalar(prefix)],
+        )
+        .unwrap();
 }
 
 #[test]
@@ -224,4 +191,47 @@ fn sends_outside_a_cluster_or_to_unknown_tasks_are_errors() {
     let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
     assert!(text.contains("is on no task of the cluster"), "{text}");
     assert_eq!(rendezvous.pending(), 0, "nothing was sent");
+}
+
+/// A task that fails stops every other task of the run (none is left waiting for a value
+/// that will never come), the error names the failing task and what it reported, and nothing
+/// is published at the prefix: for each case, with the variable of each task in turn left
+/// without a value.
+#[test]
+fn a_failing_task_stops_the_others_and_is_named() {
+    for case in CASES {
+        let (module, saver) = plan_of(case);
+        let plans = TaskPlans::compile(
+            verified(&module),
+            &[&saver.save_tensor_name],
+            &[&saver.filename_tensor_name],
+            Backend::Interp,
+        )
+        .unwrap();
+        let probe = VariableStore::new();
+        let filled = fill_variables(&module, &probe, 3);
+        for (missing, _) in &filled {
+            let store = VariableStore::new();
+            fill_variables(&module, &store, 3);
+            store.take(missing).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+            let io = BundleIo::default();
+            let error = plans
+                .run(
+                    &RunContext::new(&store).with_io(&io),
+                    vec![HostTensor::string_scalar(prefix.as_str())],
+                )
+                .unwrap_err();
+            let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
+            assert!(
+                text.starts_with("task /job:") && text.contains(&missing.shared_name),
+                "{case}, {missing:?}: {text}"
+            );
+            assert!(
+                !dir.path().join("ckpt.index").exists(),
+                "{case}: a failed save published a checkpoint"
+            );
+        }
+    }
 }

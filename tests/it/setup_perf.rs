@@ -113,7 +113,7 @@ fn a_lazy_executor_generates_native_code_only_when_asked() {
         SessionOptions::default(),
     )
     .unwrap();
-    let plan = session.save_plan().unwrap().clone();
+    let plan = session.save_plan().unwrap().whole_plan().unwrap().clone();
     let lazy = Executor::lazy(plan.clone(), Backend::Jit).unwrap();
     assert_eq!(lazy.backend(), Backend::Jit);
     assert!(lazy.jit_plan().is_none());

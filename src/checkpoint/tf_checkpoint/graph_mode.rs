@@ -25,8 +25,8 @@ use super::Checkpoint;
 use super::write::{counter_tensor, shape_of};
 use crate::checkpoint::CheckpointError;
 use crate::exec::{
-    Backend, BundleIo, CompiledPlan, ExecError, Executor, HostTensor, IoError, VarKey,
-    VariableError, VariableStore,
+    Backend, BundleIo, ExecError, HostTensor, IoError, TaskPlans, VarKey, VariableError,
+    VariableStore,
 };
 use crate::export::object_graph::encode;
 use crate::session::{Call, Run, RunError, Runner};
@@ -257,8 +257,7 @@ impl GraphModeWrite {
         let verified =
             verify_module(module).map_err(|errors| fail(GraphModeFailure::Invalid(errors)))?;
         let compile = |what: &'static str, targets: &[&str], feeds: &[&str]| {
-            CompiledPlan::compile(verified, targets, feeds)
-                .and_then(|plan| Executor::new(plan, backend))
+            TaskPlans::compile(verified, targets, feeds, backend)
                 .map_err(|source| fail(GraphModeFailure::Compile { what, source }))
         };
         let init = compile("init", &[self.init_op()], &[])?;
@@ -331,6 +330,7 @@ impl GraphModeSession {
             variables: &self.store,
             io: &self.io,
             observer: None,
+            cluster: None,
         }
     }
 

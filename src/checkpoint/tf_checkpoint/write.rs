@@ -132,6 +132,7 @@ impl Checkpoint {
                 variables: &variables,
                 io: &io,
                 observer: None,
+                cluster: None,
             })
             .map_err(|source| write_error(write_failure(source)))?;
         Ok(Write { captured, io })

@@ -67,6 +67,11 @@ impl LocalRendezvous {
         })
     }
 
+    /// The first abort, if any: the aborting task and its reason.
+    pub fn aborted(&self) -> Option<(usize, String)> {
+        lock(&self.state).aborted.clone()
+    }
+
     /// Values sent and not yet received (a finished run leaves none).
     pub fn pending(&self) -> usize {
         lock(&self.state).mailbox.len()

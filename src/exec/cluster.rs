@@ -1,0 +1,366 @@
+//! [`TaskPlans`]: a plan compiled once per task of its cluster, run as TensorFlow's workers
+//! run it. This is how every compiled plan runs, in one process or in many.
+//!
+//! A plan whose ops name at most one task (`/job:J/replica:R/task:T`; most plans name none)
+//! is its own one partition: it compiles and runs whole, exactly as [`CompiledPlan::compile`]
+//! and [`Executor::run`] do. A plan that spans several tasks is split by
+//! [`crate::partition`] (one graph per task, a send/receive pair on every edge that crosses
+//! tasks), and each partition is compiled on its own. Then either
+//!
+//! * [`TaskPlans::run`] runs every task in this process, each on a thread of its own, meeting
+//!   through a [`LocalRendezvous`] (the single-process executor), or
+//! * [`TaskPlans::run_task`] runs one task, the rendezvous's own, meeting the others through
+//!   whatever rendezvous the caller gives (`MpiRendezvous` under `mpirun`: task `r` on rank
+//!   `r`).
+//!
+//! Both run the same partitions through the same scheduler, whose receives never block a pool
+//! thread ([`super::scheduler`]), so the files a plan writes are the same either way and the
+//! same as the whole plan's (`tests/it/cluster_run.rs`). The first failing task aborts the
+//! rendezvous; the others stop, and the error returned is the failing task's own, with the
+//! task named.
+
+use std::collections::HashMap;
+
+use saveplan_ir::device::DeviceSpec;
+use saveplan_ir::{Module, TensorName, Verified, verify_module};
+
+use super::backend::Backend;
+use super::error::ExecError;
+use super::executor::Executor;
+use super::plan::CompiledPlan;
+use super::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous, Rendezvous};
+use super::step::RunContext;
+use super::tensor::HostTensor;
+use crate::partition::{PartitionOptions, partition};
+
+/// A plan compiled per task: see the [module docs](self).
+#[derive(Debug)]
+pub struct TaskPlans {
+    /// The tasks that run something, sorted by `(job, replica, task)`: task `i` runs
+    /// `plans[i]`. One task (possibly `/job:localhost/replica:0/task:0`) for a whole plan.
+    tasks: Vec<ClusterTask>,
+    plans: Vec<TaskPlan>,
+    /// Per fetch of the whole plan (its tensor targets, in order): the task whose plan
+    /// fetches it, and where among that plan's fetches.
+    fetches: Vec<(usize, usize)>,
+}
+
+/// What one task runs.
+#[derive(Debug)]
+struct TaskPlan {
+    executor: Executor,
+    /// Per feed of the task's plan: the whole plan's feed it takes (only the client's task,
+    /// where the feeds arrive, has any).
+    feeds: Vec<usize>,
+}
+
+impl TaskPlans {
+    /// Compiles `module` for `targets` with `feeds` (as [`CompiledPlan::compile`] takes them)
+    /// for `backend`: whole if it names at most one task, else one plan per task of its
+    /// partitions. A JIT's native code is made at each plan's first run ([`Executor::lazy`]).
+    pub fn compile(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+        backend: Backend,
+    ) -> Result<TaskPlans, ExecError> {
+        if let Some(task) = one_task(module.module()) {
+            return TaskPlans::whole(module, targets, feeds, backend, task);
+        }
+        let options = PartitionOptions {
+            targets: targets.iter().map(|&target| target.to_owned()).collect(),
+            feeds: feeds.iter().map(|&feed| feed.to_owned()).collect(),
+            client: None,
+        };
+        let parts =
+            partition(module, &options).map_err(|err| ExecError::Partition(Box::new(err)))?;
+        if parts.partitions.len() <= 1 {
+            let task = parts
+                .partitions
+                .first()
+                .map_or(parts.client, |part| part.task.clone());
+            return TaskPlans::whole(module, targets, feeds, backend, cluster_task(&task));
+        }
+        // Which task each original op went to, for the targets.
+        let mut task_of_op: HashMap<&str, usize> = HashMap::new();
+        for (index, part) in parts.partitions.iter().enumerate() {
+            task_of_op.extend(part.original_ops().map(|name| (name, index)));
+        }
+        let mut local_targets: Vec<Vec<&str>> = vec![Vec::new(); parts.partitions.len()];
+        let mut fetches = Vec::new();
+        let mut n_fetches = vec![0usize; parts.partitions.len()];
+        for &target in targets {
+            let name = TensorName::parse(target).map_err(|_| ExecError::BadTensorName {
+                name: target.to_owned(),
+            })?;
+            let task = *task_of_op
+                .get(name.op)
+                .ok_or_else(|| ExecError::UnknownOp {
+                    name: name.op.to_owned(),
+                })?;
+            local_targets[task].push(target);
+            if name.output.is_some() {
+                fetches.push((task, n_fetches[task]));
+                n_fetches[task] += 1;
+            }
+        }
+        // A task's plan fetches its own tensor targets first, in the whole plan's order, so
+        // fetch `k` of a task is its `k`-th tensor target whatever op targets follow.
+        for targets in &mut local_targets {
+            targets.sort_by_key(|target| {
+                TensorName::parse(target).map_or(true, |name| name.output.is_none())
+            });
+        }
+        let plans = (parts.partitions.iter().zip(&local_targets))
+            .map(|(part, targets)| {
+                let mut wanted: Vec<&str> = targets.clone();
+                // Every send runs: another task waits for it.
+                wanted.extend(part.sends.iter().map(|edge| edge.send_op.as_str()));
+                let recv_feeds: Vec<String> = (part.feeds.iter())
+                    .map(|feed| format!("{}:0", feed.recv_op))
+                    .collect();
+                let recv_feeds: Vec<&str> = recv_feeds.iter().map(String::as_str).collect();
+                let feeds = (part.feeds.iter())
+                    .map(|feed| {
+                        (feeds.iter())
+                            .position(|&given| same_tensor(given, &feed.tensor))
+                            .ok_or_else(|| ExecError::UnknownOp {
+                                name: feed.tensor.clone(),
+                            })
+                    })
+                    .collect::<Result<Vec<usize>, ExecError>>()?;
+                let verified = verify_module(&part.module).map_err(|err| ExecError::Task {
+                    task: part.task.to_string(),
+                    source: Box::new(ExecError::InvalidPartition(err)),
+                })?;
+                let plan =
+                    CompiledPlan::compile(verified, &wanted, &recv_feeds).map_err(|err| {
+                        ExecError::Task {
+                            task: part.task.to_string(),
+                            source: Box::new(err),
+                        }
+                    })?;
+                Ok(TaskPlan {
+                    executor: Executor::lazy(plan, backend)?,
+                    feeds,
+                })
+            })
+            .collect::<Result<Vec<TaskPlan>, ExecError>>()?;
+        Ok(TaskPlans {
+            tasks: (parts.partitions.iter())
+                .map(|part| cluster_task(&part.task))
+                .collect(),
+            plans,
+            fetches,
+        })
+    }
+
+    /// The plan compiled whole, run by `task`.
+    fn whole(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+        backend: Backend,
+        task: ClusterTask,
+    ) -> Result<TaskPlans, ExecError> {
+        let plan = CompiledPlan::compile(module, targets, feeds)?;
+        let fetches = (0..plan.fetches().len()).map(|index| (0, index)).collect();
+        Ok(TaskPlans {
+            tasks: vec![task],
+            plans: vec![TaskPlan {
+                executor: Executor::lazy(plan, backend)?,
+                feeds: (0..feeds.len()).collect(),
+            }],
+            fetches,
+        })
+    }
+
+    /// The tasks that run something, sorted by `(job, replica, task)` (task `i` of
+    /// [`TaskPlans::run_task`] is `tasks()[i]`).
+    pub fn tasks(&self) -> &[ClusterTask] {
+        &self.tasks
+    }
+
+    /// The compiled plan, when it runs whole on one task; `None` for a partitioned plan
+    /// ([`TaskPlans::task_plan`] gives each task's).
+    pub fn whole_plan(&self) -> Option<&CompiledPlan> {
+        match &*self.plans {
+            [one] => Some(one.executor.plan()),
+            _ => None,
+        }
+    }
+
+    /// The compiled plan of task `index`.
+    pub fn task_plan(&self, index: usize) -> Option<&CompiledPlan> {
+        self.plans.get(index).map(|plan| plan.executor.plan())
+    }
+
+    /// Runs every task's plan in this process with `feeds` (the whole plan's, in compile
+    /// order), each task on a thread of its own meeting the others through a
+    /// [`LocalRendezvous`], and returns the whole plan's fetches in target order. A plan that
+    /// runs whole runs on the calling thread, as [`Executor::run`].
+    pub fn run(
+        &self,
+        cx: &RunContext<'_>,
+        feeds: Vec<HostTensor>,
+    ) -> Result<Vec<HostTensor>, ExecError> {
+        if let [whole] = &*self.plans {
+            return whole.executor.run(cx, feeds);
+        }
+        let rendezvous = LocalRendezvous::new(self.plans.len());
+        let results: Vec<Result<Vec<HostTensor>, ExecError>> = std::thread::scope(|threads| {
+            let running: Vec<_> = (self.plans.iter().enumerate())
+                .map(|(index, plan)| {
+                    let view = rendezvous.task(index);
+                    let feeds = plan.feeds.iter().map(|&at| feeds[at].clone()).collect();
+                    threads.spawn(move || {
+                        let view = view.map_err(|err| ExecError::Rendezvous(Box::new(err)))?;
+                        let cluster = ClusterRun {
+                            rendezvous: &view,
+                            tasks: &self.tasks,
+                        };
+                        plan.executor.run(&cx.with_cluster(cluster), feeds)
+                    })
+                })
+                .collect();
+            (running.into_iter())
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        // The task that failed first aborted the others: its error is the one to report.
+        let first = rendezvous.aborted().map(|(task, _)| task);
+        let mut outputs = Vec::with_capacity(results.len());
+        let mut failed = None;
+        for (index, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(fetched) => outputs.push(fetched),
+                Err(err) if failed.is_none() || first == Some(index) => {
+                    failed = Some(self.task_error(index, err));
+                    outputs.push(Vec::new());
+                }
+                Err(_) => outputs.push(Vec::new()),
+            }
+        }
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        let mut outputs: Vec<std::vec::IntoIter<HostTensor>> =
+            outputs.into_iter().map(Vec::into_iter).collect();
+        Ok((self.fetches.iter())
+            .map(|&(task, _)| outputs[task].next().expect("a task fetches its targets"))
+            .collect())
+    }
+
+    /// Runs task `rendezvous.task()`'s plan, meeting the other tasks (in other processes)
+    /// through `rendezvous`, with `feeds` (the whole plan's, in compile order; only the
+    /// client's task takes any). Returns the whole plan's fetches in target order, `None`
+    /// where another task fetches it. The rendezvous must have one task per task of the plan.
+    pub fn run_task(
+        &self,
+        rendezvous: &dyn Rendezvous,
+        cx: &RunContext<'_>,
+        feeds: &[HostTensor],
+    ) -> Result<Vec<Option<HostTensor>>, ExecError> {
+        self.check_cluster(rendezvous)?;
+        let index = rendezvous.task();
+        let plan = &self.plans[index];
+        let cluster = ClusterRun {
+            rendezvous,
+            tasks: &self.tasks,
+        };
+        let fed = plan.feeds.iter().map(|&at| feeds[at].clone()).collect();
+        let mut fetched = (plan.executor.run(&cx.with_cluster(cluster), fed))
+            .map_err(|err| self.task_error(index, err))?
+            .into_iter();
+        Ok((self.fetches.iter())
+            .map(|&(task, _)| if task == index { fetched.next() } else { None })
+            .collect())
+    }
+
+    /// Whether `rendezvous` has one task per task of the plan, as [`TaskPlans::run_task`]
+    /// needs ([`ExecError::ClusterSize`] if not). Every process of the cluster finds the same.
+    pub fn check_cluster(&self, rendezvous: &dyn Rendezvous) -> Result<(), ExecError> {
+        if rendezvous.n_tasks() != self.tasks.len() {
+            return Err(ExecError::ClusterSize {
+                processes: rendezvous.n_tasks(),
+                tasks: self.tasks.len(),
+                names: task_names(&self.tasks),
+            });
+        }
+        Ok(())
+    }
+
+    /// `err` of task `index`, naming the task when the plan spans several.
+    fn task_error(&self, index: usize, err: ExecError) -> ExecError {
+        if self.plans.len() == 1 {
+            return err;
+        }
+        ExecError::Task {
+            task: task_name(&self.tasks[index]),
+            source: Box::new(err),
+        }
+    }
+}
+
+/// `/job:J/replica:R/task:T`.
+fn task_name(task: &ClusterTask) -> String {
+    format!(
+        "/job:{}/replica:{}/task:{}",
+        task.job, task.replica, task.task
+    )
+}
+
+/// The tasks' names, comma-separated.
+fn task_names(tasks: &[ClusterTask]) -> String {
+    tasks.iter().map(task_name).collect::<Vec<_>>().join(", ")
+}
+
+fn cluster_task(task: &crate::partition::Task) -> ClusterTask {
+    ClusterTask {
+        job: task.job.clone(),
+        replica: task.replica,
+        task: task.task,
+    }
+}
+
+/// Whether `given` (a feed as the caller named it) and `tensor` (`op:N`) are one tensor.
+fn same_tensor(given: &str, tensor: &str) -> bool {
+    given == tensor || tensor.strip_suffix(":0") == Some(given)
+}
+
+/// The one task every op of `module` is on, when its ops name at most one: the task they
+/// name, or `/job:localhost/replica:0/task:0` when none names a job. `None` when they name
+/// several (or a device does not parse: the partitioner reports it). Each distinct device
+/// string is parsed once, so a plan of N ops costs N hash lookups.
+fn one_task(module: &Module) -> Option<ClusterTask> {
+    let graph = &module.graph;
+    let mut seen: HashMap<&str, ()> = HashMap::new();
+    let mut found: Option<ClusterTask> = None;
+    for id in graph.ops() {
+        let device: &str = &graph.op(id).device;
+        if seen.insert(device, ()).is_some() {
+            continue;
+        }
+        let spec = DeviceSpec::parse(device).ok()?;
+        let Some(job) = spec.job else { continue };
+        let task = ClusterTask {
+            job,
+            replica: spec.replica.unwrap_or(0),
+            task: spec.task.unwrap_or(0),
+        };
+        match &found {
+            Some(known) if *known != task => return None,
+            Some(_) => {}
+            None => found = Some(task),
+        }
+    }
+    Some(found.unwrap_or(ClusterTask {
+        job: "localhost".to_owned(),
+        replica: 0,
+        task: 0,
+    }))
+}
