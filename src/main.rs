@@ -4,7 +4,6 @@
     clippy::print_stderr,
     reason = "the CLI is the one place that prints; stdout goes through `cli::output::out!`"
 )]
-
 mod cli;
 
 /// mimalloc, faster than the system allocator on the many small objects of a large plan.
@@ -24,7 +23,11 @@ fn main() -> std::process::ExitCode {
         // The reader of our stdout left (`saveplan graph show F | head -1`): nothing to say.
         Err(err) if cli::is_broken_pipe(&err) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", cli::render_error(&err));
+            // One write: the processes of a cluster share one stderr under `mpirun`, and a
+            // line written in pieces would interleave with theirs.
+            use std::io::Write;
+            let line = format!("error: {}\n", cli::render_error(&err));
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
             std::process::ExitCode::FAILURE
         }
     }

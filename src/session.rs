@@ -245,12 +245,11 @@ impl Session {
         let restore_targets: Vec<&str> =
             targets.restore_targets.iter().map(String::as_str).collect();
         let compile = |verified, targets: &[&str], what| {
-            TaskPlans::compile(verified, targets, &feeds, options.backend).map_err(|source| {
-                SessionError::Compile {
+            TaskPlans::compile_for(verified, targets, &feeds, options.backend, options.task)
+                .map_err(|source| SessionError::Compile {
                     what,
                     source: Box::new(source),
-                }
-            })
+                })
         };
         // Four independent walks of one graph, done at the same time: the two plans, after
         // the verifier (the one place a graph to run enters: verified here, trusted by the
@@ -349,7 +348,35 @@ impl Session {
     /// `(job, replica, task)` order: [`Session::tasks`]). Every process saves to and
     /// restores from a prefix all of them reach. Without it (the default), every task runs
     /// in this process.
+    ///
+    /// The variables only other tasks use are let go of here: give every value first
+    /// ([`Session::assign`] takes the whole map, the same in every process), and this process
+    /// keeps its task's alone (values memory-mapped from a file are then never read for the
+    /// others).
     pub fn with_cluster(mut self, rendezvous: Arc<dyn Rendezvous>) -> Session {
+        let task = rendezvous.task();
+        // Only when every plan is split by task (a whole plan uses every variable).
+        let plans: Vec<&TaskPlans> = [Call::Save, Call::Restore]
+            .into_iter()
+            .filter_map(|call| self.runner.task_plans(call))
+            .collect();
+        let used: Option<Vec<&VarKey>> = (!plans.is_empty())
+            .then(|| {
+                (plans.iter())
+                    .map(|plans| plans.task_variables(task))
+                    .collect::<Option<Vec<&[VarKey]>>>()
+            })
+            .flatten()
+            .map(|lists| lists.into_iter().flatten().collect());
+        if let Some(mut used) = used {
+            used.sort_unstable();
+            let store = &self.bound.variables;
+            for key in store.keys() {
+                if used.binary_search(&&key).is_err() {
+                    store.take(&key);
+                }
+            }
+        }
         self.cluster = Some(rendezvous);
         self
     }

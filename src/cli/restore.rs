@@ -116,6 +116,7 @@ fn restore(
     }
     let options = SessionOptions {
         plans: Plans::RestoreOnly,
+        task: cluster.map(|cluster| cluster.task()),
         ..args.run.options()?
     };
     let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);

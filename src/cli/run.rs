@@ -87,6 +87,7 @@ fn run_graph(
         _ => bail!("give either --save P --values FILE or --restore P --out FILE"),
     };
     let options = SessionOptions {
+        task: cluster.map(|cluster| cluster.task()),
         plans: match job {
             Job::Save { .. } => Plans::SaveOnly,
             Job::Restore { .. } => Plans::RestoreOnly,

@@ -65,6 +65,7 @@ fn save_spec(
 ) -> anyhow::Result<std::process::ExitCode> {
     let options = SessionOptions {
         plans: Plans::SaveOnly,
+        task: cluster.map(|cluster| cluster.task()),
         ..args.run.options()?
     };
     // The values file is read while the spec traces, and its values are put into the

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use saveplan_ir::device::DeviceSpec;
-use saveplan_ir::{Module, TensorName, Verified, verify_module};
+use saveplan_ir::{AttrValue, Module, Op, TensorName, Verified, verify_module};
 
 use super::backend::Backend;
 use super::error::ExecError;
@@ -31,7 +31,9 @@ use super::plan::CompiledPlan;
 use super::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous, Rendezvous};
 use super::step::RunContext;
 use super::tensor::HostTensor;
-use crate::partition::{PartitionOptions, partition};
+use super::variables::VarKey;
+use crate::partition::{Partition, PartitionOptions, partition};
+use rayon::prelude::*;
 
 /// A plan compiled per task: see the [module docs](self).
 #[derive(Debug)]
@@ -48,7 +50,10 @@ pub struct TaskPlans {
 /// What one task runs.
 #[derive(Debug)]
 struct TaskPlan {
-    executor: Executor,
+    /// `None` for a task another process runs ([`TaskPlans::compile_for`]).
+    executor: Option<Executor>,
+    /// The variables its partition's `VarHandleOp`s name (a partitioned plan's task only).
+    variables: Option<Vec<VarKey>>,
     /// Per feed of the task's plan: the whole plan's feed it takes (only the client's task,
     /// where the feeds arrive, has any).
     feeds: Vec<usize>,
@@ -57,12 +62,26 @@ struct TaskPlan {
 impl TaskPlans {
     /// Compiles `module` for `targets` with `feeds` (as [`CompiledPlan::compile`] takes them)
     /// for `backend`: whole if it names at most one task, else one plan per task of its
-    /// partitions. A JIT's native code is made at each plan's first run ([`Executor::lazy`]).
+    /// partitions (on the pool's threads at once). A JIT's native code is made at each
+    /// plan's first run ([`Executor::lazy`]).
     pub fn compile(
         module: Verified<'_>,
         targets: &[&str],
         feeds: &[&str],
         backend: Backend,
+    ) -> Result<TaskPlans, ExecError> {
+        TaskPlans::compile_for(module, targets, feeds, backend, None)
+    }
+
+    /// [`TaskPlans::compile`], compiling only task `only`'s partition when given (this
+    /// process is that task of a cluster: [`TaskPlans::run_task`] is all it will run, and the
+    /// other tasks' partitions are not compiled; [`TaskPlans::run`] then fails).
+    pub fn compile_for(
+        module: Verified<'_>,
+        targets: &[&str],
+        feeds: &[&str],
+        backend: Backend,
+        only: Option<usize>,
     ) -> Result<TaskPlans, ExecError> {
         if let Some(task) = one_task(module.module()) {
             return TaskPlans::whole(module, targets, feeds, backend, task);
@@ -111,40 +130,49 @@ impl TaskPlans {
                 TensorName::parse(target).map_or(true, |name| name.output.is_none())
             });
         }
-        let plans = (parts.partitions.iter().zip(&local_targets))
-            .map(|(part, targets)| {
-                let mut wanted: Vec<&str> = targets.clone();
-                // Every send runs: another task waits for it.
-                wanted.extend(part.sends.iter().map(|edge| edge.send_op.as_str()));
-                let recv_feeds: Vec<String> = (part.feeds.iter())
-                    .map(|feed| format!("{}:0", feed.recv_op))
-                    .collect();
-                let recv_feeds: Vec<&str> = recv_feeds.iter().map(String::as_str).collect();
-                let feeds = (part.feeds.iter())
-                    .map(|feed| {
-                        (feeds.iter())
-                            .position(|&given| same_tensor(given, &feed.tensor))
-                            .ok_or_else(|| ExecError::UnknownOp {
-                                name: feed.tensor.clone(),
-                            })
-                    })
-                    .collect::<Result<Vec<usize>, ExecError>>()?;
-                let verified = verify_module(&part.module).map_err(|err| ExecError::Task {
-                    task: part.task.to_string(),
-                    source: Box::new(ExecError::InvalidPartition(err)),
-                })?;
-                let plan =
-                    CompiledPlan::compile(verified, &wanted, &recv_feeds).map_err(|err| {
-                        ExecError::Task {
-                            task: part.task.to_string(),
-                            source: Box::new(err),
-                        }
-                    })?;
-                Ok(TaskPlan {
-                    executor: Executor::lazy(plan, backend)?,
-                    feeds,
+        let compile_part = |(index, (part, targets)): (usize, (&Partition, &Vec<&str>))| {
+            let variables = Some(variables_of(&part.module));
+            if only.is_some_and(|only| only != index) {
+                return Ok(TaskPlan {
+                    executor: None,
+                    variables,
+                    feeds: Vec::new(),
+                });
+            }
+            let mut wanted: Vec<&str> = targets.clone();
+            // Every send runs: another task waits for it.
+            wanted.extend(part.sends.iter().map(|edge| edge.send_op.as_str()));
+            let recv_feeds: Vec<String> = (part.feeds.iter())
+                .map(|feed| format!("{}:0", feed.recv_op))
+                .collect();
+            let recv_feeds: Vec<&str> = recv_feeds.iter().map(String::as_str).collect();
+            let feeds = (part.feeds.iter())
+                .map(|feed| {
+                    (feeds.iter())
+                        .position(|&given| same_tensor(given, &feed.tensor))
+                        .ok_or_else(|| ExecError::UnknownOp {
+                            name: feed.tensor.clone(),
+                        })
                 })
+                .collect::<Result<Vec<usize>, ExecError>>()?;
+            let in_task = |err| ExecError::Task {
+                task: part.task.to_string(),
+                source: Box::new(err),
+            };
+            let verified = verify_module(&part.module)
+                .map_err(|err| in_task(ExecError::InvalidPartition(err)))?;
+            let plan = CompiledPlan::compile(verified, &wanted, &recv_feeds).map_err(in_task)?;
+            Ok(TaskPlan {
+                executor: Some(Executor::lazy(plan, backend)?),
+                variables,
+                feeds,
             })
+        };
+        // Each partition on a pool thread; errors in task order, whichever ends first.
+        let plans = (parts.partitions.par_iter().zip(&local_targets).enumerate())
+            .map(compile_part)
+            .collect::<Vec<Result<TaskPlan, ExecError>>>()
+            .into_iter()
             .collect::<Result<Vec<TaskPlan>, ExecError>>()?;
         Ok(TaskPlans {
             tasks: (parts.partitions.iter())
@@ -168,7 +196,8 @@ impl TaskPlans {
         Ok(TaskPlans {
             tasks: vec![task],
             plans: vec![TaskPlan {
-                executor: Executor::lazy(plan, backend)?,
+                executor: Some(Executor::lazy(plan, backend)?),
+                variables: None,
                 feeds: (0..feeds.len()).collect(),
             }],
             fetches,
@@ -185,14 +214,32 @@ impl TaskPlans {
     /// ([`TaskPlans::task_plan`] gives each task's).
     pub fn whole_plan(&self) -> Option<&CompiledPlan> {
         match &*self.plans {
-            [one] => Some(one.executor.plan()),
+            [one] => one.executor.as_ref().map(Executor::plan),
             _ => None,
         }
     }
 
-    /// The compiled plan of task `index`.
+    /// The variables task `index`'s partition uses (its `VarHandleOp`s'), sorted; `None` for
+    /// a plan that runs whole (it uses every variable), and for a task it does not have.
+    pub fn task_variables(&self, index: usize) -> Option<&[VarKey]> {
+        self.plans.get(index)?.variables.as_deref()
+    }
+
+    /// The compiled plan of task `index`; `None` for a task this process does not run
+    /// ([`TaskPlans::compile_for`]).
     pub fn task_plan(&self, index: usize) -> Option<&CompiledPlan> {
-        self.plans.get(index).map(|plan| plan.executor.plan())
+        Some(self.plans.get(index)?.executor.as_ref()?.plan())
+    }
+
+    /// The executor of task `index`, or [`ExecError::NotCompiled`].
+    fn executor(&self, index: usize) -> Result<&Executor, ExecError> {
+        (self
+            .plans
+            .get(index)
+            .and_then(|plan| plan.executor.as_ref()))
+        .ok_or_else(|| ExecError::NotCompiled {
+            task: task_name(&self.tasks[index.min(self.tasks.len() - 1)]),
+        })
     }
 
     /// Runs every task's plan in this process with `feeds` (the whole plan's, in compile
@@ -204,13 +251,16 @@ impl TaskPlans {
         cx: &RunContext<'_>,
         feeds: Vec<HostTensor>,
     ) -> Result<Vec<HostTensor>, ExecError> {
-        if let [whole] = &*self.plans {
-            return whole.executor.run(cx, feeds);
+        if let [_] = &*self.plans {
+            return self.executor(0)?.run(cx, feeds);
         }
+        let executors = (0..self.plans.len())
+            .map(|index| self.executor(index))
+            .collect::<Result<Vec<&Executor>, ExecError>>()?;
         let rendezvous = LocalRendezvous::new(self.plans.len());
         let results: Vec<Result<Vec<HostTensor>, ExecError>> = std::thread::scope(|threads| {
-            let running: Vec<_> = (self.plans.iter().enumerate())
-                .map(|(index, plan)| {
+            let running: Vec<_> = (self.plans.iter().zip(executors).enumerate())
+                .map(|(index, (plan, executor))| {
                     let view = rendezvous.task(index);
                     let feeds = plan.feeds.iter().map(|&at| feeds[at].clone()).collect();
                     threads.spawn(move || {
@@ -219,7 +269,7 @@ impl TaskPlans {
                             rendezvous: &view,
                             tasks: &self.tasks,
                         };
-                        plan.executor.run(&cx.with_cluster(cluster), feeds)
+                        executor.run(&cx.with_cluster(cluster), feeds)
                     })
                 })
                 .collect();
@@ -268,12 +318,13 @@ impl TaskPlans {
         self.check_cluster(rendezvous)?;
         let index = rendezvous.task();
         let plan = &self.plans[index];
+        let executor = self.executor(index)?;
         let cluster = ClusterRun {
             rendezvous,
             tasks: &self.tasks,
         };
         let fed = plan.feeds.iter().map(|&at| feeds[at].clone()).collect();
-        let mut fetched = (plan.executor.run(&cx.with_cluster(cluster), fed))
+        let mut fetched = (executor.run(&cx.with_cluster(cluster), fed))
             .map_err(|err| self.task_error(index, err))?
             .into_iter();
         Ok((self.fetches.iter())
@@ -304,6 +355,30 @@ impl TaskPlans {
             source: Box::new(err),
         }
     }
+}
+
+/// The variables `module`'s `VarHandleOp`s name (an empty `shared_name` is the op's name),
+/// sorted, once each.
+fn variables_of(module: &Module) -> Vec<VarKey> {
+    let graph = &module.graph;
+    let text = |node: &saveplan_ir::OpNode, attr: &str| match node.attrs.get(attr) {
+        Some(AttrValue::S(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        _ => String::new(),
+    };
+    let mut keys: Vec<VarKey> = (graph.ops().into_iter())
+        .map(|id| graph.op(id))
+        .filter(|node| node.op == Op::VarHandleOp)
+        .map(|node| {
+            let shared_name = match text(node, "shared_name") {
+                name if name.is_empty() => node.name.clone(),
+                name => name,
+            };
+            VarKey::new(text(node, "container"), shared_name)
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// `/job:J/replica:R/task:T`.

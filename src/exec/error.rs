@@ -157,6 +157,12 @@ pub enum ExecError {
         #[source]
         source: Box<ExecError>,
     },
+    /// A task's partition was not compiled in this process (it runs another task).
+    #[error("task {task} is not compiled in this process (it runs another task of the cluster)")]
+    NotCompiled {
+        /// The task.
+        task: String,
+    },
     /// A cluster of processes does not have one process per task of the plan.
     #[error(
         "the cluster has {processes} process(es) but the plan has {tasks} task(s) ({names}): \

@@ -33,6 +33,11 @@ pub struct SessionOptions {
     /// Which plans a graph-mode session compiles and binds (default: both). Eager mode
     /// traces each call and ignores it.
     pub plans: Plans,
+    /// The task this process runs, when it is one process of a cluster (its rendezvous's
+    /// `task()`, given to [`Session::with_cluster`](super::Session::with_cluster)): a plan
+    /// split by task then compiles that task's partition alone. `None` (the default): every
+    /// task's, as a session that runs them all in this process needs.
+    pub task: Option<usize>,
 }
 
 /// The plans a graph-mode [`Session`](super::Session) compiles and binds keys for. A program

@@ -55,7 +55,7 @@ def read_safetensors(path):
     (size,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + size])
     dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-              "BOOL": np.bool_, "I16": np.int16}
+              "BOOL": np.bool_, "I16": np.int16, "F16": np.float16}
     out = {}
     for key, info in header.items():
         if key == "__metadata__":

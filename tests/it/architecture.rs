@@ -377,6 +377,30 @@ fn plans_run_only_through_the_one_runner() {
     );
 }
 
+/// Every compiled plan runs through `exec::TaskPlans` (rule 26): whole when it names at most
+/// one task, else split by task, its tasks in one process or one per process. Outside `exec`,
+/// only eager mode (`session/eager.rs`: a traced function runs in one process, as TensorFlow's
+/// function runtime runs it) makes an `Executor` or compiles a `CompiledPlan` of its own.
+#[test]
+fn compiled_plans_run_through_task_plans() {
+    let names = |file: &SourceFile| {
+        file.names(|path| {
+            path.iter()
+                .any(|segment| segment == "Executor" || segment == "CompiledPlan")
+        }) && (file.text.contains("Executor::") || file.text.contains("CompiledPlan::compile"))
+    };
+    let files = source_files();
+    let wrong: BTreeSet<String> = files
+        .iter()
+        .filter(|file| file.top() != "exec" && file.relative != "session/eager.rs" && names(file))
+        .map(SourceFile::path)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "plans compiled outside exec::TaskPlans: {wrong:#?}"
+    );
+}
+
 /// Only the binary prints: the workspace lints deny `print!`/`eprint!` (CI runs clippy with
 /// `-D warnings`), and only `src/main.rs`, `src/cli/` and tests of the library lift them.
 #[test]

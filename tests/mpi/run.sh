@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
+# SAVEPLAN_KILL_ROUNDS: how many kill -9 rounds (default 6).
 # The MPI suite: builds saveplan with the `mpi` feature and runs, under Open MPI's `mpirun`,
-# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks.
+# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks, then
+# `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
+# (one rank per task: the same files and the same --out as one process), a wrong number of
+# ranks, one rank failing, and ranks killed at random times during a save.
 # Needs `mpirun` and an MPI library with its headers (Debian: openmpi-bin libopenmpi-dev) and
 # libclang (bindgen); `.ci/run` installs them. Prints one `N passed, M failed` line.
 set -euo pipefail
@@ -11,9 +15,12 @@ cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun_() { timeout 300 mpirun --oversubscribe "$@"; }
 
-cargo build --locked --quiet --features mpi --example mpi_rendezvous
+cargo build --locked --quiet --features mpi --example mpi_rendezvous --bin saveplan
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 example="$target_dir/debug/examples/mpi_rendezvous"
+bin="$target_dir/debug/saveplan"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 
 passed=0
 failed=0
@@ -48,6 +55,163 @@ for rank in 0 1 2; do
     check "rank $rank fails: every rank names it and exits" drill --fail "$rank"
     check "rank $rank is killed: every rank is gone within 30 s" drill --kill "$rank"
 done
+
+# --- saveplan itself under mpirun -------------------------------------------------------------
+
+# The tasks of each partition case: those its ops name (p6's cluster has 4 tasks, of which 3
+# run something; p5's ops that name no task run on the first task named, task 1, so it has 2).
+declare -A TASKS=([p1_two_tasks]=2 [p2_three_tasks_io_device]=3 [p3_sliced_across_tasks]=3
+                  [p4_four_tasks]=4 [p5_default_device]=2 [p6_four_tasks_io_device]=3)
+
+# One rank per task writes the same files as one process, and restores (rank 0 gathering every
+# task's values) the same --out; the graph `compile` makes runs the same way (`run`).
+cluster_case() {
+    local case="$1" n="${TASKS[$1]}" spec="tests/fixtures/part/$1/case.json" dir="$work/$1"
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/one/ckpt"
+    mpirun_ --quiet -n "$n" "$bin" save "$spec" --values "$dir/values.safetensors" \
+        --prefix "$dir/many/ckpt" --cluster mpi
+    diff -r "$dir/one" "$dir/many" || { echo "$case: the files differ"; return 1; }
+    "$bin" restore "$spec" --prefix "$dir/one/ckpt" --out "$dir/one.safetensors"
+    mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/many/ckpt" \
+        --out "$dir/many.safetensors" --cluster mpi
+    cmp "$dir/one.safetensors" "$dir/many.safetensors" || { echo "$case: --out differs"; return 1; }
+    "$bin" diff "$dir/values.safetensors" "$dir/many.safetensors" >/dev/null \
+        || { echo "$case: the values restored are not the values saved"; return 1; }
+    "$bin" compile "$spec" --output "$dir/graph" --emit pb >/dev/null
+    mpirun_ --quiet -n "$n" "$bin" run "$dir/graph/meta_graph.pb" --save "$dir/run/ckpt" \
+        --values "$dir/values.safetensors" --cluster mpi
+    diff -r "$dir/one" "$dir/run" || { echo "$case: run --save wrote other files"; return 1; }
+}
+for case in "${!TASKS[@]}"; do
+    check "$case: save and restore on ${TASKS[$case]} ranks = one process" cluster_case "$case"
+done
+
+# A number of ranks other than the plan's tasks: every rank says so, nothing is written.
+wrong_size() {
+    local spec=tests/fixtures/part/p3_sliced_across_tasks/case.json out status=0
+    python3 tests/mpi/values.py "$spec" "$work/p3.safetensors"
+    out="$(mpirun_ --quiet -n 2 "$bin" save "$spec" --values "$work/p3.safetensors" \
+        --prefix "$work/size/ckpt" --cluster mpi 2>&1)" || status=$?
+    [ "$status" -ne 0 ] && grep -q "the cluster has 2 process(es) but the plan has 3 task(s)" <<<"$out" \
+        && [ ! -e "$work/size/ckpt.index" ] || { echo "exit $status: $out"; return 1; }
+}
+check "2 ranks for a 3-task plan: one clear error, nothing written" wrong_size
+
+# One rank fails (its values are another plan's): every rank exits non-zero within 30 s, each saying
+# which task failed and why in one line, and the checkpoint already at the prefix stays whole.
+rank_fails() {
+    local rank="$1" spec=tests/mpi/big3.json dir="$work/fail$1" out status=0 start elapsed
+    local apps=() bad
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/a.safetensors" 1
+    python3 tests/mpi/values.py tests/fixtures/part/p1_two_tasks/case.json "$dir/bad.safetensors"
+    "$bin" save "$spec" --values "$dir/a.safetensors" --prefix "$dir/ckpt"
+    "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/before.safetensors"
+    for r in 0 1 2; do
+        bad="$dir/a.safetensors"; [ "$r" -eq "$rank" ] && bad="$dir/bad.safetensors"
+        apps+=(-n 1 "$bin" save "$spec" --values "$bad" --prefix "$dir/ckpt" --cluster mpi :)
+    done
+    start=$(date +%s)
+    out="$(timeout 60 mpirun --quiet --oversubscribe "${apps[@]:0:${#apps[@]}-1}" 2>&1)" || status=$?
+    elapsed=$(( $(date +%s) - start ))
+    [ "$status" -ne 0 ] && [ "$elapsed" -le 30 ] || { echo "exit $status after ${elapsed}s: $out"; return 1; }
+    # The failing rank says what it found; the others, which task failed and what it said.
+    # (mpirun may end a rank before it prints: each line printed is one of these two.)
+    local own="error: $dir/bad.safetensors: value \`a\` is not a checkpoint key of the plan"
+    grep -qxF "$own" <<<"$out" || { echo "the failing rank said: $out"; return 1; }
+    if grep -vxF "$own" <<<"$out" | grep -v "^error: task $rank failed: $dir/bad.safetensors: value \`a\` is not a checkpoint key of the plan\$" | grep -q .; then
+        echo "a line that is not one of the two: $out"; return 1
+    fi
+    "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/after.safetensors"
+    cmp "$dir/before.safetensors" "$dir/after.safetensors" || { echo "the checkpoint changed"; return 1; }
+}
+for rank in 0 1 2; do
+    check "rank $rank fails: every rank exits, the previous checkpoint stays" rank_fails "$rank"
+done
+
+# kill -9 of one rank at a random time of a save over an existing checkpoint: mpirun and every
+# other rank are gone within 30 s, the checkpoint at the prefix is whole (the old one, or the
+# new one if the kill came after the merge), and the next save cleans up and succeeds.
+kill_drills() {
+    local spec=tests/mpi/big3.json dir="$work/kill" round rank delay pid status start elapsed
+    local old=0 new=0
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/a.safetensors" 1
+    python3 tests/mpi/values.py "$spec" "$dir/b.safetensors" 2
+    for round in $(seq 1 "${SAVEPLAN_KILL_ROUNDS:-6}"); do
+        rm -rf "$dir/ckpt"* "$dir/out"*
+        "$bin" save "$spec" --values "$dir/a.safetensors" --prefix "$dir/ckpt"
+        rank=$(( round % 3 )); delay="0.$(( RANDOM % 10 ))$(( RANDOM % 10 ))"
+        start=$(date +%s)
+        mpirun --quiet --oversubscribe -n 3 "$bin" save "$spec" --values "$dir/b.safetensors" \
+            --prefix "$dir/ckpt" --cluster mpi >"$dir/log" 2>&1 &
+        local launcher=$!
+        sleep "$delay"
+        pid=""
+        for candidate in $(pgrep -f -- "--prefix $dir/ckpt --cluster mpi" || true); do
+            if tr '\0' '\n' <"/proc/$candidate/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+                pid=$candidate
+            fi
+        done
+        [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+        status=0; wait "$launcher" || status=$?
+        elapsed=$(( $(date +%s) - start ))
+        [ "$elapsed" -le 30 ] || { echo "round $round: ${elapsed}s"; return 1; }
+        "$bin" verify "$dir/ckpt" >/dev/null || { echo "round $round: not whole"; cat "$dir/log"; return 1; }
+        "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/out.safetensors"
+        if "$bin" diff "$dir/a.safetensors" "$dir/out.safetensors" >/dev/null; then old=$((old + 1))
+        elif "$bin" diff "$dir/b.safetensors" "$dir/out.safetensors" >/dev/null; then new=$((new + 1))
+        else echo "round $round (exit $status): the checkpoint holds neither save"; return 1; fi
+        mpirun_ --quiet -n 3 "$bin" save "$spec" --values "$dir/b.safetensors" --prefix "$dir/ckpt" --cluster mpi \
+            || { echo "round $round: the next save failed"; return 1; }
+        [ "$(ls "$dir" | grep -c '^ckpt')" -eq 4 ] || { echo "round $round: leftovers: $(ls "$dir")"; return 1; }
+        "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/out2.safetensors"
+        "$bin" diff "$dir/b.safetensors" "$dir/out2.safetensors" >/dev/null || { echo "round $round: next save wrong"; return 1; }
+    done
+    echo "kill drills: ${SAVEPLAN_KILL_ROUNDS:-6} rounds, $old kept the old checkpoint, $new had merged the new one"
+}
+check "kill -9 of a rank during a save: previous checkpoint whole, next save cleans up" kill_drills
+
+# docs/cluster.md's console example, run as printed (saveplan the binary under test, mpirun
+# with --oversubscribe) in a folder holding a copy of examples/.
+docs_example() {
+    local dir="$work/docs"
+    mkdir -p "$dir/bin"
+    cp -r examples "$dir/"
+    ln -s "$bin" "$dir/bin/saveplan"
+    printf '#!/bin/sh\nexec %s --oversubscribe --quiet "$@"\n' "$(command -v mpirun)" >"$dir/bin/mpirun"
+    chmod +x "$dir/bin/mpirun"
+    (cd "$dir" && PATH="$dir/bin:$PATH" python3 - "$root/docs/cluster.md" <<'PY'
+import subprocess, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, line in enumerate(lines) if "tests/mpi/run.sh runs this block" in line)
+block = []
+for line in lines[start + 2:]:
+    if line.startswith("```"):
+        break
+    block.append(line)
+expected, command, ok = [], None, True
+def check(command, expected):
+    result = subprocess.run(command, shell=True, capture_output=True, text=True)
+    got = result.stdout.splitlines()
+    if result.returncode != 0 or got != expected:
+        print("$ %s\nexit %d\n%s%s" % (command, result.returncode, result.stdout, result.stderr))
+        return False
+    return True
+for line in block + ["$ true"]:
+    if line.startswith("$ "):
+        if command is not None:
+            ok = check(command, expected) and ok
+        command, expected = line[2:], []
+    else:
+        expected.append(line)
+sys.exit(0 if ok else 1)
+PY
+    )
+}
+check "docs/cluster.md's example runs as printed" docs_example
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,308 @@
+//! Many processes against one: the CLI's `save` and `restore` of a plan whose variables are
+//! spread over N tasks, run under `mpirun -n N … --cluster mpi` (one process per task, meeting
+//! through MPI) against the same command in one process (every task on a thread of its own,
+//! meeting in memory), in the same run, on the same bytes. Also the rendezvous's round trip
+//! (`examples/mpi_rendezvous --latency`, built here) and `mpirun -n N true`, the launcher's
+//! own fixed cost, which every MPI row includes.
+//!
+//! ```text
+//! cargo bench --features mpi --bench cluster -- [big] [many-small] [--ranks N]... \
+//!     [--big-tensors N] [--repeat N] [--dir DIR]
+//! ```
+//!
+//! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
+//! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
+//! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
+//! the best of `--repeat` runs (default 3); ratios are MPI over one process. Load averages
+//! are printed at the start and the end. Needs `mpirun` (Open MPI; as root it also needs
+//! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[path = "support/inputs.rs"]
+#[allow(dead_code, reason = "the bench uses `best_of` alone")]
+mod inputs;
+#[path = "support/machine.rs"]
+#[allow(dead_code, reason = "the bench reads its children's CPU time alone")]
+mod machine;
+
+use inputs::best_of;
+use serde_json::{Value, json};
+
+/// Command-line options.
+struct Options {
+    workloads: Vec<String>,
+    ranks: Vec<usize>,
+    big_tensors: usize,
+    repeat: usize,
+    dir: PathBuf,
+}
+
+fn main() {
+    let options = match parse(std::env::args().skip(1).collect()) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("cluster bench: {message}");
+            std::process::exit(2);
+        }
+    };
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_saveplan"));
+    let dir = options
+        .dir
+        .join(format!("saveplan-cluster-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the bench folder");
+    let cpu_before = machine::cpu_time(machine::Who::Children);
+    println!(
+        "MPI (one process per task) vs one process, CLI save and restore (best of {}); load average {}",
+        options.repeat,
+        machine::load_average()
+    );
+    latency();
+    for &ranks in &options.ranks {
+        let launcher = best_of(options.repeat, || {
+            run(Command::new("mpirun").args(mpirun_args(ranks)).arg("true"))
+        });
+        println!("  mpirun -n {ranks} true: {:.3} s", launcher.as_secs_f64());
+    }
+    for workload in &options.workloads {
+        let (shape, count): (&[u64], usize) = match workload.as_str() {
+            "big" => (&[4096, 4096], options.big_tensors),
+            _ => (&[64], 100_000),
+        };
+        for &ranks in &options.ranks {
+            let spec = dir.join("spec.json");
+            let values = dir.join("values.safetensors");
+            std::fs::write(&spec, spec_text(count, shape, ranks)).expect("write the spec");
+            write_values(&values, count, shape);
+            let save = |prefix: &Path, cluster: bool| {
+                best_of(options.repeat, || {
+                    let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
+                    let mut args = vec![
+                        "save".into(),
+                        spec.clone().into_os_string(),
+                        "--values".into(),
+                        values.clone().into_os_string(),
+                        "--prefix".into(),
+                        prefix.as_os_str().to_owned(),
+                    ];
+                    run(&mut cli_command(&cli, ranks, cluster, &mut args));
+                })
+            };
+            let restore = |prefix: &Path, cluster: bool| {
+                best_of(options.repeat, || {
+                    let out = dir.join("out.safetensors");
+                    let mut args = vec![
+                        "restore".into(),
+                        spec.clone().into_os_string(),
+                        "--prefix".into(),
+                        prefix.as_os_str().to_owned(),
+                        "--out".into(),
+                        out.into_os_string(),
+                    ];
+                    run(&mut cli_command(&cli, ranks, cluster, &mut args));
+                })
+            };
+            let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
+            let (save_one, save_many) = (save(&one_prefix, false), save(&many_prefix, true));
+            same_files(&dir.join("one"), &dir.join("many"));
+            let (restore_one, restore_many) =
+                (restore(&one_prefix, false), restore(&many_prefix, true));
+            let ratio = |many: Duration, one: Duration| many.as_secs_f64() / one.as_secs_f64();
+            println!(
+                "  {workload} ({count} × float32{shape:?}) on {ranks} tasks: save one process {:.3} s, MPI {:.3} s ({:.2}×); restore one process {:.3} s, MPI {:.3} s ({:.2}×)",
+                save_one.as_secs_f64(),
+                save_many.as_secs_f64(),
+                ratio(save_many, save_one),
+                restore_one.as_secs_f64(),
+                restore_many.as_secs_f64(),
+                ratio(restore_many, restore_one),
+            );
+            let _ = std::fs::remove_dir_all(dir.join("one"));
+            let _ = std::fs::remove_dir_all(dir.join("many"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "CPU time of every command run: {}",
+        machine::cpu_time(machine::Who::Children) - cpu_before
+    );
+    println!(
+        "load average (1, 5, 15 min) at the end: {}",
+        machine::load_average()
+    );
+}
+
+/// `mpirun`'s arguments for `ranks` processes on this machine.
+fn mpirun_args(ranks: usize) -> Vec<String> {
+    vec![
+        "--oversubscribe".into(),
+        "--quiet".into(),
+        "-n".into(),
+        ranks.to_string(),
+    ]
+}
+
+/// The CLI with `args`: under `mpirun` with `--cluster mpi` when `cluster`, else alone.
+fn cli_command(
+    cli: &Path,
+    ranks: usize,
+    cluster: bool,
+    args: &mut Vec<std::ffi::OsString>,
+) -> Command {
+    if !cluster {
+        let mut command = Command::new(cli);
+        command.args(args.iter());
+        return command;
+    }
+    args.extend(["--cluster".into(), "mpi".into()]);
+    let mut command = Command::new("mpirun");
+    command.args(mpirun_args(ranks)).arg(cli).args(args.iter());
+    command
+}
+
+/// Runs `command`, which must succeed.
+fn run(command: &mut Command) {
+    let status = command
+        .stdout(Stdio::null())
+        .status()
+        .expect("run the command (is mpirun installed?)");
+    assert!(status.success(), "{command:?} failed");
+}
+
+/// Both folders hold the same files, byte for byte.
+fn same_files(one: &Path, many: &Path) {
+    let mut names: Vec<_> = std::fs::read_dir(one)
+        .expect("the single-process save")
+        .map(|entry| entry.expect("a file").file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let (a, b) = (
+            std::fs::read(one.join(&name)).expect("read"),
+            std::fs::read(many.join(&name)).expect("the MPI save wrote the same files"),
+        );
+        assert!(a == b, "{name:?}: the MPI save differs from one process's");
+    }
+}
+
+/// A spec of `count` float32 variables of `shape`, variable `i` on task `i mod ranks`.
+fn spec_text(count: usize, shape: &[u64], ranks: usize) -> String {
+    let variables: Vec<Value> = (0..count)
+        .map(|index| {
+            json!({"checkpoint_key": key(index), "dtype": "float32", "shape": shape,
+                   "device": format!("/job:worker/replica:0/task:{}/device:CPU:0", index % ranks)})
+        })
+        .collect();
+    json!({ "variables": variables }).to_string()
+}
+
+fn key(index: usize) -> String {
+    format!("layer_{index:06}/kernel")
+}
+
+/// A `.safetensors` file of `count` float32 tensors of `shape` (each element its index in
+/// the file, so that no two tensors are equal), written in pieces.
+fn write_values(path: &Path, count: usize, shape: &[u64]) {
+    use std::io::Write;
+    let n_bytes = shape.iter().product::<u64>() as usize * 4;
+    let header: serde_json::Map<String, Value> = (0..count)
+        .map(|index| {
+            let offsets = [index * n_bytes, (index + 1) * n_bytes];
+            let entry = json!({"dtype": "F32", "shape": shape, "data_offsets": offsets});
+            (key(index), entry)
+        })
+        .collect();
+    let mut header = Value::Object(header).to_string().into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("the values file"));
+    file.write_all(&(header.len() as u64).to_le_bytes())
+        .and_then(|()| file.write_all(&header))
+        .expect("write the header");
+    let mut element = 0u32;
+    let mut chunk = Vec::with_capacity(n_bytes);
+    for _ in 0..count {
+        chunk.clear();
+        for _ in 0..n_bytes / 4 {
+            chunk.extend_from_slice(&(element as f32).to_le_bytes());
+            element = element.wrapping_add(1);
+        }
+        file.write_all(&chunk).expect("write the values");
+    }
+    file.flush().expect("write the values");
+}
+
+/// Builds `examples/mpi_rendezvous` (the bench profile, so the library is shared) and prints its round trips on 2 ranks.
+fn latency() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args([
+            "build",
+            "--profile",
+            "bench",
+            "--quiet",
+            "--features",
+            "mpi",
+            "--example",
+            "mpi_rendezvous",
+        ])
+        .status()
+        .is_ok_and(|status| status.success());
+    let example = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("examples/mpi_rendezvous")));
+    let output = match example {
+        Some(example) if built => Command::new("mpirun")
+            .args(mpirun_args(2))
+            .arg(example)
+            .arg("--latency")
+            .output()
+            .ok(),
+        _ => None,
+    };
+    match output {
+        Some(output) if output.status.success() => print!(
+            "  rendezvous (MPI, 2 ranks), {}",
+            String::from_utf8_lossy(&output.stdout)
+        ),
+        _ => println!("  rendezvous round trip: not measured (the example did not build or run)"),
+    }
+}
+
+fn parse(args: Vec<String>) -> Result<Options, String> {
+    let mut options = Options {
+        workloads: Vec::new(),
+        ranks: Vec::new(),
+        big_tensors: 16,
+        repeat: 3,
+        dir: std::env::temp_dir(),
+    };
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "big" | "many-small" => options.workloads.push(arg.clone()),
+            "--ranks" => options
+                .ranks
+                .push(value()?.parse().map_err(|_| "bad --ranks")?),
+            "--big-tensors" => {
+                options.big_tensors = value()?.parse().map_err(|_| "bad --big-tensors")?
+            }
+            "--repeat" => options.repeat = value()?.parse().map_err(|_| "bad --repeat")?,
+            "--dir" => options.dir = PathBuf::from(value()?),
+            "--bench" => {}
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if options.workloads.is_empty() {
+        options.workloads = vec!["big".into(), "many-small".into()];
+    }
+    if options.ranks.is_empty() {
+        options.ranks = vec![2, 4];
+    }
+    Ok(options)
+}
