@@ -19,7 +19,7 @@
 //! rendezvous; the others stop, and the error returned is the failing task's own, with the
 //! task named.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::{AttrValue, Module, Op, TensorName, Verified, verify_module};
@@ -101,7 +101,7 @@ impl TaskPlans {
             return TaskPlans::whole(module, targets, feeds, backend, cluster_task(&task));
         }
         // Which task each original op went to, for the targets.
-        let mut task_of_op: HashMap<&str, usize> = HashMap::new();
+        let mut task_of_op: FxHashMap<&str, usize> = FxHashMap::default();
         for (index, part) in parts.partitions.iter().enumerate() {
             task_of_op.extend(part.original_ops().map(|name| (name, index)));
         }
@@ -174,10 +174,15 @@ impl TaskPlans {
             .collect::<Vec<Result<TaskPlan, ExecError>>>()
             .into_iter()
             .collect::<Result<Vec<TaskPlan>, ExecError>>()?;
+        let tasks = (parts.partitions.iter())
+            .map(|part| cluster_task(&part.task))
+            .collect();
+        // The plans keep nothing of the partitions; freeing N ops' graphs is left to a pool
+        // thread, as a session leaves its trace's.
+        drop(local_targets);
+        rayon::spawn(move || drop(parts));
         Ok(TaskPlans {
-            tasks: (parts.partitions.iter())
-                .map(|part| cluster_task(&part.task))
-                .collect(),
+            tasks,
             plans,
             fetches,
         })
@@ -413,7 +418,7 @@ fn same_tensor(given: &str, tensor: &str) -> bool {
 /// string is parsed once, so a plan of N ops costs N hash lookups.
 fn one_task(module: &Module) -> Option<ClusterTask> {
     let graph = &module.graph;
-    let mut seen: HashMap<&str, ()> = HashMap::new();
+    let mut seen: FxHashMap<&str, ()> = FxHashMap::default();
     let mut found: Option<ClusterTask> = None;
     for id in graph.ops() {
         let device: &str = &graph.op(id).device;
