@@ -307,3 +307,65 @@ fn a_new_prefix_commits_with_a_conditional_put() {
         assert_eq!(storage::read(&index).unwrap(), b"first");
     }
 }
+
+/// `err` and its sources on one line, as the CLI prints it (`outer: inner: innermost`).
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}
+
+/// The first word said twice in a row in `line` (`read: read:`), ignoring punctuation.
+fn repeated_word(line: &str) -> Option<String> {
+    let words: Vec<String> = line
+        .split_whitespace()
+        .map(|word| {
+            word.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|word| !word.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .find(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0].clone())
+}
+
+#[test]
+fn a_store_failure_names_the_object_and_the_operation_once() {
+    assert_eq!(repeated_word("x: read: read: denied"), Some("read".into()));
+    assert_eq!(repeated_word("x: read: denied"), None);
+    for base in bases().into_iter().filter(Base::remote) {
+        // The store's own error is the reason only, as a file's `io::Error` is.
+        let missing = base.at("gone/ckpt.index");
+        let err = storage::read(&missing).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(err.to_string(), "no such object");
+        let index = base.at("gone/taken.index");
+        object::put(&index, b"first".to_vec(), Put::Create).unwrap();
+        let err = object::put(&index, b"second".to_vec(), Put::Create).unwrap_err();
+        assert!(!err.to_string().contains("write"), "{err}");
+        // Carried by the bundle layer, the object and the operation are said once.
+        let prefix = base.at("gone/ckpt");
+        write(&prefix, [1.0, 2.0, 3.0]);
+        let reader = BundleReader::open(&prefix).unwrap();
+        object::delete(&PathBuf::from(format!(
+            "{}.data-00000-of-00001",
+            prefix.display()
+        )))
+        .unwrap();
+        let line = chain(&reader.read("a").unwrap_err());
+        assert_eq!(repeated_word(&line), None, "{line}");
+        assert_eq!(
+            line.matches("ckpt.data-00000-of-00001").count(),
+            1,
+            "{line}"
+        );
+        assert!(line.ends_with(": read: no such object"), "{line}");
+    }
+}

@@ -236,11 +236,23 @@ def two_concurrent_writers_one_wins_the_other_fails_in_one_line():
     RESULTS.append("two concurrent writers, 3 rounds: %d saves won, %d failed in one line" % (wins, losses))
 
 
+def repeated_word(line):
+    """The first word said twice in a row in `line` (`read: read:`), ignoring punctuation."""
+    words = [w.strip(".,:;()`'\"").lower() for w in line.split()]
+    words = [w for w in words if w]
+    for a, b in zip(words, words[1:]):
+        if a == b:
+            return a
+    return None
+
+
 def timed_failure(args, env):
     t0 = time.time()
     line = one_line_error(run(*args, env=env, ok=False, timeout=60))
     took = time.time() - t0
     assert took < 15, (took, line)
+    # The object and the operation are named once (the store layer says only the reason).
+    assert repeated_word(line) is None, line
     return line, took
 
 
@@ -252,7 +264,9 @@ def failures_are_one_line_within_seconds():
     RESULTS.append("missing bucket: %.2f s: %s" % (took, line))
     line, took = timed_failure(save + ["s3://%s/x/ckpt" % BUCKET], s3_env(free_port()))
     RESULTS.append("unreachable endpoint: %.2f s: %s" % (took, line))
+    assert repeated_word("x: read: read: denied") == "read"
     line, took = timed_failure(["inspect", "s3://%s/run/ckpt" % BUCKET], s3_env(AUTH_PORT))
+    assert "access denied" in line and line.count("ckpt.index") == 1, line
     RESULTS.append("bad credentials: %.2f s: %s" % (took, line))
 
 
