@@ -10,8 +10,10 @@
 //! `many-small` (100,000 × float32[64]). For each: the bundle written locally (`BundleWriter`,
 //! the baseline), written at an `s3://` prefix (spooled, then published: data, then index),
 //! the local files put with bare `object_store` (16 MiB parts, 4 in flight) and with boto3;
-//! then every tensor read back from the `s3://` prefix (`BundleReader::read_into`), against
-//! bare `object_store` gets and boto3 downloads of the whole files. Ratios are printed, and
+//! then every tensor read back (`BundleReader::read_into`) from the local prefix (the baseline)
+//! and from the `s3://` prefix, against bare `object_store` gets and boto3 downloads of the
+//! whole files. Ratios are printed (a save against the local write plus the bare puts, a
+//! restore against the local restore plus the bare gets, and against the bare gets alone), and
 //! `/proc/loadavg`. moto and boto3 come from the venv `$SAVEPLAN_STORAGE_VENV` (default
 //! `.venv-storage`; `tests/storage/run.sh` makes it).
 
@@ -109,7 +111,7 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  s3-restore  bare-get  boto3-down  restore/bare  restore/boto3"
+        "workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  local-restore  s3-restore  bare-get  boto3-down  restore/(local+bare)  restore/bare  restore/boto3"
     );
     for workload in &workloads {
         let tensors: Vec<(String, Vec<i64>)> = match workload.as_str() {
@@ -172,9 +174,9 @@ fn main() {
             started.elapsed().as_secs_f64()
         });
         let boto3_up = boto3("up", &files);
-        let restore = || {
+        let restore = |url: &Path| {
             let started = Instant::now();
-            let reader = BundleReader::open(&url).unwrap();
+            let reader = BundleReader::open(url).unwrap();
             let mut out = Vec::new();
             for entry in reader.entries() {
                 out.resize(entry.size as usize, 0);
@@ -182,7 +184,8 @@ fn main() {
             }
             started.elapsed().as_secs_f64()
         };
-        let s3_restore = restore();
+        let local_restore = restore(&local);
+        let s3_restore = restore(&url);
         let bare_get = runtime.block_on(async {
             let started = Instant::now();
             for file in &files {
@@ -197,8 +200,9 @@ fn main() {
         });
         let boto3_down = boto3("down", &files);
         println!(
-            "{workload:<10} {total:<11} {local_write:>9.2} s {s3_save:>6.2} s {bare_put:>7.2} s {boto3_up:>7.2} s {:>12.2} {s3_restore:>16.2} s {bare_get:>7.2} s {boto3_down:>8.2} s {:>11.2} {:>13.2}",
+            "{workload:<10} {total:<11} {local_write:>9.2} s {s3_save:>6.2} s {bare_put:>7.2} s {boto3_up:>7.2} s {:>12.2} {local_restore:>17.3} s {s3_restore:>8.3} s {bare_get:>7.3} s {boto3_down:>8.2} s {:>16.2} {:>15.2} {:>13.2}",
             s3_save / (local_write + bare_put),
+            s3_restore / (local_restore + bare_get),
             s3_restore / bare_get,
             s3_restore / boto3_down,
         );

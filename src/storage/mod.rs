@@ -138,7 +138,7 @@ pub fn exists(path: &Path) -> io::Result<bool> {
 pub enum Blob {
     /// A local file.
     File(std::fs::File),
-    /// An object: each read is one ranged GET.
+    /// An object: reads in order continue one GET ([`object::ObjectBlob`]).
     Object(object::ObjectBlob),
 }
 
