@@ -343,7 +343,8 @@ fn blocks_and_steps_are_read_as_documented() {
     assert_eq!(found[0].not_run.as_deref(), Some("needs TensorFlow"));
     assert_eq!(found[1].lang, "rust");
     assert_eq!(found[1].not_run, None);
-    let marked = "<!-- docs-examples: run by tests/x.py: needs a server -->\n```console\n$ a\n```\n";
+    let marked =
+        "<!-- docs-examples: run by tests/x.py: needs a server -->\n```console\n$ a\n```\n";
     let marked = blocks(marked);
     assert_eq!(
         marked[0].run_by,

@@ -1,6 +1,8 @@
 //! Storage: the same scenarios against the local disk, an in-process object store
 //! (`memory://`) and, when `SAVEPLAN_TEST_S3` names a bucket URL (`s3://bucket/base`, as
-//! `tests/storage/run.sh` sets against a moto server), a real S3 server: bundles written and
+//! `tests/storage/run.sh` sets against a moto server), a real S3 server, and when
+//! `SAVEPLAN_TEST_AZ` names a container URL (`az://container/base`, as
+//! `tests/storage/run-azure.sh` sets against azurite), an Azure blob server: bundles written and
 //! read back, byte-identical to the local write; an overwrite leaving nothing behind; parts at
 //! TensorFlow's temporary names merged; the checkpoint manager (`max_to_keep`, the state file,
 //! a directory resolved to its latest checkpoint); on object stores, the save lease (a second
@@ -43,7 +45,7 @@ fn unique() -> String {
     )
 }
 
-/// Local, `memory://`, and `$SAVEPLAN_TEST_S3` when set.
+/// Local, `memory://`, and `$SAVEPLAN_TEST_S3` and `$SAVEPLAN_TEST_AZ` when set.
 fn bases() -> Vec<Base> {
     let dir = tempfile::tempdir().unwrap();
     let mut bases = vec![Base {
@@ -56,11 +58,13 @@ fn bases() -> Vec<Base> {
             _dir: None,
         });
     }
-    if let Ok(s3) = std::env::var("SAVEPLAN_TEST_S3") {
-        bases.push(Base {
-            root: PathBuf::from(format!("{}/{}", s3.trim_end_matches('/'), unique())),
-            _dir: None,
-        });
+    for var in ["SAVEPLAN_TEST_S3", "SAVEPLAN_TEST_AZ"] {
+        if let Ok(url) = std::env::var(var) {
+            bases.push(Base {
+                root: PathBuf::from(format!("{}/{}", url.trim_end_matches('/'), unique())),
+                _dir: None,
+            });
+        }
     }
     bases
 }
