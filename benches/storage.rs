@@ -3,15 +3,19 @@
 //! `download_file` of the same files, in one run, on the same bytes.
 //!
 //! ```text
-//! cargo bench --bench storage -- [big] [many-small] [--big-tensors N]
+//! cargo bench --bench storage -- [big] [many-small] [--big-tensors N] [--repeat N]
 //! ```
 //!
 //! Workloads: BENCH.md's `big` (16 × float32[4096, 4096]; `--big-tensors` takes fewer) and
 //! `many-small` (100,000 × float32[64]). For each: the bundle written locally (`BundleWriter`,
 //! the baseline), written at an `s3://` prefix (spooled, then published: data, then index),
 //! the local files put with bare `object_store` (16 MiB parts, 4 in flight) and with boto3;
-//! then every tensor read back from the `s3://` prefix (`BundleReader::read_into`), against
-//! bare `object_store` gets and boto3 downloads of the whole files. Ratios are printed, and
+//! then every tensor read back (`BundleReader::read_into`) from the local prefix (the baseline)
+//! and from the `s3://` prefix, against bare `object_store` gets and boto3 downloads of the
+//! whole files. Each measurement is made `--repeat` times (3 by default), interleaved so that
+//! every column sees the same load; the medians are printed, and the median of each round's
+//! ratios (a save against the local write plus the bare puts, a
+//! restore against the local restore plus the bare gets, and against the bare gets alone), and
 //! `/proc/loadavg`. moto and boto3 come from the venv `$SAVEPLAN_STORAGE_VENV` (default
 //! `.venv-storage`; `tests/storage/run.sh` makes it).
 
@@ -67,6 +71,12 @@ fn main() {
         .position(|arg| arg == "--big-tensors")
         .and_then(|at| args.get(at + 1)?.parse().ok())
         .unwrap_or(16);
+    let repeat: usize = args
+        .iter()
+        .position(|arg| arg == "--repeat")
+        .and_then(|at| args.get(at + 1)?.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let venv = std::env::var("SAVEPLAN_STORAGE_VENV")
         .map(PathBuf::from)
@@ -109,7 +119,7 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  s3-restore  bare-get  boto3-down  restore/bare  restore/boto3"
+        "workload   bytes       local-write  s3-save  bare-put  boto3-up  s3-save/(local+bare)  local-restore  s3-restore  bare-get  boto3-down  restore/(local+bare)  restore/bare  restore/boto3"
     );
     for workload in &workloads {
         let tensors: Vec<(String, Vec<i64>)> = match workload.as_str() {
@@ -140,67 +150,103 @@ fn main() {
             writer.finish().unwrap();
             started.elapsed().as_secs_f64()
         };
-        let dir = tempfile::tempdir().unwrap();
-        let local = dir.path().join("ckpt");
-        let local_write = write(&local);
-        let url = PathBuf::from(format!("s3://bench/{workload}/ckpt"));
-        let s3_save = write(&url);
-        let files = [
-            PathBuf::from(format!("{}.data-00000-of-00001", local.display())),
-            PathBuf::from(format!("{}.index", local.display())),
-        ];
-        let bare_put = runtime.block_on(async {
-            let started = Instant::now();
-            for file in &files {
-                let key = object_store::path::Path::from(format!(
-                    "bare/{workload}/{}",
-                    file.file_name().unwrap().to_string_lossy()
-                ));
-                let data = std::fs::read(file).unwrap();
-                if data.len() <= 16 << 20 {
-                    bare.put(&key, data.into()).await.unwrap();
-                } else {
-                    let upload = bare.put_multipart(&key).await.unwrap();
-                    let mut writer = WriteMultipart::new_with_chunk_size(upload, 16 << 20);
-                    for chunk in data.chunks(16 << 20) {
-                        writer.wait_for_capacity(4).await.unwrap();
-                        writer.write(chunk);
+        // Each measurement `repeat` times, interleaved (every column sees the same load); each
+        // round writes prefixes of its own (a save at a new prefix). Printed: the median of
+        // each column, and the median of each round's ratios.
+        let mut rounds: Vec<[f64; 8]> = Vec::new();
+        for round in 0..repeat {
+            let dir = tempfile::tempdir().unwrap();
+            let local = dir.path().join("ckpt");
+            let local_write = write(&local);
+            let url = PathBuf::from(format!("s3://bench/{workload}/ckpt-{round}"));
+            let s3_save = write(&url);
+            let files = [
+                PathBuf::from(format!("{}.data-00000-of-00001", local.display())),
+                PathBuf::from(format!("{}.index", local.display())),
+            ];
+            let bare_put = runtime.block_on(async {
+                let started = Instant::now();
+                for file in &files {
+                    let key = object_store::path::Path::from(format!(
+                        "bare/{workload}/{round}/{}",
+                        file.file_name().unwrap().to_string_lossy()
+                    ));
+                    let data = std::fs::read(file).unwrap();
+                    if data.len() <= 16 << 20 {
+                        bare.put(&key, data.into()).await.unwrap();
+                    } else {
+                        let upload = bare.put_multipart(&key).await.unwrap();
+                        let mut writer = WriteMultipart::new_with_chunk_size(upload, 16 << 20);
+                        for chunk in data.chunks(16 << 20) {
+                            writer.wait_for_capacity(4).await.unwrap();
+                            writer.write(chunk);
+                        }
+                        writer.finish().await.unwrap();
                     }
-                    writer.finish().await.unwrap();
                 }
-            }
-            started.elapsed().as_secs_f64()
-        });
-        let boto3_up = boto3("up", &files);
-        let restore = || {
-            let started = Instant::now();
-            let reader = BundleReader::open(&url).unwrap();
-            let mut out = Vec::new();
-            for entry in reader.entries() {
-                out.resize(entry.size as usize, 0);
-                reader.read_into(&entry.key, &mut out).unwrap();
-            }
-            started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64()
+            });
+            let boto3_up = boto3("up", &files);
+            let restore = |url: &Path| {
+                let started = Instant::now();
+                let reader = BundleReader::open(url).unwrap();
+                let mut out = Vec::new();
+                for entry in reader.entries() {
+                    out.resize(entry.size as usize, 0);
+                    reader.read_into(&entry.key, &mut out).unwrap();
+                }
+                started.elapsed().as_secs_f64()
+            };
+            let local_restore = restore(&local);
+            let s3_restore = restore(&url);
+            let bare_get = runtime.block_on(async {
+                let started = Instant::now();
+                for file in &files {
+                    let key = object_store::path::Path::from(format!(
+                        "bare/{workload}/{round}/{}",
+                        file.file_name().unwrap().to_string_lossy()
+                    ));
+                    let got = bare.get(&key).await.unwrap().bytes().await.unwrap();
+                    assert_eq!(got.len() as u64, std::fs::metadata(file).unwrap().len());
+                }
+                started.elapsed().as_secs_f64()
+            });
+            let boto3_down = boto3("down", &files);
+            let times = [
+                local_write,
+                s3_save,
+                bare_put,
+                boto3_up,
+                local_restore,
+                s3_restore,
+                bare_get,
+                boto3_down,
+            ];
+            rounds.push(times);
+        }
+        let median = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
         };
-        let s3_restore = restore();
-        let bare_get = runtime.block_on(async {
-            let started = Instant::now();
-            for file in &files {
-                let key = object_store::path::Path::from(format!(
-                    "bare/{workload}/{}",
-                    file.file_name().unwrap().to_string_lossy()
-                ));
-                let got = bare.get(&key).await.unwrap().bytes().await.unwrap();
-                assert_eq!(got.len() as u64, std::fs::metadata(file).unwrap().len());
-            }
-            started.elapsed().as_secs_f64()
-        });
-        let boto3_down = boto3("down", &files);
+        let column = |at: usize| median(rounds.iter().map(|round| round[at]).collect());
+        let ratio = |of: fn(&[f64; 8]) -> f64| median(rounds.iter().map(of).collect());
+        let best: [f64; 8] = std::array::from_fn(column);
+        let [
+            local_write,
+            s3_save,
+            bare_put,
+            boto3_up,
+            local_restore,
+            s3_restore,
+            bare_get,
+            boto3_down,
+        ] = best;
         println!(
-            "{workload:<10} {total:<11} {local_write:>9.2} s {s3_save:>6.2} s {bare_put:>7.2} s {boto3_up:>7.2} s {:>12.2} {s3_restore:>16.2} s {bare_get:>7.2} s {boto3_down:>8.2} s {:>11.2} {:>13.2}",
-            s3_save / (local_write + bare_put),
-            s3_restore / bare_get,
-            s3_restore / boto3_down,
+            "{workload:<10} {total:<11} {local_write:>9.2} s {s3_save:>6.2} s {bare_put:>7.2} s {boto3_up:>7.2} s {:>12.2} {local_restore:>17.3} s {s3_restore:>8.3} s {bare_get:>7.3} s {boto3_down:>8.2} s {:>16.2} {:>15.2} {:>13.2}",
+            ratio(|t| t[1] / (t[0] + t[2])),
+            ratio(|t| t[5] / (t[4] + t[6])),
+            ratio(|t| t[5] / t[6]),
+            ratio(|t| t[5] / t[7]),
         );
     }
     drop(to_helper);

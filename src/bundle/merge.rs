@@ -80,6 +80,11 @@ pub fn merge_bundles<P: AsRef<Path>>(
             false => path.to_path_buf(),
         };
         let sources: Vec<PathBuf> = sources.iter().map(|s| local(s.as_ref())).collect();
+        // The spool is scratch space (the store makes the checkpoint durable): no fsync.
+        let mut options = options;
+        if super::remote::is_remote(dest) {
+            options.write.fsync = false;
+        }
         merge_bundles(&sources, local(dest), options)?;
         if super::remote::is_remote(dest) {
             super::remote::publish(&local(dest), dest)?;

@@ -104,9 +104,26 @@ fn url_io<'a>(path: &'a Path, op: &'static str) -> impl Fn(std::io::Error) -> Bu
     move |err| BundleError::io(path, op, err)
 }
 
-/// The number of shards a local index says its bundle has.
+/// The number of data files of the finished local bundle at `local_prefix`: told by their
+/// names (`<prefix>.data-SSSSS-of-NNNNN`; the spool holds one bundle per prefix), without
+/// reading its index; from the index when no data file is there.
 fn shards_of(local_prefix: &Path) -> Result<u32> {
-    Ok(super::reader::read_index(&index_path(local_prefix))?.num_shards)
+    let dir = local_prefix.parent().unwrap_or(Path::new("."));
+    let name = local_prefix
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let names = crate::storage::local::file_names(dir).unwrap_or_default();
+    let totals: std::collections::BTreeSet<u32> = names
+        .iter()
+        .filter_map(|file| file.strip_prefix(&name)?.strip_prefix(".data-"))
+        .filter(|rest| is_shard_name(rest))
+        .filter_map(|rest| rest[9..].parse().ok())
+        .collect();
+    match totals.len() {
+        1 => Ok(totals.into_iter().next().unwrap_or(1)),
+        _ => Ok(super::reader::read_index(&index_path(local_prefix))?.num_shards),
+    }
 }
 
 /// Publishes the finished local bundle at `local` as the checkpoint at URL `url` (module
@@ -219,7 +236,11 @@ fn is_shard_name(rest: &str) -> bool {
 pub(crate) fn recover(prefix: &Path) -> Result<(super::Recovered, Vec<PathBuf>)> {
     let journal = journal_path(prefix);
     let mut merge = super::Recovered::Clean;
-    if let Ok(bytes) = storage::read(&journal) {
+    // One listing tells whether there is a journal and what is left over; the journal's
+    // roll back changes the objects, so they are listed again after it.
+    let mut listed = object::list(prefix).map_err(url_io(prefix, "list"))?;
+    let has_journal = listed.iter().any(|(path, _)| *path == journal);
+    if let Some(bytes) = has_journal.then(|| storage::read(&journal).ok()).flatten() {
         for (from, backup) in parse_journal(&journal, &bytes)? {
             if object::head(&backup)
                 .map_err(url_io(&backup, "look up"))?
@@ -230,9 +251,10 @@ pub(crate) fn recover(prefix: &Path) -> Result<(super::Recovered, Vec<PathBuf>)>
         }
         object::delete(&journal).map_err(url_io(&journal, "delete"))?;
         merge = super::Recovered::RolledBack;
+        listed = object::list(prefix).map_err(url_io(prefix, "list"))?;
     }
     let mut removed = Vec::new();
-    for path in leftovers(prefix)? {
+    for path in leftovers_of(prefix, listed)? {
         if object::delete(&path).is_ok() {
             removed.push(path);
         }
@@ -243,11 +265,28 @@ pub(crate) fn recover(prefix: &Path) -> Result<(super::Recovered, Vec<PathBuf>)>
 /// The leftovers of saves at URL `prefix`: backups, stray parts and temporary objects, and
 /// data objects that its index (if any) does not name. Never another checkpoint's objects.
 pub(crate) fn leftovers(prefix: &Path) -> Result<Vec<PathBuf>> {
-    let text = prefix.to_string_lossy().into_owned();
     let listed = object::list(prefix).map_err(url_io(prefix, "list"))?;
+    leftovers_of(prefix, listed)
+}
+
+/// [`leftovers`] among the objects `listed` (the listing of `prefix`). The index is read only
+/// when the data objects there are of more than one bundle (their names say different numbers
+/// of shards): else they are all the index's, or, without an index, all leftovers.
+fn leftovers_of(prefix: &Path, listed: Vec<(PathBuf, u64)>) -> Result<Vec<PathBuf>> {
+    let text = prefix.to_string_lossy().into_owned();
     let index = index_path(prefix);
     let has_index = listed.iter().any(|(path, _)| *path == index);
-    let num_shards = if has_index {
+    let totals: std::collections::BTreeSet<u32> = listed
+        .iter()
+        .filter_map(|(path, _)| {
+            let name = path.to_string_lossy();
+            let shard = name.strip_prefix(&text)?.strip_prefix(".data-")?;
+            is_shard_name(shard).then(|| shard[9..].parse().ok())?
+        })
+        .collect();
+    let num_shards = if has_index && totals.len() <= 1 {
+        totals.first().copied()
+    } else if has_index {
         match read_index_remote(&index) {
             Ok(num) => Some(num),
             Err(_) => return Ok(Vec::new()),

@@ -87,8 +87,11 @@ impl BundleWriter {
         let mut prefix = prefix.as_ref().to_path_buf();
         check_write_prefix(&prefix)?;
         let remote = super::remote::is_remote(&prefix).then(|| prefix.clone());
+        let mut options = options;
         if let Some(url) = &remote {
             prefix = super::remote::spool(url);
+            // The spool is scratch space (the store makes the checkpoint durable): no fsync.
+            options.fsync = false;
         }
         if let Some(dir) = prefix.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             fsops::create_dir_all(dir)

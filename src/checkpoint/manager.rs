@@ -5,9 +5,16 @@
 //!
 //! Timestamps come from a [`Clock`] (by default [`system_time`]), so a fixed clock reproduces
 //! TensorFlow's files exactly. After each write the manager does what TensorFlow's write
-//! callback does: records the new checkpoint with the time, writes the state file, deletes the
-//! checkpoints past `max_to_keep` (their `.index` and `.data-?????-of-?????` files only) and
-//! writes the state file again. With an asynchronous checkpoint
+//! callback does, in an order that keeps the state file true at every step: records the new
+//! checkpoint with the time, drops the checkpoints past `max_to_keep` from the books, writes the
+//! state file (the new checkpoint and the kept ones: every checkpoint it names exists, whole),
+//! then deletes the dropped checkpoints (their `.index`, then `.data-?????-of-?????` files).
+//! TensorFlow writes the state file once before the deletes, still naming the dropped
+//! checkpoints, and once after; its last file is the same. A delete that fails is tried again
+//! by the manager's next save, which also deletes what a failed write left (a write can fail
+//! after its checkpoint landed: the manager never names it, so it must not stay); a process killed between the state file and the deletes leaves
+//! the dropped checkpoint's files, which the state file no longer names. With an asynchronous
+//! checkpoint
 //! ([`Checkpoint::with_async`]) this runs on the writer thread after the files are written;
 //! [`CheckpointManager::sync`] waits for it.
 //!
@@ -195,6 +202,8 @@ struct Managed {
     checkpoints: Vec<(PathBuf, f64)>,
     latest: Option<PathBuf>,
     last_preserved: f64,
+    /// Checkpoints dropped from the books whose files are not deleted yet (a delete failed).
+    doomed: Vec<PathBuf>,
 }
 
 impl CheckpointManager {
@@ -302,8 +311,14 @@ impl CheckpointManager {
             .next_save_path(&self.prefix, checkpoint_number)?;
         let books = Arc::clone(&self.books);
         let saved = PathBuf::from(&path);
-        self.checkpoint
-            .write_then(&path, Some(Box::new(move || books.record_and_sweep(saved))))?;
+        let after = move |written: Result<(), CheckpointError>| match written {
+            Ok(()) => books.record_and_sweep(saved),
+            Err(err) => {
+                books.forget(saved);
+                Err(err)
+            }
+        };
+        self.checkpoint.write_then(&path, Some(Box::new(after)))?;
         Ok(Some(PathBuf::from(path)))
     }
 
@@ -339,24 +354,42 @@ impl Books {
         lock(&self.state)
     }
 
-    /// The write callback: records `saved` now (a path saved again moves to the end), writes
-    /// the state file, deletes what is past `max_to_keep`, writes the state file again.
+    /// The write callback: records `saved` now (a path saved again moves to the end), drops
+    /// what is past `max_to_keep` from the books, writes the state file, then deletes the
+    /// dropped checkpoints (and those an earlier delete left).
     fn record_and_sweep(&self, saved: PathBuf) -> Result<(), CheckpointError> {
         let timestamp = self.clock.now();
         let mut state = self.state();
         state.checkpoints.retain(|(path, _)| *path != saved);
+        state.doomed.retain(|path| *path != saved);
         state.checkpoints.push((saved.clone(), timestamp));
         state.latest = Some(saved);
+        self.sweep(&mut state);
         self.write(&state)?;
-        self.sweep(&mut state)?;
-        self.write(&state)
+        while let Some(path) = state.doomed.first() {
+            delete_bundle(path)?;
+            state.doomed.remove(0);
+        }
+        Ok(())
     }
 
-    /// Drops the oldest checkpoints past `max_to_keep`: keeps the files of one every
-    /// `keep_checkpoint_every_n_hours`, deletes the others'.
-    fn sweep(&self, state: &mut Managed) -> Result<(), CheckpointError> {
+    /// After a failed write to `failed`: what it left (a checkpoint may have landed before a
+    /// later step failed) is deleted by the next save, unless `failed` is a managed checkpoint
+    /// (saved again under its number: the save it replaced, or the new one, is there, whole).
+    fn forget(&self, failed: PathBuf) {
+        let mut state = self.state();
+        if !state.checkpoints.iter().any(|(path, _)| *path == failed)
+            && !state.doomed.contains(&failed)
+        {
+            state.doomed.push(failed);
+        }
+    }
+
+    /// Drops the oldest checkpoints past `max_to_keep` from the books: keeps the files of one
+    /// every `keep_checkpoint_every_n_hours`, marks the others' for deletion.
+    fn sweep(&self, state: &mut Managed) {
         let Some(max_to_keep) = self.max_to_keep else {
-            return Ok(());
+            return;
         };
         while state.checkpoints.len() > max_to_keep {
             let (path, timestamp) = state.checkpoints.remove(0);
@@ -366,9 +399,8 @@ impl Books {
                 state.last_preserved = timestamp;
                 continue;
             }
-            delete_bundle(&path)?;
+            state.doomed.push(path);
         }
-        Ok(())
     }
 
     /// Writes the state file: paths relative to the directory, with their timestamps.
@@ -412,6 +444,7 @@ fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
             checkpoints: Vec::new(),
             latest: None,
             last_preserved: now - 1.0,
+            doomed: Vec::new(),
         });
     }
     let text =
@@ -445,6 +478,7 @@ fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
             .filter(|name| !name.is_empty())
             .map(|name| resolve(&name)),
         last_preserved,
+        doomed: Vec::new(),
     })
 }
 

@@ -31,6 +31,8 @@
 mod framework;
 mod latest;
 mod manager;
+#[cfg(test)]
+mod manager_crash_tests;
 mod read;
 mod restore;
 mod spec;

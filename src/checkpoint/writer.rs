@@ -16,8 +16,10 @@ use crate::session::{Background, CapturedWrite, RunError, WriterError};
 
 use super::{CheckpointError, WriteFailure};
 
-/// What runs after a write's files are written, on the thread that wrote them.
-pub(super) type AfterWrite = Box<dyn FnOnce() -> Result<(), CheckpointError> + Send>;
+/// What runs after a write's files are written (or the write failed), on the thread that
+/// wrote them, handed the write's result; its own is the write's.
+pub(super) type AfterWrite =
+    Box<dyn FnOnce(Result<(), CheckpointError>) -> Result<(), CheckpointError> + Send>;
 
 /// The write in flight of an asynchronous checkpoint, if any ([`Background`]).
 pub(super) type Pending = Background<CheckpointError>;

@@ -15,7 +15,9 @@
 //!
 //! Errors are `std::io::Error`s (their kind says what went wrong: `NotFound`, `AlreadyExists`,
 //! `PermissionDenied`, `TimedOut`, `Unsupported`…) carrying a one-line [`StorageError`], so
-//! the layers above report an object as they report a file.
+//! the layers above report an object as they report a file: like the message of a file's
+//! `io::Error`, a store's reason names neither the object nor the operation; the layer that
+//! carries it names both, once.
 //!
 //! This room imports nothing of ours (floor 1).
 
@@ -49,9 +51,10 @@ pub enum StorageError {
         /// Why.
         detail: String,
     },
-    /// The store refused or failed an operation (shown after the object's URL, which the
-    /// error carrying it names).
-    #[error("{op}: {detail}")]
+    /// The store refused or failed an operation. Shown as the reason only: as with any
+    /// `io::Error`, the error carrying it names the object and the operation (`<url>: read:
+    /// <reason>`), so naming them here too would say them twice.
+    #[error("{detail}")]
     Store {
         /// The object's URL.
         url: String,
@@ -135,7 +138,7 @@ pub fn exists(path: &Path) -> io::Result<bool> {
 pub enum Blob {
     /// A local file.
     File(std::fs::File),
-    /// An object: each read is one ranged GET.
+    /// An object: reads in order continue one GET ([`object::ObjectBlob`]).
     Object(object::ObjectBlob),
 }
 

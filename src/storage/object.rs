@@ -35,18 +35,22 @@ pub const PART_SIZE: usize = 16 << 20;
 /// Parts of one upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 4;
 
-/// Reads smaller than this are served from blocks of this size, fetched whole.
+/// Reads smaller than this that the open GET cannot serve are served from blocks of this
+/// size, fetched whole.
 const BLOCK: u64 = 2 << 20;
+/// How far ahead of the open GET's position a read may start and still continue it (the bytes
+/// between are read and dropped).
+const SKIP: u64 = 1 << 20;
 /// Blocks an [`ObjectBlob`] keeps (its memory bound: `BLOCK * CACHED`).
 const CACHED: usize = 8;
-/// Larger reads are split into ranged GETs of this size…
-const RANGE: u64 = 16 << 20;
-/// …this many in flight at once.
-const RANGES_IN_FLIGHT: usize = 4;
 
-/// An object opened for ranged reads: a read of a block or more is fetched as ranged GETs of
-/// `RANGE` bytes, a few in flight, straight into the caller's buffer; smaller reads are served from a few cached blocks of
-/// `BLOCK` bytes, so a restore of many small tensors costs a GET per block, not per tensor.
+/// An object opened for reads. Reads in file order (a restore reads tensors as the bundle
+/// stores them) continue one open GET: the first read opens a GET from its offset to the end of
+/// the object and each later read at (or just past) where the previous one stopped takes the
+/// next bytes of its body, straight into the caller's buffer, so a whole restore costs about
+/// one GET per data file, whatever the number of tensors. A large read elsewhere opens a new
+/// GET there (the old one's connection is dropped, its rest never read); a small one is served
+/// from a few cached blocks of `BLOCK` bytes, each one bounded GET.
 #[derive(Debug)]
 pub struct ObjectBlob {
     store: Arc<dyn ObjectStore>,
@@ -54,6 +58,24 @@ pub struct ObjectBlob {
     url: String,
     len: u64,
     blocks: Mutex<std::collections::VecDeque<(u64, bytes::Bytes)>>,
+    open: Mutex<Option<OpenGet>>,
+}
+
+/// A GET in progress, from `at` to the end of the object.
+struct OpenGet {
+    /// The offset of the first byte of `rest`.
+    at: u64,
+    /// What is left of the body's last chunk.
+    rest: bytes::Bytes,
+    body: futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+}
+
+impl std::fmt::Debug for OpenGet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenGet")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ObjectBlob {
@@ -67,6 +89,7 @@ impl ObjectBlob {
             url,
             len: meta.size,
             blocks: Mutex::default(),
+            open: Mutex::default(),
         })
     }
 
@@ -80,7 +103,8 @@ impl ObjectBlob {
         self.len == 0
     }
 
-    /// Fills `out` with the bytes at `offset` (one ranged GET).
+    /// Fills `out` with the bytes at `offset`: from the open GET when the read continues it,
+    /// else from a new one (large reads) or the cached blocks (small ones).
     pub fn read_exact_at(&self, out: &mut [u8], offset: u64) -> io::Result<()> {
         if out.is_empty() {
             return Ok(());
@@ -89,34 +113,67 @@ impl ObjectBlob {
         if end > self.len {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        if out.len() as u64 >= BLOCK {
-            // Ranges of RANGE bytes, RANGES_IN_FLIGHT at once, each copied into `out`.
-            let ranges: Vec<Range<u64>> = (offset..end)
-                .step_by(RANGE as usize)
-                .map(|start| start..(start + RANGE).min(end))
-                .collect();
-            let got = block(async {
-                use futures::StreamExt;
-                futures::stream::iter(ranges.iter().cloned())
-                    .map(|range| self.store.get_range(&self.key, range))
-                    .buffered(RANGES_IN_FLIGHT)
-                    .collect::<Vec<_>>()
-                    .await
-            });
-            let mut at = 0;
-            for bytes in got {
-                let bytes = bytes.map_err(|err| convert(&self.url, "read", err))?;
-                let into = out
-                    .get_mut(at..at + bytes.len())
-                    .ok_or(io::ErrorKind::UnexpectedEof)?;
-                into.copy_from_slice(&bytes);
-                at += bytes.len();
-            }
-            if at != out.len() {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            return Ok(());
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let continues = open
+            .as_ref()
+            .is_some_and(|get| get.at <= offset && offset - get.at <= SKIP);
+        if continues || open.is_none() || out.len() as u64 >= BLOCK {
+            return self.read_on(&mut open, out, offset);
         }
+        drop(open);
+        self.read_blocks(out, offset)
+    }
+
+    /// Fills `out` from the open GET, opened at `offset` when there is none there (or the one
+    /// there fails: opened again once, at the same place).
+    fn read_on(&self, open: &mut Option<OpenGet>, out: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut retried = false;
+        loop {
+            let usable = open
+                .as_ref()
+                .is_some_and(|get| get.at <= offset && offset - get.at <= SKIP);
+            if !usable {
+                *open = None;
+                let options = object_store::GetOptions {
+                    range: Some(object_store::GetRange::Offset(offset)),
+                    ..object_store::GetOptions::default()
+                };
+                let got = block(self.store.get_opts(&self.key, options))
+                    .map_err(|err| convert(&self.url, "read", err))?;
+                *open = Some(OpenGet {
+                    at: offset,
+                    rest: bytes::Bytes::new(),
+                    body: got.into_stream(),
+                });
+            }
+            let Some(get) = open.as_mut() else {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            };
+            // Most small reads are in the chunk already received: no trip to the runtime.
+            let skip = (offset - get.at) as usize;
+            if let Some(bytes) = get.rest.get(skip..skip + out.len()) {
+                out.copy_from_slice(bytes);
+                let _ = get.rest.split_to(skip + out.len());
+                get.at = offset + out.len() as u64;
+                return Ok(());
+            }
+            match block(fill(get, out, offset, &self.url)) {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    *open = None;
+                    if retried || err.kind() == io::ErrorKind::UnexpectedEof {
+                        return Err(err);
+                    }
+                    retried = true;
+                }
+            }
+        }
+    }
+
+    /// Fills `out` (smaller than a block) with the bytes at `offset` through the cached
+    /// blocks.
+    fn read_blocks(&self, out: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = offset + out.len() as u64;
         let mut at = offset;
         while at < end {
             let index = at / BLOCK;
@@ -173,6 +230,34 @@ impl ObjectBlob {
             .map_err(|err| convert(&self.url, "read", err))?;
         Ok(got.into_iter().map(|bytes| bytes.to_vec()).collect())
     }
+}
+
+/// Takes the bytes at `offset` (at or after `get.at`) from `get`'s body into `out`, dropping
+/// those before them.
+async fn fill(get: &mut OpenGet, out: &mut [u8], offset: u64, url: &str) -> io::Result<()> {
+    use futures::StreamExt;
+    let mut filled = 0;
+    while filled < out.len() {
+        if get.rest.is_empty() {
+            get.rest = match get.body.next().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(err)) => return Err(convert(url, "read", err)),
+                None => return Err(io::ErrorKind::UnexpectedEof.into()),
+            };
+            continue;
+        }
+        if get.at < offset {
+            let skip = (offset - get.at).min(get.rest.len() as u64) as usize;
+            let _ = get.rest.split_to(skip);
+            get.at += skip as u64;
+            continue;
+        }
+        let take = (out.len() - filled).min(get.rest.len());
+        out[filled..filled + take].copy_from_slice(&get.rest.split_to(take));
+        filled += take;
+        get.at += take as u64;
+    }
+    Ok(())
 }
 
 /// The whole object at URL `path`.
@@ -418,7 +503,10 @@ fn convert(url: &str, op: &'static str, err: object_store::Error) -> io::Error {
     let text = one_line(&err);
     let detail = match kind {
         io::ErrorKind::NotFound if matches!(op, "write" | "upload" | "copy" | "list") => {
-            "no such bucket".to_string()
+            match url.split_once("://").map(|(scheme, _)| scheme) {
+                Some("az" | "azure" | "abfs" | "abfss") => "no such container".to_string(),
+                _ => "no such bucket".to_string(),
+            }
         }
         io::ErrorKind::NotFound => "no such object".to_string(),
         io::ErrorKind::AlreadyExists => "already exists (a conditional put lost)".to_string(),

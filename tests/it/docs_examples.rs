@@ -15,6 +15,9 @@ use crate::support::root;
 
 /// The marker line, just above a block, of an example that cannot run here, with its reason.
 const NOT_RUN: &str = "<!-- docs-examples: not run:";
+/// The marker line, just above a block, of an example that needs a server this test does not
+/// start, run as printed by another suite: `<!-- docs-examples: run by FILE: REASON -->`.
+const RUN_BY: &str = "<!-- docs-examples: run by ";
 
 /// The folders copied into each page's working folder: what the examples read.
 const COPIED: [&str; 3] = ["examples", "tests/fixtures", "tests/inputs"];
@@ -30,6 +33,9 @@ struct Block {
     body: Vec<String>,
     /// Why it is not run, from a [`NOT_RUN`] line just above it.
     not_run: Option<String>,
+    /// The suite that runs it (a path from the workspace root), and why, from a [`RUN_BY`]
+    /// line just above it.
+    run_by: Option<(String, String)>,
 }
 
 /// The fenced code blocks of a Markdown page, with the indentation of their fence (a block in
@@ -57,11 +63,18 @@ fn blocks(text: &str) -> Vec<Block> {
                     .strip_prefix(NOT_RUN)
                     .and_then(|rest| rest.strip_suffix("-->"))
                     .map(|reason| reason.trim().to_owned());
+                let run_by = previous
+                    .trim()
+                    .strip_prefix(RUN_BY)
+                    .and_then(|rest| rest.strip_suffix("-->"))
+                    .and_then(|rest| rest.split_once(": "))
+                    .map(|(file, reason)| (file.trim().to_owned(), reason.trim().to_owned()));
                 let block = Block {
                     line: index + 1,
                     lang,
                     body: Vec::new(),
                     not_run,
+                    run_by,
                 };
                 open = Some((indent, block));
             }
@@ -215,6 +228,15 @@ fn console_examples_run_as_printed() {
                 println!("{at}: not run: {reason}");
                 continue;
             }
+            if let Some((suite, reason)) = &block.run_by {
+                // That suite exists and reads this page (it extracts the block from it).
+                let text = std::fs::read_to_string(root().join(suite)).unwrap_or_default();
+                if !text.contains(page.as_str()) {
+                    wrong.push(format!("{at}: `{suite}` does not read {page}"));
+                }
+                println!("{at}: run by {suite}: {reason}");
+                continue;
+            }
             match steps(&block.body) {
                 Ok(steps) => {
                     ran += steps.len();
@@ -321,6 +343,14 @@ fn blocks_and_steps_are_read_as_documented() {
     assert_eq!(found[0].not_run.as_deref(), Some("needs TensorFlow"));
     assert_eq!(found[1].lang, "rust");
     assert_eq!(found[1].not_run, None);
+    let marked =
+        "<!-- docs-examples: run by tests/x.py: needs a server -->\n```console\n$ a\n```\n";
+    let marked = blocks(marked);
+    assert_eq!(
+        marked[0].run_by,
+        Some(("tests/x.py".to_owned(), "needs a server".to_owned()))
+    );
+    assert_eq!(marked[0].not_run, None);
     assert_eq!(
         steps(&found[0].body).unwrap(),
         vec![Step {

@@ -6,7 +6,8 @@ verify, restore, convert both ways, object specs with `--expect consumed`, a dir
 `checkpoint` state file as prefixes), killed saves (kill -9 at random times: the previous
 checkpoint stays whole, no partial checkpoint is visible, the next save cleans up), two
 concurrent writers (one wins, the other fails in one line), and failures in one line within
-seconds (bad credentials, a missing bucket, an unreachable endpoint). With --cargo-test it also
+seconds (bad credentials, a missing bucket, an unreachable endpoint), and the console example of
+docs/object-stores.md as printed (its own moto server on port 5000). With --cargo-test it also
 runs the Rust suite `cargo test --test it storage::` with SAVEPLAN_TEST_S3 set. The last line
 is `N passed, M failed`.
 """
@@ -236,11 +237,23 @@ def two_concurrent_writers_one_wins_the_other_fails_in_one_line():
     RESULTS.append("two concurrent writers, 3 rounds: %d saves won, %d failed in one line" % (wins, losses))
 
 
+def repeated_word(line):
+    """The first word said twice in a row in `line` (`read: read:`), ignoring punctuation."""
+    words = [w.strip(".,:;()`'\"").lower() for w in line.split()]
+    words = [w for w in words if w]
+    for a, b in zip(words, words[1:]):
+        if a == b:
+            return a
+    return None
+
+
 def timed_failure(args, env):
     t0 = time.time()
     line = one_line_error(run(*args, env=env, ok=False, timeout=60))
     took = time.time() - t0
     assert took < 15, (took, line)
+    # The object and the operation are named once (the store layer says only the reason).
+    assert repeated_word(line) is None, line
     return line, took
 
 
@@ -252,8 +265,90 @@ def failures_are_one_line_within_seconds():
     RESULTS.append("missing bucket: %.2f s: %s" % (took, line))
     line, took = timed_failure(save + ["s3://%s/x/ckpt" % BUCKET], s3_env(free_port()))
     RESULTS.append("unreachable endpoint: %.2f s: %s" % (took, line))
+    assert repeated_word("x: read: read: denied") == "read"
     line, took = timed_failure(["inspect", "s3://%s/run/ckpt" % BUCKET], s3_env(AUTH_PORT))
+    assert "access denied" in line and line.count("s3://") == 1, line
     RESULTS.append("bad credentials: %.2f s: %s" % (took, line))
+
+
+DOCS_PAGE = "docs/object-stores.md"
+
+
+def console_block(page, marker):
+    """The steps, [(command, [output lines])], of the `console` block just after the line of
+    `page` that contains `marker`."""
+    lines = open(os.path.join(ROOT, page)).read().splitlines()
+    at = next(i for i, line in enumerate(lines) if marker in line)
+    assert lines[at + 1].strip() == "```console", lines[at + 1]
+    steps, continued = [], False
+    for line in lines[at + 2:]:
+        if line.strip() == "```":
+            break
+        if continued:
+            steps[-1][0] += "\n" + line
+            continued = line.endswith("\\")
+        elif line.startswith("$ "):
+            steps.append([line[2:], []])
+            continued = line.endswith("\\")
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def matches(expected, actual):
+    """`actual` is `expected`, where a line `...` stands for any number of lines."""
+    if not expected:
+        return not actual
+    if expected[0].strip() == "...":
+        return any(matches(expected[1:], actual[skip:]) for skip in range(len(actual) + 1))
+    return bool(actual) and actual[0] == expected[0] and matches(expected[1:], actual[1:])
+
+
+@check
+def the_console_example_of_the_object_stores_page_runs_as_printed():
+    """docs/object-stores.md's moto example, its commands verbatim in one shell (its exports
+    and its background server carry from one command to the next), in a folder holding
+    `examples/`, with `saveplan` the binary under test and this venv's python, pip and
+    moto_server on the PATH; each command's output is what the page prints."""
+    steps = console_block(DOCS_PAGE, "run by tests/storage/test_s3.py")
+    assert len(steps) >= 8, steps
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", 5000))
+        except OSError:
+            raise AssertionError("port 5000, the page's, is taken: the example cannot run")
+    folder = tempfile.mkdtemp(dir=TMP)
+    os.symlink(os.path.join(ROOT, "examples"), os.path.join(folder, "examples"))
+    os.mkdir(os.path.join(folder, "bin"))
+    os.symlink(BIN, os.path.join(folder, "bin", "saveplan"))
+    script = ["exec 2>&1"]
+    for index, (command, _) in enumerate(steps):
+        script.append("echo '@@step %d@@'" % index)
+        script.append(command)
+        script.append("rc=$?; if [ $rc -ne 0 ]; then echo \"@@exit $rc@@\"; exit 1; fi")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PATH"] = os.pathsep.join([os.path.join(folder, "bin"), os.path.dirname(sys.executable), env.get("PATH", "")])
+    proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=folder, env=env, stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    printed = out.split("\n")
+    if printed and printed[-1] == "":
+        printed.pop()
+    starts = [i for i, line in enumerate(printed) if line.startswith("@@step ")]
+    assert proc.returncode == 0 and len(starts) == len(steps), out
+    for index, (command, expected) in enumerate(steps):
+        end = starts[index + 1] if index + 1 < len(steps) else len(printed)
+        got = printed[starts[index] + 1:end]
+        assert matches(expected, got), "$ %s\nprinted %r, the page says %r" % (command, got, expected)
+    restored = os.path.join(folder, "restored.safetensors")
+    assert os.path.getsize(restored) > 0, restored
+    RESULTS.append("%s: the moto example ran as printed (%d commands)" % (DOCS_PAGE, len(steps)))
 
 
 @check

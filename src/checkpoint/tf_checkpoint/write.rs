@@ -47,8 +47,9 @@ impl Checkpoint {
         self.finish(prefix, captured, None)
     }
 
-    /// [`Checkpoint::write`], then `after` (TensorFlow's write callback) once the files are
-    /// written: at once, or on the background thread of an asynchronous checkpoint.
+    /// [`Checkpoint::write`], then `after` (TensorFlow's write callback, handed the write's
+    /// result, which it returns or replaces) once the files are written or failed: at once, or
+    /// on the background thread of an asynchronous checkpoint.
     pub(in crate::checkpoint) fn write_then(
         &self,
         prefix: &str,
@@ -68,8 +69,11 @@ impl Checkpoint {
         after: Option<AfterWrite>,
     ) -> Result<String, CheckpointError> {
         let write = move || {
-            captured.commit()?;
-            after.map_or(Ok(()), |after| after())
+            let written = captured.commit();
+            match after {
+                Some(after) => after(written),
+                None => written,
+            }
         };
         if self.async_writes {
             self.in_flight.start(prefix, write)?;
@@ -144,7 +148,10 @@ impl Checkpoint {
     pub fn save(&mut self, file_prefix: &str) -> Result<String, CheckpointError> {
         let path = self.next_save_path(file_prefix, None)?;
         let prefix = PathBuf::from(&path);
-        let after: AfterWrite = Box::new(move || write_state_file(&prefix));
+        let after: AfterWrite = Box::new(move |written| {
+            written?;
+            write_state_file(&prefix)
+        });
         self.write_then(&path, Some(after))
     }
 
