@@ -24,10 +24,12 @@
 //! In one task's partition of a cluster run ([`RunContext::cluster`]), a `_Recv` waits for a
 //! value another task sends, which may come only after this task ran more steps. A drainer
 //! never waits for it: a ready receive is handed to the run's caller (the *pump*, which owns
-//! the run), which waits for it on a thread of its own and, once it arrived, readies its
-//! users as a finished step would. So no pool thread ever blocks on another task, however
-//! few threads the pool has and however many tasks share it. The pump ends the run when no
-//! drainer and no receive is left. The first error of such a run also aborts the cluster's
+//! the run), which asks the rendezvous to call back when the value arrives
+//! ([`Rendezvous::recv_async`](super::rendezvous::Rendezvous::recv_async); one that cannot is
+//! waited on by a thread of its own) and, once it arrived, stores it and readies its users as
+//! a finished step would. So no pool thread ever blocks on another task, however few threads
+//! the pool has, however many tasks share it and however many receives wait. The pump ends
+//! the run when no drainer and no receive is left. The first error of such a run also aborts the cluster's
 //! rendezvous, so that the other tasks stop instead of waiting for what will never come.
 
 use std::cmp::Reverse;
@@ -37,10 +39,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use super::error::{ExecError, error_line};
+use super::error::{ExecError, KernelError, error_line};
 use super::fuse::run_fused;
-use super::plan::{CompiledPlan, StepId, Work};
-use super::step::{RunContext, StepInputs, fetch, finish_call, prepare_slots, run_kernel};
+use super::kernels::{Kernel, transfer};
+use super::plan::{CompiledPlan, Step, StepId, Work};
+use super::rendezvous::{RecvDone, RendezvousError};
+use super::step::{
+    RunContext, StepInputs, fetch, finish_call, finish_step, kernel_cx, op_error, prepare_slots,
+    run_kernel,
+};
 use super::sync::lock;
 use super::tensor::HostTensor;
 
@@ -64,10 +71,10 @@ struct RunState<'p> {
 
 /// What the pump of a cluster run hears.
 enum Pumped {
-    /// A receive is ready: wait for its value on a thread of its own.
+    /// A receive is ready: ask the rendezvous for its value.
     Receive(StepId),
-    /// A receive ran (on its thread) with this result.
-    Received(StepId, Result<(), ExecError>),
+    /// A receive's value arrived (or the rendezvous failed it).
+    Arrived(StepId, Result<HostTensor, RendezvousError>),
     /// A drainer ended with nothing left active at that moment.
     Idle,
 }
@@ -249,12 +256,13 @@ impl<'p> RunState<'p> {
             };
             match news {
                 Pumped::Receive(id) => {
-                    let pump = lock(self.pump.as_ref().expect("a pumped run")).clone();
-                    threads.spawn(move || {
-                        let _ = pump.send(Pumped::Received(id, self.run_step(id)));
-                    });
+                    if let Err(err) = self.receive(threads, id) {
+                        self.finished(scope, id, Err(err));
+                        self.active.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
-                Pumped::Received(id, result) => {
+                Pumped::Arrived(id, value) => {
+                    let result = self.arrived(id, value);
                     self.finished(scope, id, result);
                     self.active.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -296,6 +304,59 @@ impl<'p> RunState<'p> {
         }
     }
 
+    /// Asks the cluster's rendezvous for the value of receive step `id`, to be told to the
+    /// pump when it arrives ([`Pumped::Arrived`]); a rendezvous that cannot call back is
+    /// waited on by a thread of `threads`.
+    fn receive<'t>(
+        &'t self,
+        threads: &'t std::thread::Scope<'t, '_>,
+        id: StepId,
+    ) -> Result<(), ExecError> {
+        let step = self.plan.step(id);
+        let device = &self.plan.queues()[step.queue.0 as usize].device;
+        let Work::Kernel(Kernel::Recv(transfer)) = &step.work else {
+            unreachable!("only receives are pumped")
+        };
+        let (cluster, key) = transfer::key(&kernel_cx(self.cx, step, device), transfer)
+            .map_err(|source| op_error(step, device, source))?;
+        let pump = lock(self.pump.as_ref().expect("a pumped run")).clone();
+        let done: RecvDone = Box::new(move |value| {
+            // The pump holds the receiving end until the run is over.
+            let _ = pump.send(Pumped::Arrived(id, value));
+        });
+        if let Err(done) = cluster.rendezvous.recv_async(&key, done) {
+            threads.spawn(move || done(cluster.rendezvous.recv(&key)));
+        }
+        Ok(())
+    }
+
+    /// Finishes receive step `id` with the value that arrived: checks it, stores it, tells
+    /// the observer, as [`RunState::run_step`] does for a kernel.
+    fn arrived(
+        &self,
+        id: StepId,
+        value: Result<HostTensor, RendezvousError>,
+    ) -> Result<(), ExecError> {
+        let step = self.plan.step(id);
+        let device = &self.plan.queues()[step.queue.0 as usize].device;
+        let Work::Kernel(Kernel::Recv(transfer)) = &step.work else {
+            unreachable!("only receives are pumped")
+        };
+        let result = value
+            .map_err(KernelError::from)
+            .and_then(|value| transfer::received(transfer, value));
+        let outputs = finish_step(self.cx, step, device, result, step.outputs.len())?;
+        self.store(step, outputs);
+        Ok(())
+    }
+
+    /// Stores the outputs of `step`.
+    fn store(&self, step: &Step, outputs: Vec<HostTensor>) {
+        for (slot, value) in step.outputs.iter().zip(outputs) {
+            let _ = self.slots[slot.0 as usize].set(value);
+        }
+    }
+
     /// Runs one step: gathers its inputs, calls its kernel, stores its outputs.
     fn run_step(&self, id: StepId) -> Result<(), ExecError> {
         let step = self.plan.step(id);
@@ -312,9 +373,7 @@ impl<'p> RunState<'p> {
             )?,
             Work::Fused(fused) => run_fused(self.cx, self.plan, step, device, fused, inputs)?,
         };
-        for (slot, value) in step.outputs.iter().zip(outputs) {
-            let _ = self.slots[slot.0 as usize].set(value);
-        }
+        self.store(step, outputs);
         Ok(())
     }
 }

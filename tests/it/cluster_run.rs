@@ -235,3 +235,72 @@ fn a_failing_task_stops_the_others_and_is_named() {
         }
     }
 }
+
+/// A task that receives from many edges (TensorFlow's `save/restore_all` on one task, with a
+/// control input from each of 3,000 assigns on another task) needs no thread per receive:
+/// the in-process rendezvous calls back as each value arrives. The run restores every value,
+/// and the process never holds more than a few dozen threads.
+#[test]
+fn thousands_of_receives_need_no_thread_each() {
+    let variables: Vec<serde_json::Value> = (0..3000)
+        .map(|index| {
+            serde_json::json!({"checkpoint_key": format!("v{index:04}"), "dtype": "float32",
+                "shape": [2], "device": format!("/job:worker/replica:0/task:{}/device:CPU:0", index % 2)})
+        })
+        .collect();
+    let text = serde_json::json!({ "variables": variables }).to_string();
+    let spec = saveplan::trace::spec::SpecFile::parse(&text).unwrap();
+    let meta = saveplan::compile::compile(&spec, saveplan::compile::Form::Flat)
+        .unwrap()
+        .meta_graph;
+    let (module, saver) = (meta.module, meta.saver_def.unwrap());
+    let store = VariableStore::new();
+    let filled = fill_variables(&module, &store, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+    run_whole(&module, &saver, SaverRun::Save, &store, &prefix);
+
+    let plans = TaskPlans::compile(
+        verified(&module),
+        &[&saver.restore_op_name],
+        &[&saver.filename_tensor_name],
+        Backend::Interp,
+    )
+    .unwrap();
+    let receives: usize = (0..plans.tasks().len())
+        .map(|task| {
+            let plan = plans.task_plan(task).unwrap();
+            (0..plan.steps().len())
+                .filter(|&step| plan.is_receive(saveplan::exec::StepId(step as u32)))
+                .count()
+        })
+        .sum();
+    assert!(receives >= 1500, "{receives} receives");
+    let threads = || {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status
+            .lines()
+            .find(|line| line.starts_with("Threads:"))
+            .unwrap();
+        line[8..].trim().parse::<usize>().unwrap()
+    };
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    let observe = |_: &saveplan::exec::StepEvent<'_>| {
+        most.fetch_max(threads(), std::sync::atomic::Ordering::Relaxed);
+    };
+    let restored = VariableStore::new();
+    let io = BundleIo::default();
+    plans
+        .run(
+            &RunContext::new(&restored)
+                .with_io(&io)
+                .with_observer(&observe),
+            vec![HostTensor::string_scalar(prefix.as_str())],
+        )
+        .unwrap();
+    for (key, value) in &filled {
+        assert_eq!(restored.get(key).as_ref(), Ok(value), "{key:?} restored");
+    }
+    let most = most.into_inner();
+    assert!(most < 100, "{most} threads for {receives} receives");
+}

@@ -186,7 +186,7 @@ docs_example() {
     (cd "$dir" && PATH="$dir/bin:$PATH" python3 - "$root/docs/cluster.md" <<'PY'
 import subprocess, sys
 lines = open(sys.argv[1]).read().splitlines()
-start = next(i for i, line in enumerate(lines) if "tests/mpi/run.sh runs this block" in line)
+start = next(i for i, line in enumerate(lines) if "docs-examples: run by tests/mpi/run.sh" in line)
 block = []
 for line in lines[start + 2:]:
     if line.startswith("```"):

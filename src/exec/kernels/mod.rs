@@ -12,7 +12,7 @@ mod array;
 mod checkpoint;
 pub(crate) mod state;
 mod strings;
-mod transfer;
+pub(crate) mod transfer;
 
 use std::sync::OnceLock;
 

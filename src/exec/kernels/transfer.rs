@@ -7,7 +7,7 @@ use crate::exec::rendezvous::{ClusterRun, RendezvousKey};
 use crate::exec::tensor::HostTensor;
 
 /// The cluster of the run and the key of `transfer` in it.
-fn key<'a>(
+pub(crate) fn key<'a>(
     cx: &KernelCx<'a>,
     transfer: &Transfer,
 ) -> Result<(ClusterRun<'a>, RendezvousKey), KernelError> {
@@ -48,7 +48,15 @@ pub(super) fn send(
 /// Waits for the value the sending task hands over.
 pub(super) fn recv(cx: &KernelCx<'_>, transfer: &Transfer) -> Result<Vec<HostTensor>, KernelError> {
     let (cluster, key) = key(cx, transfer)?;
-    let value = cluster.rendezvous.recv(&key)?;
+    received(transfer, cluster.rendezvous.recv(&key)?)
+}
+
+/// The outputs of `transfer`'s receive, given the value that arrived: it must be of the
+/// dtype the receive declares.
+pub(crate) fn received(
+    transfer: &Transfer,
+    value: HostTensor,
+) -> Result<Vec<HostTensor>, KernelError> {
     if value.dtype() != transfer.dtype {
         return Err(KernelError::invalid(format!(
             "received {} for {}, expected {}",

@@ -22,7 +22,10 @@
 //!
 //! The last scenario, [`abort_reaches_every_task`], leaves the rendezvous aborted.
 
-use super::{Rendezvous, RendezvousError, RendezvousKey};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::{RecvDone, Rendezvous, RendezvousError, RendezvousKey};
 use crate::exec::tensor::HostTensor;
 
 /// A scenario: run by every task with its own view; `Err` says what went wrong.
@@ -35,6 +38,7 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
     ("large_value", large_value),
     ("barriers_separate_rounds", barriers_separate_rounds),
     ("bad_keys_are_refused", bad_keys_are_refused),
+    ("receives_call_back", receives_call_back),
     ("abort_reaches_every_task", abort_reaches_every_task),
 ];
 
@@ -178,13 +182,70 @@ pub fn bad_keys_are_refused(r: &dyn Rendezvous) -> Result<(), String> {
     r.barrier().map_err(err)
 }
 
-/// The last task aborts; every task's pending receive and later barrier fail with its reason.
+/// A callback for `recv_async` that hands what arrived to `sender`, tagged with `tag`.
+fn callback<T: Send + 'static>(
+    sender: &mpsc::Sender<(T, Result<HostTensor, RendezvousError>)>,
+    tag: T,
+) -> RecvDone {
+    let sender = sender.clone();
+    Box::new(move |value| {
+        let _ = sender.send((tag, value));
+    })
+}
+
+/// Every task asks to be called back with a value from every other task before any is sent,
+/// then sends its own: each callback gets its value, from whichever thread delivers it. (An
+/// implementation that cannot call back gives `done` back; the scenario then waits with
+/// `recv`, as the executor does.)
+pub fn receives_call_back(r: &dyn Rendezvous) -> Result<(), String> {
+    let (task, n) = (r.task(), r.n_tasks());
+    let (sender, arrived) = mpsc::channel();
+    let mut waited = Vec::new();
+    for src in (0..n).filter(|&src| src != task) {
+        let key = RendezvousKey::new(src, task, "callback");
+        if let Err(done) = r.recv_async(&key, callback(&sender, src)) {
+            waited.push((key, done));
+        }
+    }
+    // Every callback is in place before any value is sent.
+    r.barrier().map_err(err)?;
+    for dst in (0..n).filter(|&dst| dst != task) {
+        let value = HostTensor::int32_scalar((task * 10 + dst) as i32);
+        r.send(&RendezvousKey::new(task, dst, "callback"), value)
+            .map_err(err)?;
+    }
+    for (key, done) in waited {
+        done(r.recv(&key));
+    }
+    for _ in 1..n {
+        let (src, value) = arrived
+            .recv_timeout(Duration::from_secs(30))
+            .map_err(|_| format!("task {task}: a callback never came"))?;
+        let value = value.map_err(err)?;
+        expect(
+            value == HostTensor::int32_scalar((src * 10 + task) as i32),
+            || format!("task {task}: the value from task {src} is {value:?}"),
+        )?;
+    }
+    r.barrier().map_err(err)
+}
+
+/// The last task aborts; every task's pending receive (waiting or called back) and later
+/// barrier fail with its reason.
 pub fn abort_reaches_every_task(r: &dyn Rendezvous) -> Result<(), String> {
     let (task, n) = (r.task(), r.n_tasks());
     let aborted = RendezvousError::Aborted {
         task: n - 1,
         reason: "planned failure".into(),
     };
+    // Nobody sends this either: the abort fails the callback.
+    let (sender, called) = mpsc::channel();
+    let calls_back = (task != n - 1)
+        && r.recv_async(
+            &RendezvousKey::new(n - 1, task, "never either"),
+            callback(&sender, ()),
+        )
+        .is_ok();
     if task == n - 1 {
         r.abort("planned failure");
         // A second abort changes nothing.
@@ -195,6 +256,15 @@ pub fn abort_reaches_every_task(r: &dyn Rendezvous) -> Result<(), String> {
         expect(got.as_ref() == Err(&aborted), || {
             format!("task {task}: a receive during the abort gave {got:?}")
         })?;
+    }
+    if calls_back {
+        let got = called
+            .recv_timeout(Duration::from_secs(30))
+            .map(|(_, got)| got);
+        expect(
+            got.as_ref().map(Result::as_ref) == Ok(Err(&aborted)),
+            || format!("task {task}: a callback during the abort gave {got:?}"),
+        )?;
     }
     let got = r.barrier();
     expect(got.as_ref() == Err(&aborted), || {

@@ -6,23 +6,24 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::{Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
+use super::{RecvDone, Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
 use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::tensor::HostTensor;
 
 /// The in-process rendezvous of `n_tasks` tasks; each task takes its view with
 /// [`LocalRendezvous::task`].
-#[derive(Debug)]
 pub struct LocalRendezvous {
     n_tasks: usize,
     state: Mutex<State>,
     changed: Condvar,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct State {
     /// Sent and not yet received.
     mailbox: HashMap<RendezvousKey, HostTensor>,
+    /// Receives waiting for their value ([`Rendezvous::recv_async`]).
+    waiting: HashMap<RendezvousKey, RecvDone>,
     /// The first abort: the task and its reason.
     aborted: Option<(usize, String)>,
     /// Tasks that reached the current barrier.
@@ -40,6 +41,15 @@ impl State {
             }),
             None => Ok(()),
         }
+    }
+}
+
+impl std::fmt::Debug for LocalRendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRendezvous")
+            .field("n_tasks", &self.n_tasks)
+            .field("pending", &self.pending())
+            .finish_non_exhaustive()
     }
 }
 
@@ -83,10 +93,18 @@ impl LocalRendezvous {
 }
 
 /// One task's view of a [`LocalRendezvous`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LocalTask {
     shared: Arc<LocalRendezvous>,
     task: usize,
+}
+
+impl std::fmt::Debug for LocalTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalTask")
+            .field("task", &self.task)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Rendezvous for LocalTask {
@@ -109,9 +127,35 @@ impl Rendezvous for LocalTask {
                 dst: key.dst,
             });
         }
+        if let Some(done) = state.waiting.remove(key) {
+            drop(state);
+            done(Ok(value));
+            return Ok(());
+        }
         state.mailbox.insert(key.clone(), value);
         drop(state);
         self.shared.changed.notify_all();
+        Ok(())
+    }
+
+    fn recv_async(&self, key: &RendezvousKey, done: RecvDone) -> Result<(), RecvDone> {
+        if let Err(err) = check_recv(key, self.task, self.shared.n_tasks) {
+            done(Err(err));
+            return Ok(());
+        }
+        let mut state = lock(&self.shared.state);
+        let ready = match state.check() {
+            Err(err) => Err(err),
+            Ok(()) => match state.mailbox.remove(key) {
+                Some(value) => Ok(value),
+                None => {
+                    state.waiting.insert(key.clone(), done);
+                    return Ok(());
+                }
+            },
+        };
+        drop(state);
+        done(ready);
         Ok(())
     }
 
@@ -150,10 +194,18 @@ impl Rendezvous for LocalTask {
 
     fn abort(&self, reason: &str) {
         let mut state = lock(&self.shared.state);
-        if state.aborted.is_none() {
-            state.aborted = Some((self.task, reason.to_owned()));
-        }
+        let (task, reason) = state
+            .aborted
+            .get_or_insert_with(|| (self.task, reason.to_owned()))
+            .clone();
+        let waiting: Vec<RecvDone> = state.waiting.drain().map(|(_, done)| done).collect();
         drop(state);
         self.shared.changed.notify_all();
+        for done in waiting {
+            done(Err(RendezvousError::Aborted {
+                task,
+                reason: reason.clone(),
+            }));
+        }
     }
 }

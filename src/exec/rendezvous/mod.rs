@@ -6,7 +6,8 @@
 //! [`Rendezvous`] is what those two ends meet through, with TensorFlow's contract:
 //!
 //! * [`Rendezvous::send`] never waits for the receiver;
-//! * [`Rendezvous::recv`] waits until the value sent under the same [`RendezvousKey`] arrives;
+//! * [`Rendezvous::recv`] waits until the value sent under the same [`RendezvousKey`] arrives
+//!   ([`Rendezvous::recv_async`]: calls back when it does, where the implementation can);
 //! * [`Rendezvous::barrier`] waits until every task reached it;
 //! * [`Rendezvous::abort`] fails every pending and every later call, on every task, with the
 //!   aborting task and its reason ([`RendezvousError::Aborted`]), so that one failure stops the
@@ -119,6 +120,9 @@ pub enum RendezvousError {
     Transport(String),
 }
 
+/// What [`Rendezvous::recv_async`] calls once a value arrives, or the run is aborted.
+pub type RecvDone = Box<dyn FnOnce(Result<HostTensor, RendezvousError>) + Send>;
+
 /// The meeting point of a partitioned plan's tasks, as one task sees it.
 ///
 /// Implementations are shared between the threads of a task's run (`Send + Sync`), and every
@@ -136,6 +140,16 @@ pub trait Rendezvous: Send + Sync {
 
     /// Waits for the value task `key.src` sends under `key`, or for an abort.
     fn recv(&self, key: &RendezvousKey) -> Result<HostTensor, RendezvousError>;
+
+    /// Calls `done` with what [`Rendezvous::recv`] of `key` would return, from whichever
+    /// thread delivers it (at once if the value is there), without waiting. An implementation
+    /// that cannot returns `Err(done)` untouched (the default), and the caller then waits with
+    /// [`Rendezvous::recv`] on a thread of its own: the executor asks this of every receive,
+    /// so that a task receiving from many others needs no thread per receive.
+    fn recv_async(&self, key: &RendezvousKey, done: RecvDone) -> Result<(), RecvDone> {
+        let _ = key;
+        Err(done)
+    }
 
     /// Waits until every task has called `barrier` as often as this one, or for an abort.
     fn barrier(&self) -> Result<(), RendezvousError>;

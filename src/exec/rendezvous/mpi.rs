@@ -30,7 +30,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, MatchedReceiveVec, Source};
 
 use super::wire;
-use super::{Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
+use super::{RecvDone, Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
 use crate::exec::sync::{lock, unpoisoned};
 use crate::exec::tensor::HostTensor;
 
@@ -70,6 +70,8 @@ struct Shared {
 struct State {
     /// Values received and not yet taken, by sender and name.
     mailbox: HashMap<(usize, String), HostTensor>,
+    /// Receives waiting for their value ([`Rendezvous::recv_async`]), by sender and name.
+    waiting: HashMap<(usize, String), RecvDone>,
     /// The first abort seen (this task's or a peer's).
     aborted: Option<(usize, String)>,
     /// Barriers released so far.
@@ -94,9 +96,35 @@ impl State {
 }
 
 impl Shared {
+    /// Applies `change`, wakes every waiter, and fails every waiting receive once the
+    /// rendezvous is aborted or broken.
     fn update(&self, change: impl FnOnce(&mut State)) {
-        change(&mut lock(&self.state));
+        let mut state = lock(&self.state);
+        change(&mut state);
+        self.wake(state);
+    }
+
+    /// Wakes every waiter on `state` (released here), failing the waiting receives when the
+    /// rendezvous is aborted or broken.
+    fn wake(&self, mut state: MutexGuard<'_, State>) {
+        let failed = match state.check() {
+            Ok(()) => None,
+            Err(err) => Some((
+                err,
+                state
+                    .waiting
+                    .drain()
+                    .map(|(_, done)| done)
+                    .collect::<Vec<_>>(),
+            )),
+        };
+        drop(state);
         self.changed.notify_all();
+        if let Some((err, waiting)) = failed {
+            for done in waiting {
+                done(Err(err.clone()));
+            }
+        }
     }
 
     fn wait<'a>(&'a self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
@@ -213,6 +241,28 @@ impl Rendezvous for MpiRendezvous {
         }
     }
 
+    fn recv_async(&self, key: &RendezvousKey, done: RecvDone) -> Result<(), RecvDone> {
+        if let Err(err) = check_recv(key, self.task, self.n_tasks) {
+            done(Err(err));
+            return Ok(());
+        }
+        let wanted = (key.src, key.tensor.clone());
+        let mut state = lock(&self.shared.state);
+        let ready = match state.check() {
+            Err(err) => Err(err),
+            Ok(()) => match state.mailbox.remove(&wanted) {
+                Some(value) => Ok(value),
+                None => {
+                    state.waiting.insert(wanted, done);
+                    return Ok(());
+                }
+            },
+        };
+        drop(state);
+        done(ready);
+        Ok(())
+    }
+
     fn abort(&self, reason: &str) {
         let first = {
             let mut state = lock(&self.shared.state);
@@ -220,9 +270,9 @@ impl Rendezvous for MpiRendezvous {
             if first {
                 state.aborted = Some((self.task, reason.to_owned()));
             }
+            self.shared.wake(state);
             first
         };
-        self.shared.changed.notify_all();
         if first {
             // If the thread has stopped there is no one left to tell.
             let _ = self.command(Command::Abort {
@@ -479,9 +529,19 @@ impl Mover {
     /// Decodes a whole value from `src` into the mailbox.
     fn deliver(&self, src: usize, message: &[u8]) {
         match wire::decode(message) {
-            Ok((name, value)) => self.shared.update(|state| {
-                state.mailbox.insert((src, name), value);
-            }),
+            Ok((name, value)) => {
+                let mut state = lock(&self.shared.state);
+                match state.waiting.remove(&(src, name.clone())) {
+                    Some(done) => {
+                        drop(state);
+                        done(Ok(value));
+                    }
+                    None => {
+                        state.mailbox.insert((src, name), value);
+                        self.shared.wake(state);
+                    }
+                }
+            }
             Err(error) => self.bad(src, &error.to_string()),
         }
     }
