@@ -22,12 +22,10 @@ fn main() -> std::process::ExitCode {
         Ok(code) => code,
         // The reader of our stdout left (`saveplan graph show F | head -1`): nothing to say.
         Err(err) if cli::is_broken_pipe(&err) => std::process::ExitCode::SUCCESS,
+        // Reported already (by a process of a cluster, before it told the others).
+        Err(err) if err.is::<cli::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
-            // One write: the processes of a cluster share one stderr under `mpirun`, and a
-            // line written in pieces would interleave with theirs.
-            use std::io::Write;
-            let line = format!("error: {}\n", cli::render_error(&err));
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            cli::report_error(&err);
             std::process::ExitCode::FAILURE
         }
     }

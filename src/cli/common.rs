@@ -18,7 +18,7 @@ use saveplan::session::{
 use saveplan::trace::spec::SpecFile;
 use saveplan_ir::saver_ops::save_v2;
 
-use super::output::{one_line, render_error};
+use super::output::{Reported, one_line, render_error, report_error};
 use super::values::write_values;
 
 /// Ends the life of `value` without running its destructor, for what a subcommand holds
@@ -242,10 +242,16 @@ pub fn in_cluster<T>(
     job: impl FnOnce(Option<&Arc<dyn Rendezvous>>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let result = job(cluster.as_ref());
-    if let (Err(err), Some(cluster)) = (&result, &cluster) {
-        cluster.abort(&render_error(err));
+    match (result, &cluster) {
+        // Said here, before the others hear of it: once they exit, `mpirun` may end this
+        // process before it gets to say anything.
+        (Err(err), Some(cluster)) => {
+            report_error(&err);
+            cluster.abort(&render_error(&err));
+            Err(Reported.into())
+        }
+        (result, _) => result,
     }
-    result
 }
 
 /// `--mode` and `--backend`: how `save` and `restore` run a spec.

@@ -58,7 +58,7 @@ enum Command {
     Run(run::Args),
 }
 
-pub use output::{is_broken_pipe, render_error};
+pub use output::{Reported, is_broken_pipe, report_error};
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {

@@ -58,6 +58,20 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> anyhow::Error {
     anyhow::Error::msg(line)
 }
 
+/// Writes `error: <err on one line>` to stderr in one write: the processes of a cluster share
+/// one stderr under `mpirun`, and a line written in pieces would interleave with theirs.
+pub fn report_error(err: &anyhow::Error) {
+    use std::io::Write;
+    let line = format!("error: {}\n", render_error(err));
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// An error already reported on stderr ([`report_error`]): `main` exits 1 without another
+/// line.
+#[derive(Debug, thiserror::Error)]
+#[error("the error was reported")]
+pub struct Reported;
+
 /// The one line `main` prints for `err` and its causes (after `error: `), however hostile the
 /// input: `outer: inner: innermost`, each as [`one_line_message`].
 pub fn render_error(err: &anyhow::Error) -> String {

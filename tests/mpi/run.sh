@@ -143,7 +143,7 @@ kill_drills() {
     for round in $(seq 1 "${SAVEPLAN_KILL_ROUNDS:-6}"); do
         rm -rf "$dir/ckpt"* "$dir/out"*
         "$bin" save "$spec" --values "$dir/a.safetensors" --prefix "$dir/ckpt"
-        rank=$(( round % 3 )); delay="0.$(( RANDOM % 10 ))$(( RANDOM % 10 ))"
+        rank=$(( round % 3 )); delay="0.$(( RANDOM % 7 ))$(( RANDOM % 10 ))"
         start=$(date +%s)
         mpirun --quiet --oversubscribe -n 3 "$bin" save "$spec" --values "$dir/b.safetensors" \
             --prefix "$dir/ckpt" --cluster mpi >"$dir/log" 2>&1 &
