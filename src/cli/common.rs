@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context as _, bail};
 use saveplan::compile::{Compilation, Form, compile};
@@ -211,35 +211,100 @@ enum ClusterKind {
 }
 
 impl ClusterArg {
-    /// Joins the cluster asked for (MPI is initialized here): the rendezvous this process's
-    /// task meets the others through; `None` without `--cluster`.
-    pub fn join(&self) -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
+    /// Starts joining the cluster asked for: MPI starts on a thread of its own while this
+    /// process reads its spec and values and compiles its task's plan ([`Cluster::get`] waits
+    /// for it). `None` without `--cluster`.
+    pub fn join(&self) -> anyhow::Result<Option<Cluster>> {
         match self.cluster {
             None => Ok(None),
-            Some(ClusterKind::Mpi) => join_mpi(),
+            Some(ClusterKind::Mpi) => join_mpi().map(Some),
         }
     }
 }
 
+/// The thread starting MPI, which hands over the rendezvous.
+type Starting = std::thread::JoinHandle<anyhow::Result<Arc<dyn Rendezvous>>>;
+
+/// A cluster this process is joining ([`ClusterArg::join`]).
+pub struct Cluster {
+    /// The task this process runs, as the launcher's environment says before MPI starts
+    /// (`OMPI_COMM_WORLD_RANK`, `PMIX_RANK`, `PMI_RANK`), to compile that task's plan alone.
+    hint: Option<usize>,
+    starting: Mutex<Option<Starting>>,
+    joined: OnceLock<Result<Arc<dyn Rendezvous>, String>>,
+}
+
+impl Cluster {
+    /// The task this process runs, when known before the cluster is joined: a session then
+    /// compiles that task's partition alone ([`SessionOptions::task`]).
+    pub fn task_hint(&self) -> Option<usize> {
+        self.hint
+    }
+
+    /// The rendezvous, once the cluster is joined (waits for it), checked against the task
+    /// the launcher named.
+    pub fn get(&self) -> anyhow::Result<&Arc<dyn Rendezvous>> {
+        let joined = self.joined.get_or_init(|| {
+            let starting = lock_ignoring_poison(&self.starting).take();
+            let started = match starting.map(std::thread::JoinHandle::join) {
+                Some(Ok(started)) => started,
+                Some(Err(_)) => Err(anyhow::anyhow!("--cluster: the thread starting it failed")),
+                None => Err(anyhow::anyhow!("--cluster: not started")),
+            };
+            started
+                .and_then(|rendezvous| match self.hint {
+                    Some(hint) if hint != rendezvous.task() => bail!(
+                        "--cluster: the launcher says this is rank {hint}, MPI says rank {}",
+                        rendezvous.task()
+                    ),
+                    _ => Ok(rendezvous),
+                })
+                .map_err(|err| render_error(&err))
+        });
+        joined.as_ref().map_err(|line| anyhow::anyhow!("{line}"))
+    }
+}
+
+/// `mutex`'s guard, whether or not a thread panicked holding it.
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(feature = "mpi")]
-fn join_mpi() -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
-    let rendezvous = saveplan::exec::rendezvous::MpiRendezvous::start()
-        .context("--cluster mpi: cannot start MPI")?;
-    Ok(Some(Arc::new(rendezvous)))
+fn join_mpi() -> anyhow::Result<Cluster> {
+    let hint = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok()?.parse().ok());
+    let starting = std::thread::Builder::new()
+        .name("saveplan-mpi-start".into())
+        .spawn(|| {
+            let rendezvous = saveplan::exec::rendezvous::MpiRendezvous::start()
+                .context("--cluster mpi: cannot start MPI")?;
+            Ok(Arc::new(rendezvous) as Arc<dyn Rendezvous>)
+        })
+        .context("--cluster mpi: cannot start a thread")?;
+    Ok(Cluster {
+        hint,
+        starting: Mutex::new(Some(starting)),
+        joined: OnceLock::new(),
+    })
 }
 
 #[cfg(not(feature = "mpi"))]
-fn join_mpi() -> anyhow::Result<Option<Arc<dyn Rendezvous>>> {
+fn join_mpi() -> anyhow::Result<Cluster> {
     bail!("--cluster mpi: this saveplan was built without MPI (cargo feature `mpi`)")
 }
 
 /// Runs `job`, this process's share of the work of `cluster` (when there is one): any error
-/// of it aborts the cluster's rendezvous with the error's line, so that the other processes
-/// stop at once (each saying which task failed and why) instead of waiting for this one.
-/// The rendezvous is let go of last: MPI ends when every process got there.
+/// of it is reported here and aborts the cluster's rendezvous with the error's line, so that
+/// the other processes stop at once (each saying which task failed and why) instead of
+/// waiting for this one. The rendezvous is let go of last: MPI ends when every process got
+/// there.
 pub fn in_cluster<T>(
-    cluster: Option<Arc<dyn Rendezvous>>,
-    job: impl FnOnce(Option<&Arc<dyn Rendezvous>>) -> anyhow::Result<T>,
+    cluster: Option<Cluster>,
+    job: impl FnOnce(Option<&Cluster>) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let result = job(cluster.as_ref());
     match (result, &cluster) {
@@ -247,7 +312,9 @@ pub fn in_cluster<T>(
         // process before it gets to say anything.
         (Err(err), Some(cluster)) => {
             report_error(&err);
-            cluster.abort(&render_error(&err));
+            if let Ok(rendezvous) = cluster.get() {
+                rendezvous.abort(&render_error(&err));
+            }
             Err(Reported.into())
         }
         (result, _) => result,

@@ -22,13 +22,12 @@ use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
     Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
 };
-use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
 use super::common::{
-    ClusterArg, ModeArgs, free_at_exit, in_cluster, restore_to_file, restore_to_file_as,
+    Cluster, ClusterArg, ModeArgs, free_at_exit, in_cluster, restore_to_file, restore_to_file_as,
     spec_session,
 };
 use super::output::{one_line, out};
@@ -86,10 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `saveplan restore`: this process's task of it, with `cluster`.
-fn restore(
-    args: &Args,
-    cluster: Option<&Arc<dyn Rendezvous>>,
-) -> anyhow::Result<std::process::ExitCode> {
+fn restore(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::process::ExitCode> {
     let text = super::common::read_spec_text(&args.spec)?;
     // Where the values go is checked (and its folders made) before anything is read.
     prepare_out(&args.out)?;
@@ -116,7 +112,7 @@ fn restore(
     }
     let options = SessionOptions {
         plans: Plans::RestoreOnly,
-        task: cluster.map(|cluster| cluster.task()),
+        task: cluster.and_then(Cluster::task_hint),
         ..args.run.options()?
     };
     let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
@@ -127,7 +123,7 @@ fn restore(
         }
         // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
         Some(cluster) => {
-            let session = session.with_cluster(Arc::clone(cluster));
+            let session = session.with_cluster(Arc::clone(cluster.get()?));
             restore_to_file(&session, &prefix, &args.out)?;
         }
     }

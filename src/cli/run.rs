@@ -18,13 +18,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::export::{Loaded, read_graph_file};
 use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_graph_targets};
 use saveplan_ir::{Module, SaverNames};
 
 use super::common::{
-    BackendArg, ClusterArg, free_at_exit, in_cluster, restore_to_file, save, session_error,
+    BackendArg, Cluster, ClusterArg, free_at_exit, in_cluster, restore_to_file, save, session_error,
 };
 use super::values::{checkpoint_prefix, prepare_out, read_values_beside, values_or_earlier_error};
 
@@ -69,15 +68,14 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 }
 
 /// `saveplan run`: this process's task of it, with `cluster`.
-fn run_graph(
-    args: &Args,
-    cluster: Option<&Arc<dyn Rendezvous>>,
-) -> anyhow::Result<std::process::ExitCode> {
+fn run_graph(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::process::ExitCode> {
     // In a cluster the session shares the rendezvous, which ends MPI: it is freed, not
     // left to the exit.
-    let joined = |session: Session| match cluster {
-        Some(cluster) => (session.with_cluster(Arc::clone(cluster)), true),
-        None => (session, false),
+    let joined = |session: Session| -> anyhow::Result<(Session, bool)> {
+        Ok(match cluster {
+            Some(cluster) => (session.with_cluster(Arc::clone(cluster.get()?)), true),
+            None => (session, false),
+        })
     };
     // The job is known before the graph is read: a bad combination costs no loading, and the
     // session compiles only the plan the job runs.
@@ -87,7 +85,7 @@ fn run_graph(
         _ => bail!("give either --save P --values FILE or --restore P --out FILE"),
     };
     let options = SessionOptions {
-        task: cluster.map(|cluster| cluster.task()),
+        task: cluster.and_then(Cluster::task_hint),
         plans: match job {
             Job::Save { .. } => Plans::SaveOnly,
             Job::Restore { .. } => Plans::RestoreOnly,
@@ -122,7 +120,7 @@ fn run_graph(
             })?;
             let session = Session::new_with_values(module, targets, options, read)
                 .map_err(|err| session_error(err, &args.graph, values))?;
-            let (session, in_cluster) = joined(session);
+            let (session, in_cluster) = joined(session)?;
             save(&session, prefix)?;
             if !in_cluster {
                 free_at_exit((session, loaded));
@@ -133,7 +131,7 @@ fn run_graph(
             let (loaded, targets) = load()?;
             let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
                 .with_context(|| format!("{}", args.graph.display()))?;
-            let (session, in_cluster) = joined(session);
+            let (session, in_cluster) = joined(session)?;
             restore_to_file(&session, &checkpoint_prefix(Path::new(prefix))?, out)?;
             if !in_cluster {
                 free_at_exit((session, loaded));

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
-use saveplan::exec::rendezvous::Rendezvous;
 use saveplan::session::{Plans, Session, SessionOptions};
 
 use super::common::{
-    ClusterArg, ModeArgs, free_at_exit, in_cluster, prefault, save, spec_session_with_values,
+    Cluster, ClusterArg, ModeArgs, free_at_exit, in_cluster, prefault, save,
+    spec_session_with_values,
 };
 use super::values::with_values_read_beside;
 
@@ -61,11 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 fn save_spec(
     args: &Args,
     text: &str,
-    cluster: Option<&Arc<dyn Rendezvous>>,
+    cluster: Option<&Cluster>,
 ) -> anyhow::Result<std::process::ExitCode> {
     let options = SessionOptions {
         plans: Plans::SaveOnly,
-        task: cluster.map(|cluster| cluster.task()),
+        task: cluster.and_then(Cluster::task_hint),
         ..args.run.options()?
     };
     // The values file is read while the spec traces, and its values are put into the
@@ -87,7 +87,10 @@ fn save_spec(
             free_at_exit(session);
         }
         // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
-        Some(cluster) => save(&session.with_cluster(Arc::clone(cluster)), &args.prefix)?,
+        Some(cluster) => save(
+            &session.with_cluster(Arc::clone(cluster.get()?)),
+            &args.prefix,
+        )?,
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
