@@ -620,6 +620,18 @@ impl ObjectSpec {
         values: BTreeMap<String, HostTensor>,
     ) -> Result<Checkpoint, ObjectSpecError> {
         let (graph, keys) = self.object_graph()?;
+        self.checkpoint_of(graph, keys, values)
+    }
+
+    /// [`ObjectSpec::checkpoint`] of the spec's object graph and keys, as
+    /// [`ObjectSpec::object_graph`] returned them: built before the values are at hand (the CLI
+    /// builds them while it reads the values file).
+    pub fn checkpoint_of(
+        &self,
+        graph: ObjectGraph,
+        keys: Vec<String>,
+        values: BTreeMap<String, HostTensor>,
+    ) -> Result<Checkpoint, ObjectSpecError> {
         for (index, (entry, key)) in self.objects.iter().zip(&keys).enumerate() {
             if !entry.holds_value() {
                 continue;
@@ -637,8 +649,10 @@ impl ObjectSpec {
                 });
             }
             if let Some(value) = values.get(key) {
-                let shape: Vec<i64> = value.shape().iter().map(|&dim| dim as i64).collect();
-                if value.dtype() != dtype || shape != entry_shape {
+                let same_shape = value.shape().len() == entry_shape.len()
+                    && (value.shape().iter().zip(entry_shape))
+                        .all(|(&dim, &entry)| dim as i64 == entry);
+                if value.dtype() != dtype || !same_shape {
                     return Err(ObjectSpecError::ValueType {
                         key: key.clone(),
                         dtype,
@@ -754,27 +768,32 @@ fn check_declared(
         }
         text
     };
-    let declared: std::collections::BTreeSet<&str> = keys
+    let mut declared: Vec<&str> = keys
         .iter()
         .map(String::as_str)
         .filter(|key| *key != SAVE_COUNTER_KEY && !key.is_empty())
         .collect();
-    let missing: Vec<&str> = declared
-        .iter()
-        .copied()
-        .filter(|key| !values.contains_key(*key))
-        .collect();
+    declared.sort_unstable();
+    declared.dedup();
+    // Both in key order: one merge finds the declared keys without a value and the values
+    // under no declared key.
+    let (mut missing, mut unknown) = (Vec::new(), Vec::new());
+    let mut given = values.keys().map(String::as_str).peekable();
+    for &key in &declared {
+        while let Some(value_key) = given.next_if(|value_key| *value_key < key) {
+            unknown.push(value_key);
+        }
+        if given.next_if_eq(&key).is_none() {
+            missing.push(key);
+        }
+    }
+    unknown.extend(given);
     if !missing.is_empty() {
         return Err(ObjectSpecError::MissingValues {
             count: missing.len(),
             first: first(&missing),
         });
     }
-    let unknown: Vec<&str> = values
-        .keys()
-        .map(String::as_str)
-        .filter(|key| !declared.contains(key))
-        .collect();
     if !unknown.is_empty() {
         return Err(ObjectSpecError::UnknownValues {
             count: unknown.len(),

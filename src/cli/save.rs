@@ -97,17 +97,22 @@ fn save_spec(
 
 /// `tf.train.Checkpoint(**children).write(prefix)` for an object spec. A values checkpoint's
 /// own object graph is not a value, nor is its `save_counter` unless the spec lists it. As for
-/// a plain spec, the values file is read while the spec parses, the heap the save's trace
-/// writes is populated ahead, and nothing is freed at exit.
+/// a plain spec, the values file is read while the spec parses and its object graph is built,
+/// the heap the save's trace writes is populated ahead, and nothing is freed at exit. Errors
+/// come in the order they would without the overlap: the spec's parse, the read, then the
+/// object graph and the values ([`ObjectSpec::checkpoint`]).
 fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> anyhow::Result<()> {
+    let in_spec = || format!("{}", spec_path.display());
     let checkpoint = with_values_read_beside(values, |reading| -> anyhow::Result<_> {
-        let spec = ObjectSpec::parse(text).with_context(|| format!("{}", spec_path.display()))?;
+        let spec = ObjectSpec::parse(text).with_context(in_spec)?;
         let options = SessionOptions::default();
         prefault(Session::trace_heap_estimate(spec.objects.len(), &options));
+        let graph = spec.object_graph();
         let mut values = reading.wait()?;
         values.remove(OBJECT_GRAPH_KEY);
-        spec.checkpoint(values)
-            .with_context(|| format!("{}", spec_path.display()))
+        let (graph, keys) = graph.with_context(in_spec)?;
+        spec.checkpoint_of(graph, keys, values)
+            .with_context(in_spec)
     })?;
     checkpoint.write(prefix)?;
     free_at_exit(checkpoint);

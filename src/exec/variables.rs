@@ -525,6 +525,12 @@ pub struct VariableWriter<'s> {
 }
 
 impl VariableWriter<'_> {
+    /// Makes room for `n` more variables at once, rather than growing (rehashing) the store
+    /// many times while they are put.
+    pub fn reserve(&mut self, n: usize) {
+        self.table.make_room(n);
+    }
+
     /// Stores `value` in `key`, creating it with the value's dtype: [`VariableStore::put`].
     pub fn put<'k>(
         &mut self,

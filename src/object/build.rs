@@ -362,16 +362,17 @@ pub fn value_keys<'a, V>(
         .collect();
     let variable_suffix = format!("/{ATTRIBUTES}/{VARIABLE_VALUE}");
     for key in values.keys() {
-        let owner = if owned.contains_key(key.as_str()) {
-            Some(key.as_str())
-        } else {
-            (owned.range(..key.as_str()).rev())
-                .map(|(attribute, _)| *attribute)
-                .find(|attribute| key.starts_with(attribute))
-                .filter(|attribute| {
-                    !attribute.ends_with(&variable_suffix) && !values.contains_key(*attribute)
-                })
-        };
+        // Most value keys are an attribute's own: one lookup.
+        if let Some(keys) = owned.get_mut(key.as_str()) {
+            keys.push(key);
+            continue;
+        }
+        let owner = (owned.range(..key.as_str()).rev())
+            .map(|(attribute, _)| *attribute)
+            .find(|attribute| key.starts_with(attribute))
+            .filter(|attribute| {
+                !attribute.ends_with(&variable_suffix) && !values.contains_key(*attribute)
+            });
         match owner.and_then(|owner| owned.get_mut(owner)) {
             Some(keys) => keys.push(key),
             None => return Err(ObjectError::UnknownValue { key: key.clone() }),

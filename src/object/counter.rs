@@ -25,7 +25,38 @@ pub fn with_save_counter(graph: &ObjectGraph) -> ObjectGraph {
 /// [`with_save_counter`], or the cap of [`ObjectGraph::new`] the counter's node and edge
 /// would pass.
 pub fn try_with_save_counter(graph: &ObjectGraph) -> Result<ObjectGraph, ObjectGraphError> {
-    let mut nodes = graph.clone().into_nodes();
+    let mut graph = ObjectGraph::new(nodes_with_save_counter(graph.nodes().to_vec()))?;
+    graph.fill_checkpoint_keys();
+    graph.fill_has_values();
+    Ok(graph)
+}
+
+/// Whether [`try_with_save_counter`] succeeds: the cap of [`ObjectGraph::new`] the counter's
+/// node and edge would pass, if any (what `Checkpoint::new` checks). Checks what it checks
+/// on a copy of what the caps count (the edges and their names, the slot-variable references,
+/// how many attributes each node has), without copying the attributes' names and keys or
+/// deriving those of the graph it would make.
+pub fn check_save_counter_fits(graph: &ObjectGraph) -> Result<(), ObjectGraphError> {
+    let skeleton = (graph.nodes().iter())
+        .map(|node| ObjectNode {
+            children: node.children.clone(),
+            attributes: (node.attributes.iter())
+                .map(|_| Attribute {
+                    name: String::new(),
+                    full_name: String::new(),
+                    checkpoint_key: String::new(),
+                })
+                .collect(),
+            slot_variables: node.slot_variables.clone(),
+            ..ObjectNode::default()
+        })
+        .collect();
+    ObjectGraph::new(nodes_with_save_counter(skeleton)).map(drop)
+}
+
+/// `nodes` (a graph's) with `save_counter`'s node inserted after the root's children (its key
+/// not filled in), the later ids shifted.
+fn nodes_with_save_counter(mut nodes: Vec<ObjectNode>) -> Vec<ObjectNode> {
     let id = nodes[0]
         .children
         .iter()
@@ -58,10 +89,7 @@ pub fn try_with_save_counter(graph: &ObjectGraph) -> Result<ObjectGraph, ObjectG
         ..ObjectNode::default()
     };
     nodes.insert(id as usize, counter);
-    let mut graph = ObjectGraph::new(nodes)?;
-    graph.fill_checkpoint_keys();
-    graph.fill_has_values();
-    Ok(graph)
+    nodes
 }
 
 /// `save_counter`'s value: an int64 scalar.

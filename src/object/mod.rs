@@ -40,7 +40,10 @@ pub use build::{
     Checkpointable, Child, Object, ObjectIdentity, PYTHON_STATE, SlotGroup, TensorAttribute,
     build_object_graph, value_keys,
 };
-pub use counter::{SAVE_COUNTER, SAVE_COUNTER_KEY, try_with_save_counter, with_save_counter};
+pub use counter::{
+    SAVE_COUNTER, SAVE_COUNTER_KEY, check_save_counter_fits, try_with_save_counter,
+    with_save_counter,
+};
 pub use error::ObjectError;
 pub use matching::{
     NewValues, Ours, Theirs, failure, full_name_keys, match_stored, name_candidates,

@@ -174,9 +174,8 @@ fn trace_flat_plans(
 /// The ops and edges a flat trace of `inputs` makes, at most, so that its graph is reserved at
 /// the size it grows to: a table that grows is copied whole (at 100,000 variables the op table
 /// alone is 90 MB), and room reserved but never touched is heap the allocator hands out to
-/// nothing else. Counted for graph variables and saved constants; a variable read by a
-/// saveable at save time (partitioned, parallel components) makes a few ops more, for which
-/// the tables grow.
+/// nothing else. Counted for graph variables, saved constants and the reads a saveable makes
+/// at save time (an object-based write's variables, partitioned ones, parallel components).
 fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, traced: Traced) -> (usize, usize) {
     let (mut n_ops, mut n_edges) = (0, 0);
     for tensor in &inputs.tensors {
@@ -196,6 +195,13 @@ fn flat_size(inputs: &Inputs<'_>, variables: VariableOps, traced: Traced) -> (us
         };
         n_ops += ops;
         n_edges += edges;
+        // A read at save time: a saveable's `DisableCopyOnRead` and `ReadVariableOp` of the
+        // handle and two `Identity`s after the read; a parallel component's bare read.
+        (n_ops, n_edges) = match tensor.variable.read {
+            ReadKind::Saveable => (n_ops + 4, n_edges + 4),
+            ReadKind::ParallelComponent => (n_ops + 1, n_edges + 1),
+            ReadKind::Graph | ReadKind::Constant => (n_ops, n_edges),
+        };
         match traced {
             Traced::Save => {}
             // An `Identity` of the `RestoreV2` output, and the `AssignVariableOp` of it.
@@ -314,7 +320,8 @@ mod tests {
     use crate::trace::spec::SpecFile;
 
     /// A plan's graph is reserved at the size it grows to: `flat_size` counts every op and
-    /// edge a flat trace of graph variables and saved constants makes, with a little to spare
+    /// edge a flat trace of graph variables, saved constants and variables a saveable reads at
+    /// save time (as an object-based write's) makes, with a little to spare
     /// for the few per task, in every form, with zeros built as a `Fill` too, and the saver
     /// entry points `compile` adds when asked to.
     #[test]
@@ -338,6 +345,9 @@ mod tests {
         let spec = SpecFile::parse(&text).unwrap();
         let mut trackables = spec.trackables().unwrap();
         trackables[7].tensors[0].variable.read = ReadKind::Constant;
+        for trackable in &mut trackables[20..40] {
+            trackable.tensors[0].variable.read = ReadKind::Saveable;
+        }
         let options = spec.options().unwrap();
         let inputs = Inputs::collect(&trackables, &options).unwrap();
         for variables in [

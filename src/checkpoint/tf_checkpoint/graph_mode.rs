@@ -136,7 +136,7 @@ impl Checkpoint {
         let graph = self.object_graph();
         let counter = counter_tensor(self.save_counter().unwrap_or(0));
         let mut trackables = Vec::new();
-        for saved in self.saved_values(&graph, &counter)? {
+        for saved in self.saved_values(&graph, &counter) {
             let name = match saved.attribute.full_name.as_str() {
                 "" => DEFAULT_VARIABLE_NAME,
                 name => name,

@@ -31,7 +31,7 @@ use crate::checkpoint::{CheckpointError, SAVE_COUNTER, SAVE_COUNTER_KEY};
 use crate::exec::HostTensor;
 use crate::object::ObjectError;
 use crate::object::build::value_keys;
-use crate::object::counter::{try_with_save_counter, with_save_counter};
+use crate::object::counter::{check_save_counter_fits, with_save_counter};
 use crate::object::matching::{NewValues, Ours};
 use crate::object::status::{LoadStatus, RestoreKind};
 use crate::trace::TraceOptions;
@@ -48,6 +48,10 @@ pub struct Checkpoint {
     pub(super) graph: ObjectGraph,
     /// The value of every attribute, by checkpoint key (checked by [`Checkpoint::new`]).
     pub(super) values: BTreeMap<String, HostTensor>,
+    /// The value keys of each attribute whose values are not the one under its own key (a
+    /// legacy saveable's, FORMATS.md 13.15), by attribute key, in key order (found by
+    /// [`Checkpoint::new`]).
+    pub(super) legacy_keys: BTreeMap<String, Vec<String>>,
     /// Devices by checkpoint key ([`Checkpoint::with_device`]).
     pub(super) devices: BTreeMap<String, String>,
     /// `save_counter`'s value, once it exists.
@@ -80,17 +84,32 @@ impl Checkpoint {
         }) {
             return Err(CheckpointError::SaveCounterTaken);
         }
-        // The graph a save writes, with `save_counter`, must be within the caps too.
-        try_with_save_counter(&graph).map_err(ObjectError::from)?;
-        let owned = value_keys(&graph, &values)?;
+        // The graph a save writes, with `save_counter`, must be within the caps too: checked
+        // on another core while the values are matched to the attributes.
+        let (fits, owned) = rayon::join(
+            || check_save_counter_fits(&graph),
+            || value_keys(&graph, &values),
+        );
+        fits.map_err(ObjectError::from)?;
+        let owned = owned?;
         if let Some((key, _)) = owned.iter().find(|(_, keys)| keys.is_empty()) {
             return Err(CheckpointError::MissingValue {
                 key: (*key).to_owned(),
             });
         }
+        // The keys of values and attributes never change after this (`set_value` replaces a
+        // value under its key), so a write reads whose values an attribute has from here.
+        let legacy_keys = (owned.into_iter())
+            .filter(|(key, keys)| keys.as_slice() != [*key])
+            .map(|(key, keys)| {
+                let keys = keys.into_iter().map(str::to_owned).collect();
+                (key.to_owned(), keys)
+            })
+            .collect();
         Ok(Checkpoint {
             graph,
             values,
+            legacy_keys,
             devices: BTreeMap::new(),
             save_counter: None,
             write_options: WriteOptions::default(),
@@ -190,6 +209,7 @@ impl Checkpoint {
         values: BTreeMap<String, HostTensor>,
     ) -> Result<(ObjectGraph, BTreeMap<String, HostTensor>), CheckpointError> {
         let checked = Checkpoint::new(graph, values)?;
+        self.legacy_keys = checked.legacy_keys;
         Ok((
             std::mem::replace(&mut self.graph, checked.graph),
             std::mem::replace(&mut self.values, checked.values),

@@ -22,11 +22,11 @@ use super::Checkpoint;
 use crate::checkpoint::writer::{AfterWrite, Write, write_failure};
 use crate::checkpoint::{CheckpointError, STATE_FILE, parent_dir};
 use crate::exec::VariableStore;
-use crate::exec::{Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKey};
+use crate::exec::{Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKeyRef};
 use crate::export::object_graph::encode;
 use crate::export::{CheckpointState, checkpoint_state_text};
+use crate::object::PYTHON_STATE;
 use crate::object::counter::with_save_counter;
-use crate::object::{PYTHON_STATE, value_keys};
 use crate::session::{Run, Runner};
 use crate::trace::{Init, ReadKind, SaveableTensor, Scalar, Trackable, VariableDef};
 
@@ -93,32 +93,7 @@ impl Checkpoint {
             Some(_) => Cow::Owned(with_save_counter(&self.graph)),
         };
         let counter_value = counter_tensor(self.save_counter.unwrap_or(0));
-        let saved = self.saved_values(&graph, &counter_value)?;
-        let EagerVariables {
-            mut trackables,
-            store: variables,
-        } = EagerVariables::new(saved.into_iter().map(|saved| {
-            let device = saved.device.unwrap_or("/cpu:0");
-            (saved.key, device, saved.value.clone())
-        }))?;
-        trackables.push(Trackable {
-            tensors: vec![SaveableTensor {
-                checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
-                slice_spec: String::new(),
-                dtype: saveplan_ir::DType::String,
-                shape: Vec::new(),
-                device: if traced {
-                    "/device:CPU:0".to_owned()
-                } else {
-                    eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?
-                },
-                variable: VariableDef {
-                    name: None,
-                    init: Init::Values(vec![Scalar::Bytes(encode(&graph))]),
-                    read: ReadKind::Constant,
-                },
-            }],
-        });
+        let saved = self.saved_values(&graph, &counter_value);
         let io = BundleIo {
             write: self.write_options,
         };
@@ -126,10 +101,40 @@ impl Checkpoint {
             prefix: prefix.to_owned(),
             source: Box::new(source),
         };
-        io.check_save_prefix(prefix)
-            .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
-        let runner = Runner::trace_save(&trackables, &self.options, Backend::Interp)
-            .map_err(|source| write_error(write_failure(source)))?;
+        // On other cores: the object graph is encoded while the trackables are made, and the
+        // values are put into the variables while the plan is traced and compiled (as a
+        // plain spec's session binds its values while its plan compiles).
+        let (runner, variables) = std::thread::scope(|scope| {
+            let encoding = scope.spawn(|| encode(&graph));
+            let trackables = eager_trackables(&saved);
+            let object_graph = join(encoding);
+            let mut trackables = trackables?;
+            trackables.push(Trackable {
+                tensors: vec![SaveableTensor {
+                    checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
+                    slice_spec: String::new(),
+                    dtype: saveplan_ir::DType::String,
+                    shape: Vec::new(),
+                    device: if traced {
+                        "/device:CPU:0".to_owned()
+                    } else {
+                        eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?
+                    },
+                    variable: VariableDef {
+                        name: None,
+                        init: Init::Values(vec![Scalar::Bytes(object_graph)]),
+                        read: ReadKind::Constant,
+                    },
+                }],
+            });
+            io.check_save_prefix(prefix)
+                .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
+            let filling = scope.spawn(|| eager_store(&saved));
+            let runner = Runner::trace_save(&trackables, &self.options, Backend::Interp);
+            let variables = join(filling)?;
+            let runner = runner.map_err(|source| write_error(write_failure(source)))?;
+            Ok::<_, CheckpointError>((runner, variables))
+        })?;
         let captured = runner
             .capture(Run {
                 prefix,
@@ -176,16 +181,13 @@ impl Checkpoint {
         &'a self,
         graph: &'a ObjectGraph,
         counter: &'a HostTensor,
-    ) -> Result<Vec<SavedValue<'a>>, CheckpointError> {
-        let owned = value_keys(graph, &self.values)?;
+    ) -> Vec<SavedValue<'a>> {
         let (tensors, python): (Vec<&Attribute>, Vec<&Attribute>) =
             attributes(graph).partition(|attribute| attribute.name != PYTHON_STATE);
-        let mut saved = Vec::new();
+        let mut saved = Vec::with_capacity(self.values.len() + 1);
         for attribute in tensors.into_iter().chain(python) {
             let key = attribute.checkpoint_key.as_str();
-            let keys = owned.get(key).filter(|keys| !keys.is_empty());
-            let keys = keys.map_or_else(|| vec![key], Clone::clone);
-            for value_key in keys {
+            let mut save = |value_key: &'a str| {
                 let device = (self.devices.get(value_key))
                     .or_else(|| self.devices.get(key))
                     .map(String::as_str);
@@ -195,9 +197,15 @@ impl Checkpoint {
                     device,
                     value: self.values.get(value_key).unwrap_or(counter),
                 });
+            };
+            // The values of an attribute are the one under its key but for a legacy
+            // saveable's ([`Checkpoint::new`] found them).
+            match self.legacy_keys.get(key) {
+                Some(keys) => keys.iter().for_each(|value_key| save(value_key)),
+                None => save(key),
             }
         }
-        Ok(saved)
+        saved
     }
 }
 
@@ -213,56 +221,74 @@ pub(in crate::checkpoint) struct SavedValue<'a> {
     pub value: &'a HostTensor,
 }
 
-/// Values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the trackables a
-/// saver traces for them, one saveable each, and the store holding their values: what a write
-/// runs its save plan over.
-pub(in crate::checkpoint) struct EagerVariables {
-    /// One trackable per value, placed as eager TensorFlow places it.
-    pub trackables: Vec<Trackable>,
-    /// The values, under [`EagerVariables::key`].
-    pub store: VariableStore,
+/// The saved values as eager `tf.Variable`s (`var_0`, `var_1`, … in the order given): the
+/// trackables a saver traces for them, one saveable each, placed as eager TensorFlow places
+/// it ([`eager_store`] holds their values).
+fn eager_trackables(saved: &[SavedValue<'_>]) -> Result<Vec<Trackable>, CheckpointError> {
+    let mut trackables = Vec::with_capacity(saved.len() + 1);
+    // The last device placed and where it went: most values share one.
+    let mut placed: Option<(&str, String)> = None;
+    for (index, saved) in saved.iter().enumerate() {
+        let given = saved.device.unwrap_or("/cpu:0");
+        let device = match &placed {
+            Some((last, eager)) if *last == given => eager.clone(),
+            _ => {
+                let eager = eager_device(saved.key, given)?;
+                placed = Some((given, eager.clone()));
+                eager
+            }
+        };
+        trackables.push(Trackable {
+            tensors: vec![SaveableTensor {
+                checkpoint_key: saved.key.to_owned(),
+                slice_spec: String::new(),
+                dtype: saved.value.dtype(),
+                shape: shape_of(saved.value),
+                device,
+                variable: VariableDef {
+                    name: Some(variable_name(index)),
+                    init: Init::Zeros,
+                    read: ReadKind::Saveable,
+                },
+            }],
+        });
+    }
+    Ok(trackables)
 }
 
-impl EagerVariables {
-    /// The variables of `values`: (checkpoint key, device, value) each.
-    pub fn new<'a>(
-        values: impl IntoIterator<Item = (&'a str, &'a str, HostTensor)>,
-    ) -> Result<EagerVariables, CheckpointError> {
-        let mut trackables = Vec::new();
-        let store = VariableStore::new();
-        for (index, (key, device, value)) in values.into_iter().enumerate() {
-            trackables.push(Trackable {
-                tensors: vec![SaveableTensor {
-                    checkpoint_key: key.to_owned(),
-                    slice_spec: String::new(),
-                    dtype: value.dtype(),
-                    shape: shape_of(&value),
-                    device: eager_device(key, device)?,
-                    variable: VariableDef {
-                        name: Some(Self::name(index)),
-                        init: Init::Zeros,
-                        read: ReadKind::Saveable,
-                    },
-                }],
-            });
-            store
-                .put(&Self::key(index), value)
-                .map_err(|source| CheckpointError::Variable {
-                    key: key.to_owned(),
-                    source,
-                })?;
-        }
-        Ok(EagerVariables { trackables, store })
+/// The store of the variables of [`eager_trackables`]: each saved value under its variable's
+/// name (the container empty).
+fn eager_store(saved: &[SavedValue<'_>]) -> Result<VariableStore, CheckpointError> {
+    let store = VariableStore::new();
+    let mut writer = store.writer();
+    writer.reserve(saved.len());
+    for (index, saved) in saved.iter().enumerate() {
+        let name = variable_name(index);
+        let variable = VarKeyRef {
+            container: "",
+            shared_name: &name,
+        };
+        writer
+            .put(variable, saved.value.clone())
+            .map_err(|source| CheckpointError::Variable {
+                key: saved.key.to_owned(),
+                source,
+            })?;
     }
+    drop(writer);
+    Ok(store)
+}
 
-    /// The variable holding value `index`.
-    pub fn key(index: usize) -> VarKey {
-        VarKey::new("", Self::name(index))
-    }
+/// The name of the variable holding saved value `index`.
+fn variable_name(index: usize) -> String {
+    format!("var_{index}")
+}
 
-    fn name(index: usize) -> String {
-        format!("var_{index}")
-    }
+/// What a scoped thread returned; its panic goes on here.
+fn join<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// A host tensor's shape as the tracer's signed dimensions.
