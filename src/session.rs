@@ -209,7 +209,7 @@ impl Session {
     /// Compiles the save and restore plans of `module` for `targets` and binds their
     /// checkpoint keys to variables (graph mode only: eager mode needs a spec).
     /// With the JIT backend, each plan's native code is generated at its first run
-    /// ([`Executor::lazy`]), so a session pays only for the plans it runs.
+    /// ([`crate::exec::Executor::lazy`]), so a session pays only for the plans it runs.
     pub fn new(
         module: &Module,
         targets: SaverNames,
