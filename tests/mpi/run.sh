@@ -136,14 +136,14 @@ done
 # new one if the kill came after the merge), and the next save cleans up and succeeds.
 kill_drills() {
     local spec=tests/mpi/big3.json dir="$work/kill" round rank delay pid status start elapsed
-    local old=0 new=0
+    local old=0 new=0 killed=0
     mkdir -p "$dir"
     python3 tests/mpi/values.py "$spec" "$dir/a.safetensors" 1
     python3 tests/mpi/values.py "$spec" "$dir/b.safetensors" 2
     for round in $(seq 1 "${SAVEPLAN_KILL_ROUNDS:-6}"); do
         rm -rf "$dir/ckpt"* "$dir/out"*
         "$bin" save "$spec" --values "$dir/a.safetensors" --prefix "$dir/ckpt"
-        rank=$(( round % 3 )); delay="0.$(( RANDOM % 7 ))$(( RANDOM % 10 ))"
+        rank=$(( round % 3 )); delay="0.$(( 2 + RANDOM % 4 ))$(( RANDOM % 10 ))"
         start=$(date +%s)
         mpirun --quiet --oversubscribe -n 3 "$bin" save "$spec" --values "$dir/b.safetensors" \
             --prefix "$dir/ckpt" --cluster mpi >"$dir/log" 2>&1 &
@@ -151,11 +151,11 @@ kill_drills() {
         sleep "$delay"
         pid=""
         for candidate in $(pgrep -f -- "--prefix $dir/ckpt --cluster mpi" || true); do
-            if tr '\0' '\n' <"/proc/$candidate/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+            if { tr '\0' '\n' <"/proc/$candidate/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
                 pid=$candidate
             fi
         done
-        [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+        if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=$((killed + 1)); fi
         status=0; wait "$launcher" || status=$?
         elapsed=$(( $(date +%s) - start ))
         [ "$elapsed" -le 30 ] || { echo "round $round: ${elapsed}s"; return 1; }
@@ -170,7 +170,7 @@ kill_drills() {
         "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/out2.safetensors"
         "$bin" diff "$dir/b.safetensors" "$dir/out2.safetensors" >/dev/null || { echo "round $round: next save wrong"; return 1; }
     done
-    echo "kill drills: ${SAVEPLAN_KILL_ROUNDS:-6} rounds, $old kept the old checkpoint, $new had merged the new one"
+    echo "kill drills: ${SAVEPLAN_KILL_ROUNDS:-6} rounds, a rank killed in $killed (the others had ended), $old kept the old checkpoint, $new had merged the new one"
 }
 check "kill -9 of a rank during a save: previous checkpoint whole, next save cleans up" kill_drills
 
