@@ -142,6 +142,14 @@ impl SaverRun {
     /// Both runs, save first.
     pub const ALL: [SaverRun; 2] = [SaverRun::Save, SaverRun::Restore];
 
+    /// What the run runs in `saver`'s plan: its save tensor, or its restore op.
+    pub fn target(self, saver: &SaverDef) -> &str {
+        match self {
+            SaverRun::Save => &saver.save_tensor_name,
+            SaverRun::Restore => &saver.restore_op_name,
+        }
+    }
+
     /// `save` or `restore`.
     pub fn name(self) -> &'static str {
         match self {
@@ -156,12 +164,8 @@ impl PartitionOptions {
     /// tensor or restore op as the target, its filename tensor fed, the client on `client`
     /// (see [`PartitionOptions::client`]).
     pub fn for_saver(saver: &SaverDef, run: SaverRun, client: Option<Task>) -> PartitionOptions {
-        let target = match run {
-            SaverRun::Save => &saver.save_tensor_name,
-            SaverRun::Restore => &saver.restore_op_name,
-        };
         PartitionOptions {
-            targets: vec![target.clone()],
+            targets: vec![run.target(saver).to_owned()],
             feeds: vec![saver.filename_tensor_name.clone()],
             client,
         }

@@ -312,18 +312,6 @@ fn a_new_prefix_commits_with_a_conditional_put() {
     }
 }
 
-/// `err` and its sources on one line, as the CLI prints it (`outer: inner: innermost`).
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        line.push_str(": ");
-        line.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    line
-}
-
 /// The first word said twice in a row in `line` (`read: read:`), ignoring punctuation.
 fn repeated_word(line: &str) -> Option<String> {
     let words: Vec<String> = line
@@ -363,7 +351,10 @@ fn a_store_failure_names_the_object_and_the_operation_once() {
             prefix.display()
         )))
         .unwrap();
-        let line = chain(&reader.read("a").unwrap_err());
+        let line = crate::support::error_chain(
+            &reader.read("a").unwrap_err(),
+            crate::support::ErrorForm::OneLine,
+        );
         assert_eq!(repeated_word(&line), None, "{line}");
         assert_eq!(
             line.matches("ckpt.data-00000-of-00001").count(),
