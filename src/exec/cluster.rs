@@ -19,7 +19,7 @@
 //! rendezvous; the others stop, and the error returned is the failing task's own, with the
 //! task named.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use saveplan_ir::device::DeviceSpec;
 use saveplan_ir::{AttrValue, Module, Op, TensorName, Verified, verify_module};
@@ -43,8 +43,8 @@ pub struct TaskPlans {
     tasks: Vec<ClusterTask>,
     plans: Vec<TaskPlan>,
     /// Per fetch of the whole plan (its tensor targets, in order): the task whose plan
-    /// fetches it, and where among that plan's fetches.
-    fetches: Vec<(usize, usize)>,
+    /// fetches it (a task fetches its own in the same order, so nothing more is needed).
+    fetches: Vec<usize>,
 }
 
 /// What one task runs.
@@ -107,7 +107,6 @@ impl TaskPlans {
         }
         let mut local_targets: Vec<Vec<&str>> = vec![Vec::new(); parts.partitions.len()];
         let mut fetches = Vec::new();
-        let mut n_fetches = vec![0usize; parts.partitions.len()];
         for &target in targets {
             let name = TensorName::parse(target).map_err(|_| ExecError::BadTensorName {
                 name: target.to_owned(),
@@ -119,8 +118,7 @@ impl TaskPlans {
                 })?;
             local_targets[task].push(target);
             if name.output.is_some() {
-                fetches.push((task, n_fetches[task]));
-                n_fetches[task] += 1;
+                fetches.push(task);
             }
         }
         // A task's plan fetches its own tensor targets first, in the whole plan's order, so
@@ -197,7 +195,7 @@ impl TaskPlans {
         task: ClusterTask,
     ) -> Result<TaskPlans, ExecError> {
         let plan = CompiledPlan::compile(module, targets, feeds)?;
-        let fetches = (0..plan.fetches().len()).map(|index| (0, index)).collect();
+        let fetches = vec![0; plan.fetches().len()];
         Ok(TaskPlans {
             tasks: vec![task],
             plans: vec![TaskPlan {
@@ -286,27 +284,24 @@ impl TaskPlans {
                 })
                 .collect()
         });
-        // The task that failed first aborted the others: its error is the one to report.
+        // The task that failed first aborted the others: its error is the one to report (the
+        // others' say only that it failed).
         let first = rendezvous.aborted().map(|(task, _)| task);
+        let mut failed: Vec<(usize, ExecError)> = Vec::new();
         let mut outputs = Vec::with_capacity(results.len());
-        let mut failed = None;
         for (index, result) in results.into_iter().enumerate() {
             match result {
-                Ok(fetched) => outputs.push(fetched),
-                Err(err) if failed.is_none() || first == Some(index) => {
-                    failed = Some(self.task_error(index, err));
-                    outputs.push(Vec::new());
-                }
-                Err(_) => outputs.push(Vec::new()),
+                Ok(fetched) => outputs.push(fetched.into_iter()),
+                Err(err) => failed.push((index, err)),
             }
         }
-        if let Some(err) = failed {
-            return Err(err);
+        if !failed.is_empty() {
+            let at = (failed.iter().position(|&(index, _)| Some(index) == first)).unwrap_or(0);
+            let (index, err) = failed.swap_remove(at);
+            return Err(self.task_error(index, err));
         }
-        let mut outputs: Vec<std::vec::IntoIter<HostTensor>> =
-            outputs.into_iter().map(Vec::into_iter).collect();
         Ok((self.fetches.iter())
-            .map(|&(task, _)| outputs[task].next().expect("a task fetches its targets"))
+            .map(|&task| outputs[task].next().expect("a task fetches its targets"))
             .collect())
     }
 
@@ -333,12 +328,13 @@ impl TaskPlans {
             .map_err(|err| self.task_error(index, err))?
             .into_iter();
         Ok((self.fetches.iter())
-            .map(|&(task, _)| if task == index { fetched.next() } else { None })
+            .map(|&task| if task == index { fetched.next() } else { None })
             .collect())
     }
 
-    /// Whether `rendezvous` has one task per task of the plan, as [`TaskPlans::run_task`]
-    /// needs ([`ExecError::ClusterSize`] if not). Every process of the cluster finds the same.
+    /// Whether this process can run its task of `rendezvous`, as [`TaskPlans::run_task`]
+    /// needs: one task per task of the plan ([`ExecError::ClusterSize`]; every process of the
+    /// cluster finds the same), and its task's plan compiled here ([`ExecError::NotCompiled`]).
     pub fn check_cluster(&self, rendezvous: &dyn Rendezvous) -> Result<(), ExecError> {
         if rendezvous.n_tasks() != self.tasks.len() {
             return Err(ExecError::ClusterSize {
@@ -347,7 +343,7 @@ impl TaskPlans {
                 names: task_names(&self.tasks),
             });
         }
-        Ok(())
+        self.executor(rendezvous.task()).map(|_| ())
     }
 
     /// `err` of task `index`, naming the task when the plan spans several.
@@ -418,11 +414,11 @@ fn same_tensor(given: &str, tensor: &str) -> bool {
 /// string is parsed once, so a plan of N ops costs N hash lookups.
 fn one_task(module: &Module) -> Option<ClusterTask> {
     let graph = &module.graph;
-    let mut seen: FxHashMap<&str, ()> = FxHashMap::default();
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
     let mut found: Option<ClusterTask> = None;
     for id in graph.ops() {
         let device: &str = &graph.op(id).device;
-        if seen.insert(device, ()).is_some() {
+        if !seen.insert(device) {
             continue;
         }
         let spec = DeviceSpec::parse(device).ok()?;

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use super::error::{ExecError, KernelError, error_line};
 use super::fuse::run_fused;
-use super::kernels::{Kernel, transfer};
+use super::kernels::{Kernel, Transfer, transfer};
 use super::plan::{CompiledPlan, Step, StepId, Work};
 use super::rendezvous::{RecvDone, RendezvousError};
 use super::step::{
@@ -312,11 +312,7 @@ impl<'p> RunState<'p> {
         threads: &'t std::thread::Scope<'t, '_>,
         id: StepId,
     ) -> Result<(), ExecError> {
-        let step = self.plan.step(id);
-        let device = &self.plan.queues()[step.queue.0 as usize].device;
-        let Work::Kernel(Kernel::Recv(transfer)) = &step.work else {
-            unreachable!("only receives are pumped")
-        };
+        let (step, device, transfer) = self.receive_step(id);
         let (cluster, key) = transfer::key(&kernel_cx(self.cx, step, device), transfer)
             .map_err(|source| op_error(step, device, source))?;
         let pump = lock(self.pump.as_ref().expect("a pumped run")).clone();
@@ -337,17 +333,23 @@ impl<'p> RunState<'p> {
         id: StepId,
         value: Result<HostTensor, RendezvousError>,
     ) -> Result<(), ExecError> {
-        let step = self.plan.step(id);
-        let device = &self.plan.queues()[step.queue.0 as usize].device;
-        let Work::Kernel(Kernel::Recv(transfer)) = &step.work else {
-            unreachable!("only receives are pumped")
-        };
+        let (step, device, transfer) = self.receive_step(id);
         let result = value
             .map_err(KernelError::from)
             .and_then(|value| transfer::received(transfer, value));
         let outputs = finish_step(self.cx, step, device, result, step.outputs.len())?;
         self.store(step, outputs);
         Ok(())
+    }
+
+    /// Receive step `id`, its device and what it receives (only receives are pumped).
+    fn receive_step(&self, id: StepId) -> (&'p Step, &'p str, &'p Transfer) {
+        let step = self.plan.step(id);
+        let device = &self.plan.queues()[step.queue.0 as usize].device;
+        let Work::Kernel(Kernel::Recv(transfer)) = &step.work else {
+            unreachable!("only receives are pumped")
+        };
+        (step, device, transfer)
     }
 
     /// Stores the outputs of `step`.

@@ -384,6 +384,9 @@ pub enum RunError {
     /// for it.
     #[error(transparent)]
     Cluster(crate::exec::rendezvous::RendezvousError),
+    /// A captured write (an object-based or asynchronous one) runs in one process only.
+    #[error("a captured write runs in one process: a cluster run writes straight through")]
+    CaptureInCluster,
     /// Eager mode runs its tasks in one process only.
     #[error("eager mode runs in one process: a cluster run needs a compiled plan (graph mode)")]
     EagerCluster,

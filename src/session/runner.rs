@@ -214,12 +214,13 @@ impl Runner {
     pub fn run(&self, call: Call, run: Run<'_>) -> Result<Vec<HostTensor>, RunError> {
         let runs = self.runs_for(call)?;
         // Every process finds the same, so none is left waiting: checked before the lock.
-        match (run.cluster, &runs) {
-            (Some(cluster), Ready::Plan(plan, _)) => plan
-                .check_cluster(cluster)
-                .map_err(|err| RunError::Plan(Box::new(err)))?,
-            (Some(_), Ready::Eager(..)) => return Err(RunError::EagerCluster),
-            (None, _) => {}
+        if let Some(cluster) = run.cluster
+            && let Err(err) = runs.check_cluster(cluster)
+        {
+            // A size every process finds the same; a plan compiled for another task only this
+            // one: the others are told, not left at the barrier.
+            cluster.abort(&crate::exec::error_line(&err));
+            return Err(err);
         }
         let lead = run.cluster.is_none_or(|cluster| cluster.task() == 0);
         // Held until the save ends: BundleIo's lock on the prefix.
@@ -268,6 +269,9 @@ impl Runner {
     /// ([`CheckpointIo::check_save_prefix`]) when it wants a bad prefix refused before the
     /// plan runs. A restore the plan makes reads through `run.io`.
     pub fn capture(&self, run: Run<'_>) -> Result<CapturedWrite, RunError> {
+        if run.cluster.is_some() {
+            return Err(RunError::CaptureInCluster);
+        }
         let runs = self.runs_for(Call::Save)?;
         let recording = RecordingIo::new(run.io);
         let mut cx = RunContext::new(run.variables).with_io(&recording);
@@ -303,6 +307,17 @@ enum Ready<'r> {
 }
 
 impl Ready<'_> {
+    /// Whether this can run as one task of `cluster`: a compiled plan with one task per
+    /// process of it (eager mode runs in one process).
+    fn check_cluster(&self, cluster: &dyn Rendezvous) -> Result<(), RunError> {
+        match self {
+            Ready::Plan(plan, _) => plan
+                .check_cluster(cluster)
+                .map_err(|err| RunError::Plan(Box::new(err))),
+            Ready::Eager(..) => Err(RunError::EagerCluster),
+        }
+    }
+
     /// Runs `call` with `prefix` on `cx`: every task here, or `cluster`'s task alone.
     fn execute(
         self,
@@ -329,7 +344,6 @@ impl Ready<'_> {
                     RunError::Plan(Box::new(err))
                 })
             }
-            Ready::Eager(..) if cluster.is_some() => Err(RunError::EagerCluster),
             Ready::Eager(saver, options) => {
                 lock(saver)
                     .call(cx, call, prefix, options)
