@@ -6,13 +6,18 @@
 //! partitions bring back every variable's value. A task that fails stops the others, and the
 //! error names it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
-use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous};
+use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous, Rendezvous};
 use saveplan::exec::{
     Backend, BundleIo, CompiledPlan, HostTensor, RunContext, TaskPlans, VariableStore,
 };
 use saveplan::partition::{PartitionOptions, SaverRun, partition};
+use saveplan::session::{Mode, Run, Runner, Session, SessionOptions};
+use saveplan::trace::spec::SpecFile;
+use saveplan_ir::slice::ShapeAndSlice;
 use saveplan_ir::{Module, SaverDef};
 
 use crate::partition::{CASES, compiled};
@@ -32,12 +37,12 @@ fn run_whole(
     store: &VariableStore,
     prefix: &str,
 ) {
-    let target = match run {
-        SaverRun::Save => &saver.save_tensor_name,
-        SaverRun::Restore => &saver.restore_op_name,
-    };
-    let plan =
-        CompiledPlan::compile(verified(module), &[target], &[&saver.filename_tensor_name]).unwrap();
+    let plan = CompiledPlan::compile(
+        verified(module),
+        &[run.target(saver)],
+        &[&saver.filename_tensor_name],
+    )
+    .unwrap();
     let io = BundleIo::default();
     plan.run(
         &RunContext::new(store).with_io(&io),
@@ -55,13 +60,9 @@ fn run_partitioned(
     store: &VariableStore,
     prefix: &str,
 ) {
-    let target = match run {
-        SaverRun::Save => &saver.save_tensor_name,
-        SaverRun::Restore => &saver.restore_op_name,
-    };
     let plans = TaskPlans::compile(
         verified(module),
-        &[target],
+        &[run.target(saver)],
         &[&saver.filename_tensor_name],
         Backend::Interp,
     )
@@ -303,4 +304,149 @@ fn thousands_of_receives_need_no_thread_each() {
     }
     let most = most.into_inner();
     assert!(most < 100, "{most} threads for {receives} receives");
+}
+
+/// A full float32 value per checkpoint key of `spec` (a sliced key's full shape is its slice
+/// spec's).
+fn values_of(spec: &SpecFile) -> BTreeMap<String, HostTensor> {
+    (spec.variables.iter())
+        .map(|variable| {
+            let shape: Vec<u64> = match variable.slice_spec.as_str() {
+                "" => variable.shape.iter().map(|&dim| dim as u64).collect(),
+                sliced => (ShapeAndSlice::parse(sliced).unwrap().full_shape.iter())
+                    .map(|&dim| dim as u64)
+                    .collect(),
+            };
+            let n = shape.iter().product::<u64>() as usize;
+            let elements: Vec<f32> = (0..n).map(|index| index as f32 * 0.5 + 1.0).collect();
+            let value = HostTensor::from_f32s(shape, &elements).unwrap();
+            (variable.checkpoint_key.clone(), value)
+        })
+        .collect()
+}
+
+/// Sessions that are each one process of a cluster (threads meeting through a
+/// `LocalRendezvous`, as MPI ranks meet through `MpiRendezvous`), for p3 (one variable sliced
+/// across its 3 tasks): each compiles its own task alone and keeps only its own variables, the
+/// save leaves the files one session running every task leaves, and a restore gathered at
+/// task 0 gives every value back there.
+#[test]
+fn sessions_as_processes_save_one_sessions_bytes_and_gather_a_restore() {
+    let text =
+        std::fs::read_to_string("tests/fixtures/part/p3_sliced_across_tasks/case.json").unwrap();
+    let spec = SpecFile::parse(&text).unwrap();
+    let values = values_of(&spec);
+    let session_of = |task: Option<usize>| {
+        let options = SessionOptions {
+            task,
+            ..SessionOptions::default()
+        };
+        Session::from_spec(&spec, options).unwrap()
+    };
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = |dir: &Path| dir.join("ckpt").to_str().unwrap().to_owned();
+    let whole = session_of(None);
+    whole.assign(values.clone()).unwrap();
+    whole.save(&prefix(one.path())).unwrap();
+    let n_variables = whole.variables().len();
+
+    let rendezvous = LocalRendezvous::new(3);
+    let gathered = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..3)
+            .map(|task| {
+                let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
+                let (values, many, session_of) = (values.clone(), many.path(), &session_of);
+                scope.spawn(move || {
+                    let saver = session_of(Some(task));
+                    saver.assign(values).unwrap();
+                    let saver = saver.with_cluster(Arc::clone(&view));
+                    let kept = saver.variables().len();
+                    assert!(kept > 0 && kept < n_variables, "task {task} kept {kept}");
+                    saver.save(&prefix(many)).unwrap();
+                    let restorer = session_of(Some(task)).with_cluster(view);
+                    restorer.restore(&prefix(many)).unwrap();
+                    let holds = restorer.gather().unwrap();
+                    assert_eq!(holds, task == 0, "task {task}");
+                    holds.then(|| restorer.values().unwrap())
+                })
+            })
+            .collect();
+        (running.into_iter())
+            .filter_map(|thread| thread.join().unwrap())
+            .next()
+            .expect("task 0 holds the values")
+    });
+    assert_eq!(file_bytes_under(one.path()), file_bytes_under(many.path()));
+    assert_eq!(gathered, values);
+    assert_eq!(rendezvous.pending(), 0, "every value sent was received");
+}
+
+/// What cannot run as one process of a cluster fails in one line before anything is written,
+/// and tells the other processes: a cluster of the wrong size (every process finds it), a
+/// session compiled for another task, eager mode, a captured write.
+#[test]
+fn what_cannot_run_in_a_cluster_is_refused_before_writing() {
+    let text =
+        std::fs::read_to_string("tests/fixtures/part/p3_sliced_across_tasks/case.json").unwrap();
+    let spec = SpecFile::parse(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+    let refused = |options: SessionOptions, rendezvous: &Arc<LocalRendezvous>, task: usize| {
+        let session = Session::from_spec(&spec, options).unwrap();
+        session.assign(values_of(&spec)).unwrap();
+        let view = Arc::new(rendezvous.task(task).unwrap());
+        let error = session.with_cluster(view).save(&prefix).unwrap_err();
+        crate::support::error_chain(&error, crate::support::ErrorForm::OneLine)
+    };
+    let text = refused(SessionOptions::default(), &LocalRendezvous::new(2), 0);
+    assert!(
+        text.contains("the cluster has 2 process(es) but the plan has 3 task(s)"),
+        "{text}"
+    );
+    let three = LocalRendezvous::new(3);
+    let for_task_1 = SessionOptions {
+        task: Some(1),
+        ..SessionOptions::default()
+    };
+    let text = refused(for_task_1, &three, 2);
+    assert!(text.contains("is not compiled in this process"), "{text}");
+    let told = three.aborted().expect("the other processes are told");
+    assert_eq!(told.0, 2, "{told:?}");
+    let eager = SessionOptions {
+        mode: Mode::Eager,
+        ..SessionOptions::default()
+    };
+    let text = refused(eager, &LocalRendezvous::new(3), 0);
+    assert!(text.contains("eager mode runs in one process"), "{text}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "something was written"
+    );
+
+    let (module, saver) = plan_of("p3_sliced_across_tasks");
+    let plans = TaskPlans::compile(
+        verified(&module),
+        &[SaverRun::Save.target(&saver)],
+        &[&saver.filename_tensor_name],
+        Backend::Interp,
+    )
+    .unwrap();
+    let runner = Runner::compiled(Some(plans), None, Backend::Interp);
+    let view = three.task(0).unwrap();
+    let store = VariableStore::new();
+    let error = runner
+        .capture(Run {
+            prefix: &prefix,
+            variables: &store,
+            io: &BundleIo::default(),
+            observer: None,
+            cluster: Some(&view),
+        })
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("a captured write runs in one process"),
+        "{error}"
+    );
 }
