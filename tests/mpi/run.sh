@@ -183,33 +183,8 @@ docs_example() {
     ln -s "$bin" "$dir/bin/saveplan"
     printf '#!/bin/sh\nexec %s --oversubscribe --quiet "$@"\n' "$(command -v mpirun)" >"$dir/bin/mpirun"
     chmod +x "$dir/bin/mpirun"
-    (cd "$dir" && PATH="$dir/bin:$PATH" python3 - "$root/docs/cluster.md" <<'PY'
-import subprocess, sys
-lines = open(sys.argv[1]).read().splitlines()
-start = next(i for i, line in enumerate(lines) if "docs-examples: run by tests/mpi/run.sh" in line)
-block = []
-for line in lines[start + 2:]:
-    if line.startswith("```"):
-        break
-    block.append(line)
-expected, command, ok = [], None, True
-def check(command, expected):
-    result = subprocess.run(command, shell=True, capture_output=True, text=True)
-    got = result.stdout.splitlines()
-    if result.returncode != 0 or got != expected:
-        print("$ %s\nexit %d\n%s%s" % (command, result.returncode, result.stdout, result.stderr))
-        return False
-    return True
-for line in block + ["$ true"]:
-    if line.startswith("$ "):
-        if command is not None:
-            ok = check(command, expected) and ok
-        command, expected = line[2:], []
-    else:
-        expected.append(line)
-sys.exit(0 if ok else 1)
-PY
-    )
+    (cd "$dir" && PATH="$dir/bin:$PATH" python3 "$root/tests/docs_blocks.py" "$root/docs/cluster.md" \
+        "docs-examples: run by tests/mpi/run.sh")
 }
 check "docs/cluster.md's example runs as printed" docs_example
 

@@ -29,6 +29,8 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from docs_blocks import console_block, matches  # noqa: E402
 BIN = os.path.abspath(sys.argv[1])
 BUCKET = "bkt"
 CHECKS = []
@@ -274,43 +276,13 @@ def failures_are_one_line_within_seconds():
 DOCS_PAGE = "docs/object-stores.md"
 
 
-def console_block(page, marker):
-    """The steps, [(command, [output lines])], of the `console` block just after the line of
-    `page` that contains `marker`."""
-    lines = open(os.path.join(ROOT, page)).read().splitlines()
-    at = next(i for i, line in enumerate(lines) if marker in line)
-    assert lines[at + 1].strip() == "```console", lines[at + 1]
-    steps, continued = [], False
-    for line in lines[at + 2:]:
-        if line.strip() == "```":
-            break
-        if continued:
-            steps[-1][0] += "\n" + line
-            continued = line.endswith("\\")
-        elif line.startswith("$ "):
-            steps.append([line[2:], []])
-            continued = line.endswith("\\")
-        else:
-            steps[-1][1].append(line)
-    return steps
-
-
-def matches(expected, actual):
-    """`actual` is `expected`, where a line `...` stands for any number of lines."""
-    if not expected:
-        return not actual
-    if expected[0].strip() == "...":
-        return any(matches(expected[1:], actual[skip:]) for skip in range(len(actual) + 1))
-    return bool(actual) and actual[0] == expected[0] and matches(expected[1:], actual[1:])
-
-
 @check
 def the_console_example_of_the_object_stores_page_runs_as_printed():
     """docs/object-stores.md's moto example, its commands verbatim in one shell (its exports
     and its background server carry from one command to the next), in a folder holding
     `examples/`, with `saveplan` the binary under test and this venv's python, pip and
     moto_server on the PATH; each command's output is what the page prints."""
-    steps = console_block(DOCS_PAGE, "run by tests/storage/test_s3.py")
+    steps = console_block(os.path.join(ROOT, DOCS_PAGE), "run by tests/storage/test_s3.py")
     assert len(steps) >= 8, steps
     with socket.socket() as sock:
         try:
