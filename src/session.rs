@@ -79,7 +79,7 @@ pub use options::{Mode, Plans, SessionOptions, UnknownMode};
 pub use runner::{Run, Runner};
 pub use targets::{infer_targets, meta_graph_targets};
 
-use crate::exec::rendezvous::{ClusterTask, Rendezvous, RendezvousKey};
+use crate::exec::rendezvous::{ClusterTask, Rendezvous, RendezvousError, RendezvousKey};
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, StepEvent, TaskPlans, VarKey, VariableStore,
 };
@@ -509,7 +509,13 @@ impl Session {
             }
             for src in 1..n_tasks {
                 let names = cluster.recv(&key(src, "keys".into()))?;
-                let names = names.strings().unwrap_or_default();
+                // Never a silent drop: what is not (container, name) pairs is an error.
+                let names = (names.strings())
+                    .filter(|names| names.len() % 2 == 0)
+                    .ok_or_else(|| RendezvousError::BadMessage {
+                        src,
+                        what: "a gather's variable keys are not (container, name) pairs".to_owned(),
+                    })?;
                 for (index, pair) in names.chunks_exact(2).enumerate() {
                     let name = VarKey::new(
                         String::from_utf8_lossy(&pair[0]),

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use saveplan::exec::rendezvous::{ClusterRun, ClusterTask, LocalRendezvous, Rendezvous};
+use saveplan::exec::rendezvous::{
+    ClusterRun, ClusterTask, LocalRendezvous, Rendezvous, RendezvousKey,
+};
 use saveplan::exec::{
     Backend, BundleIo, CompiledPlan, HostTensor, RunContext, TaskPlans, VariableStore,
 };
@@ -449,4 +451,25 @@ fn what_cannot_run_in_a_cluster_is_refused_before_writing() {
             .contains("a captured write runs in one process"),
         "{error}"
     );
+}
+
+/// Task 0 of a gather refuses keys that are not (container, name) pairs in one line, rather
+/// than dropping that task's values, and the other task hears of it.
+#[test]
+fn a_gather_refuses_malformed_keys() {
+    let text = std::fs::read_to_string("tests/fixtures/part/p1_two_tasks/case.json").unwrap();
+    let spec = SpecFile::parse(&text).unwrap();
+    let rendezvous = LocalRendezvous::new(2);
+    let other = rendezvous.task(1).unwrap();
+    let session = Session::from_spec(&spec, SessionOptions::default())
+        .unwrap()
+        .with_cluster(Arc::new(rendezvous.task(0).unwrap()));
+    let keys = RendezvousKey::new(1, 0, "saveplan/gather/keys");
+    other
+        .send(&keys, HostTensor::string_vector(["", "w", "odd"]))
+        .unwrap();
+    let error = session.gather().unwrap_err();
+    let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
+    assert!(text.contains("not (container, name) pairs"), "{text}");
+    assert!(other.barrier().is_err(), "task 1 was not told");
 }
