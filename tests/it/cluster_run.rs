@@ -473,3 +473,63 @@ fn a_gather_refuses_malformed_keys() {
     assert!(text.contains("not (container, name) pairs"), "{text}");
     assert!(other.barrier().is_err(), "task 1 was not told");
 }
+
+/// A send leaves as soon as its value exists: in every task's plan of every partition case,
+/// no `SaveV2`, `RestoreV2` or `MergeV2Checkpoints` the send does not wait for is queued
+/// between the last step of its queue it waits for and the send. (Queued after task 0's own
+/// `SaveV2`, the prefix task 0 sends the others held their shards back until task 0's was
+/// written: the tasks wrote one after the other.)
+#[test]
+fn sends_are_not_queued_behind_file_work() {
+    let mut checked = 0;
+    for case in CASES {
+        let (module, saver) = plan_of(case);
+        for run in SaverRun::ALL {
+            let plans = TaskPlans::compile(
+                verified(&module),
+                &[run.target(&saver)],
+                &[&saver.filename_tensor_name],
+                Backend::Interp,
+            )
+            .unwrap();
+            for task in 0..plans.tasks().len() {
+                let plan = plans.task_plan(task).expect("compiled here");
+                for queue in plan.queues() {
+                    for (position, &send) in queue.steps.iter().enumerate() {
+                        let op = plan.step(send).op.type_name();
+                        if !matches!(op, "_Send" | "_HostSend") {
+                            continue;
+                        }
+                        // What the send waits for, however indirectly.
+                        let mut waits_for = std::collections::BTreeSet::new();
+                        let mut work = plan.step(send).deps.to_vec();
+                        while let Some(dep) = work.pop() {
+                            if waits_for.insert(dep) {
+                                work.extend(plan.step(dep).deps.iter().copied());
+                            }
+                        }
+                        // From the last step of this queue it waits for on.
+                        let start = (queue.steps[..position].iter())
+                            .rposition(|step| waits_for.contains(step))
+                            .unwrap_or(0);
+                        for &before in &queue.steps[start..position] {
+                            let step = plan.step(before);
+                            let file_work = matches!(
+                                step.op.type_name(),
+                                "SaveV2" | "RestoreV2" | "MergeV2Checkpoints"
+                            );
+                            assert!(
+                                !file_work || waits_for.contains(&before),
+                                "{case} {run:?}, task {task}: send {} is queued behind {}",
+                                plan.step(send).name,
+                                step.name
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10, "only {checked} sends checked");
+}

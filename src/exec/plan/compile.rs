@@ -163,6 +163,7 @@ impl Compiler<'_> {
         let order = graph
             .topo_order_of(needed, |id| fully_fed.contains(&id))
             .expect("verified: the graph has no cycle");
+        let order = sends_early(graph, order);
         let mut builder = PlanBuilder {
             plan: CompiledPlan {
                 steps: Vec::with_capacity(order.len()),
@@ -542,6 +543,43 @@ struct Ahead {
 /// The fewest ops [`make_ahead`] shares among threads: a small plan (a function body, an
 /// eager call's) is made on the calling thread, without a hop to the pool and back.
 const AHEAD_IN_PARALLEL_FROM: usize = 1 << 10;
+
+/// `order` (topological) with each `_Send`/`_HostSend` moved up to just after the last op it
+/// depends on. A queue runs its ready steps in step order, so a send then leaves as soon as
+/// its value exists, as TensorFlow's asynchronous sends do: the prefix a task sends the
+/// others is not held back behind that task's own `SaveV2`, which would make the tasks write
+/// their shards one after the other. Still topological: a send is used by nothing in its
+/// partition. Linear in the ops and their inputs; the same order on every compile.
+fn sends_early(graph: &Graph, order: Vec<OpId>) -> Vec<OpId> {
+    let is_send = |id: OpId| matches!(&graph.op(id).op, Op::Other(op_type) if matches!(&**op_type, "_Send" | "_HostSend"));
+    if !order.iter().any(|&id| is_send(id)) {
+        return order;
+    }
+    // Position in `order` plus one of each op (0: not ordered, a fed or cut input).
+    let mut position = vec![0usize; graph.id_bound()];
+    for (index, &id) in order.iter().enumerate() {
+        position[id.index()] = index + 1;
+    }
+    // The sends to place after each position (0: before every op).
+    let mut after: Vec<Vec<OpId>> = vec![Vec::new(); order.len() + 1];
+    for &id in order.iter().filter(|&&id| is_send(id)) {
+        let last = (graph.inputs_iter(id).map(|(_, input)| input.src))
+            .chain(graph.control_inputs(id))
+            .map(|src| position[src.index()])
+            .max()
+            .unwrap_or(0);
+        after[last].push(id);
+    }
+    let mut early = Vec::with_capacity(order.len());
+    early.append(&mut after[0]);
+    for (index, &id) in order.iter().enumerate() {
+        if !is_send(id) {
+            early.push(id);
+        }
+        early.append(&mut after[index + 1]);
+    }
+    early
+}
 
 /// Makes the [`Ahead`] of each op of `ops` into `made`, in order, on the current rayon pool
 /// when they are many.
