@@ -368,14 +368,10 @@ impl Session {
             })
             .flatten()
             .map(|lists| lists.into_iter().flatten().collect());
-        if let Some(mut used) = used {
-            used.sort_unstable();
+        if let Some(used) = used {
+            let used: rustc_hash::FxHashSet<&VarKey> = used.into_iter().collect();
             let store = &self.bound.variables;
-            for key in store.keys() {
-                if used.binary_search(&&key).is_err() {
-                    store.take(&key);
-                }
-            }
+            store.retain(|key| used.contains(key));
         }
         self.cluster = Some(rendezvous);
         self

@@ -409,6 +409,21 @@ impl VariableStore {
         Some(variable.value)
     }
 
+    /// Removes every variable whose key `keep` refuses, under one lock; their slots stay,
+    /// empty. Returns how many were removed.
+    pub fn retain(&self, mut keep: impl FnMut(&VarKey) -> bool) -> usize {
+        let mut table = self.write();
+        let mut removed = 0;
+        for slot in &mut table.slots {
+            if slot.variable.is_some() && !keep(&slot.key) {
+                slot.variable = None;
+                removed += 1;
+            }
+        }
+        table.live -= removed;
+        removed
+    }
+
     /// Whether `key` exists and holds a value (what `VarIsInitializedOp` reports).
     pub fn is_initialized<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> bool {
         let table = self.read();
