@@ -9,6 +9,10 @@
 //! * `DATA`: a value in the [`super::wire`] form, split into parts of at most 1 GiB (MPI counts
 //!   are 32-bit); each part starts with the whole message's length, and parts from one sender
 //!   arrive in order (MPI's non-overtaking rule);
+//! * `HEAD` then `BODY`: a fixed-width value of [`DIRECT`] bytes or more, its bytes not copied
+//!   on either side: the head ([`wire::Head`]: name, dtype, shape, byte length), then the bytes
+//!   sent from the tensor's own storage in parts of at most 1 GiB; a body of one part is
+//!   received into the buffer the value keeps;
 //! * `ABORT`: the aborting task's reason, sent to every other task, with the number of barriers
 //!   it saw released (so a peer never sees a barrier fail that the aborting task had passed);
 //! * `ARRIVE` / `RELEASE`: a barrier, counted by task 0, which releases every task.
@@ -38,8 +42,12 @@ const DATA: i32 = 1;
 const ABORT: i32 = 2;
 const ARRIVE: i32 = 3;
 const RELEASE: i32 = 4;
+const HEAD: i32 = 5;
+const BODY: i32 = 6;
 /// The largest part of a message, in bytes (MPI counts are `int`).
 const PART: usize = 1 << 30;
+/// Values of this many bytes or more cross as `HEAD` and `BODY`, not copied into a message.
+const DIRECT: usize = 1 << 20;
 
 /// The rendezvous of this process's task, over MPI's world communicator: rank `r` is task
 /// `r`. There is one per process ([`MpiRendezvous::start`] initializes MPI).
@@ -138,6 +146,12 @@ enum Command {
         dst: usize,
         message: Vec<u8>,
     },
+    /// A fixed-width value's head and the value, whose bytes are sent from its storage.
+    SendDirect {
+        dst: usize,
+        head: Vec<u8>,
+        value: HostTensor,
+    },
     Abort {
         reason: String,
     },
@@ -199,6 +213,16 @@ impl Rendezvous for MpiRendezvous {
     fn send(&self, key: &RendezvousKey, value: HostTensor) -> Result<(), RendezvousError> {
         check_send(key, &value, self.task, self.n_tasks)?;
         lock(&self.shared.state).check()?;
+        if value.bytes().is_some_and(|bytes| bytes.len() >= DIRECT) {
+            let mut head = Vec::new();
+            if wire::encode_head(&key.tensor, &value, &mut head).is_some() {
+                return self.command(Command::SendDirect {
+                    dst: key.dst,
+                    head,
+                    value,
+                });
+            }
+        }
         // Framed as its first part is sent: the length first, so that a value of one part
         // (all but values over 1 GiB) goes to MPI without another copy.
         let mut message = vec![0; 8];
@@ -291,10 +315,29 @@ impl Drop for MpiRendezvous {
     }
 }
 
-/// A posted send and the buffer it reads, freed once the send completes.
+/// A posted send and what owns the buffer it reads, freed once the send completes.
 struct Posted {
     request: Request<'static, [u8], StaticScope>,
-    buffer: *mut [u8],
+    buffer: Owner,
+}
+
+/// What keeps a posted send's bytes alive.
+enum Owner {
+    /// A message of ours, leaked by `post` until the send completes.
+    Leaked(*mut [u8]),
+    /// A value whose storage (shared, never moved or changed while shared) is sent in place.
+    Value(#[expect(dead_code, reason = "held, never read: it keeps the bytes alive")] HostTensor),
+}
+
+impl Owner {
+    /// Frees what this owner holds: MPI is done with the bytes.
+    fn release(self) {
+        if let Owner::Leaked(buffer) = self {
+            // SAFETY: the buffer came from `Box::leak` in `post`, and MPI is done with it now
+            // that its send completed.
+            drop(unsafe { Box::from_raw(buffer) });
+        }
+    }
 }
 
 /// Owns MPI: initializes it, moves messages, finalizes it.
@@ -321,6 +364,7 @@ fn progress_thread(
         shared,
         posted: Vec::new(),
         partial: BTreeMap::new(),
+        bodies: BTreeMap::new(),
         arrived: BTreeMap::new(),
         barriers: 0,
     };
@@ -378,6 +422,8 @@ struct Mover {
     posted: Vec<Posted>,
     /// Parts received so far of a message still arriving, by sender: expected length, bytes.
     partial: BTreeMap<usize, (usize, Vec<u8>)>,
+    /// The value whose `BODY` is arriving, by sender: its head and the bytes so far.
+    bodies: BTreeMap<usize, (wire::Head, Vec<u8>)>,
     /// Task 0 only: arrivals per barrier number.
     arrived: BTreeMap<u64, usize>,
     /// Barriers this task entered.
@@ -388,6 +434,25 @@ impl Mover {
     fn command(&mut self, command: Command) {
         match command {
             Command::Send { dst, message } => self.post_message(dst, message),
+            Command::SendDirect { dst, head, value } => {
+                self.post(dst, head, HEAD);
+                let bytes = value.bytes().expect("a fixed-width value");
+                // SAFETY: the bytes are the value's shared storage, which nothing changes or
+                // frees while `value` (a clone of it kept with each part's send) is alive.
+                let bytes: &'static [u8] =
+                    unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+                for part in bytes.chunks(PART) {
+                    let request = (self.world.process_at_rank(dst as i32)).immediate_send_with_tag(
+                        StaticScope,
+                        part,
+                        BODY,
+                    );
+                    self.posted.push(Posted {
+                        request,
+                        buffer: Owner::Value(value.clone()),
+                    });
+                }
+            }
             Command::Abort { reason } => {
                 // The barriers this task saw released travel with the abort: a peer that hears
                 // of the abort before the release of a barrier the aborting task had passed
@@ -436,7 +501,7 @@ impl Mover {
             .immediate_send_with_tag(StaticScope, &*buffer, tag);
         self.posted.push(Posted {
             request,
-            buffer: pointer,
+            buffer: Owner::Leaked(pointer),
         });
     }
 
@@ -446,11 +511,7 @@ impl Mover {
         let mut still = Vec::with_capacity(before);
         for posted in self.posted.drain(..) {
             match posted.request.test() {
-                Ok(_status) => {
-                    // SAFETY: the buffer came from `Box::leak` in `post`, and MPI is done with
-                    // it now that its send completed.
-                    drop(unsafe { Box::from_raw(posted.buffer) });
-                }
+                Ok(_status) => posted.buffer.release(),
                 Err(request) => still.push(Posted {
                     request,
                     buffer: posted.buffer,
@@ -475,6 +536,8 @@ impl Mover {
     fn dispatch(&mut self, src: usize, tag: i32, bytes: Vec<u8>) {
         match tag {
             DATA => self.data_part(src, bytes),
+            HEAD => self.head(src, &bytes),
+            BODY => self.body_part(src, bytes),
             ABORT => match bytes.split_first_chunk::<8>() {
                 Some((released, reason)) => {
                     let released = u64::from_le_bytes(*released);
@@ -526,9 +589,52 @@ impl Mover {
         self.deliver(src, &so_far);
     }
 
+    /// The head of a value from `src` whose bytes follow as `BODY` parts.
+    fn head(&mut self, src: usize, bytes: &[u8]) {
+        if self.bodies.contains_key(&src) {
+            return self.bad(src, "a value's head before the last value's bytes ended");
+        }
+        match wire::Head::decode(bytes) {
+            Ok(head) if head.len == 0 => self.deliver_decoded(src, head.value(Vec::new())),
+            Ok(head) => {
+                self.bodies.insert(src, (head, Vec::new()));
+            }
+            Err(error) => self.bad(src, &error.to_string()),
+        }
+    }
+
+    /// A part of the bytes of the value from `src` whose head came last.
+    fn body_part(&mut self, src: usize, part: Vec<u8>) {
+        let Some((head, mut so_far)) = self.bodies.remove(&src) else {
+            return self.bad(src, "a value's bytes without its head");
+        };
+        if so_far.len() + part.len() > head.len {
+            return self.bad(src, "value bytes past the length its head gives");
+        }
+        // A body of one part is the value's storage as MPI received it.
+        let so_far = match so_far.is_empty() && part.len() == head.len {
+            true => part,
+            false => {
+                so_far.reserve_exact(head.len - so_far.len());
+                so_far.extend_from_slice(&part);
+                so_far
+            }
+        };
+        if so_far.len() < head.len {
+            self.bodies.insert(src, (head, so_far));
+            return;
+        }
+        self.deliver_decoded(src, head.value(so_far));
+    }
+
     /// Decodes a whole value from `src` into the mailbox.
     fn deliver(&self, src: usize, message: &[u8]) {
-        match wire::decode(message) {
+        self.deliver_decoded(src, wire::decode(message));
+    }
+
+    /// Hands a value from `src` to its waiting receive, or puts it in the mailbox.
+    fn deliver_decoded(&self, src: usize, decoded: Result<(String, HostTensor), wire::WireError>) {
+        match decoded {
             Ok((name, value)) => {
                 let mut state = lock(&self.shared.state);
                 match state.waiting.remove(&(src, name.clone())) {

@@ -30,13 +30,7 @@ pub enum WireError {
 /// Appends `name` and `value` to `out`. Resource tensors have no byte form: callers refuse
 /// them first (they would encode as an empty string list).
 pub fn encode(name: &str, value: &HostTensor, out: &mut Vec<u8>) {
-    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&value.dtype().number().to_le_bytes());
-    out.extend_from_slice(&(value.shape().len() as u32).to_le_bytes());
-    for dim in value.shape() {
-        out.extend_from_slice(&dim.to_le_bytes());
-    }
+    encode_prefix(name, value, out);
     if let Some(bytes) = value.bytes() {
         out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         out.extend_from_slice(bytes);
@@ -48,22 +42,78 @@ pub fn encode(name: &str, value: &HostTensor, out: &mut Vec<u8>) {
     }
 }
 
+/// Appends what [`encode`] writes of a fixed-width `value` but its bytes (their length
+/// included): the head of a value whose bytes a transport sends from where they are, to be
+/// joined again by [`Head::value`]. `None` (nothing appended) for strings and variants.
+pub fn encode_head(name: &str, value: &HostTensor, out: &mut Vec<u8>) -> Option<()> {
+    let bytes = value.bytes()?;
+    encode_prefix(name, value, out);
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    Some(())
+}
+
+/// The name, dtype and shape.
+fn encode_prefix(name: &str, value: &HostTensor, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&value.dtype().number().to_le_bytes());
+    out.extend_from_slice(&(value.shape().len() as u32).to_le_bytes());
+    for dim in value.shape() {
+        out.extend_from_slice(&dim.to_le_bytes());
+    }
+}
+
+/// A fixed-width value's head ([`encode_head`]): everything but its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// The tensor's name.
+    pub name: String,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: Vec<u64>,
+    /// How many bytes its elements take.
+    pub len: usize,
+}
+
+impl Head {
+    /// The head encoded in `bytes` by [`encode_head`].
+    pub fn decode(bytes: &[u8]) -> Result<Head, WireError> {
+        let mut reader = Reader { bytes };
+        let (name, dtype, shape) = reader.prefix()?;
+        if matches!(dtype, DType::String | DType::Variant) {
+            return Err(WireError::Value(format!(
+                "a {dtype} tensor has no fixed-width bytes"
+            )));
+        }
+        let len = reader.u64("byte length")?;
+        let len = usize::try_from(len).map_err(|_| WireError::Truncated("elements"))?;
+        if !reader.bytes.is_empty() {
+            return Err(WireError::Trailing(reader.bytes.len()));
+        }
+        Ok(Head {
+            name,
+            dtype,
+            shape,
+            len,
+        })
+    }
+
+    /// The value of this head with its `bytes` (taken as they are, not copied).
+    pub fn value(self, bytes: Vec<u8>) -> Result<(String, HostTensor), WireError> {
+        if bytes.len() != self.len {
+            return Err(WireError::Truncated("elements"));
+        }
+        let value = HostTensor::from_bytes(self.dtype, self.shape, bytes)
+            .map_err(|error| WireError::Value(error.to_string()))?;
+        Ok((self.name, value))
+    }
+}
+
 /// The name and value encoded in `bytes` by [`encode`].
 pub fn decode(bytes: &[u8]) -> Result<(String, HostTensor), WireError> {
     let mut reader = Reader { bytes };
-    let name_len = reader.u32("name length")? as usize;
-    let name = std::str::from_utf8(reader.take(name_len, "name")?)
-        .map_err(|_| WireError::Name)?
-        .to_owned();
-    let dtype = DType::from_number(reader.i32("dtype")?);
-    let rank = reader.u32("rank")? as usize;
-    // Each dimension takes 8 bytes: a rank larger than what is left is a short message.
-    if rank > reader.bytes.len() / 8 {
-        return Err(WireError::Truncated("shape"));
-    }
-    let shape = (0..rank)
-        .map(|_| reader.u64("shape"))
-        .collect::<Result<Vec<u64>, _>>()?;
+    let (name, dtype, shape) = reader.prefix()?;
     let value = match dtype {
         DType::String | DType::Variant => {
             let mut elements = Vec::new();
@@ -97,6 +147,24 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// The name, dtype and shape every message starts with.
+    fn prefix(&mut self) -> Result<(String, DType, Vec<u64>), WireError> {
+        let name_len = self.u32("name length")? as usize;
+        let name = std::str::from_utf8(self.take(name_len, "name")?)
+            .map_err(|_| WireError::Name)?
+            .to_owned();
+        let dtype = DType::from_number(self.i32("dtype")?);
+        let rank = self.u32("rank")? as usize;
+        // Each dimension takes 8 bytes: a rank larger than what is left is a short message.
+        if rank > self.bytes.len() / 8 {
+            return Err(WireError::Truncated("shape"));
+        }
+        let shape = (0..rank)
+            .map(|_| self.u64("shape"))
+            .collect::<Result<Vec<u64>, _>>()?;
+        Ok((name, dtype, shape))
+    }
+
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
         if n > self.bytes.len() {
             return Err(WireError::Truncated(what));
@@ -173,5 +241,44 @@ mod tests {
         let at = strings.len() - 9;
         strings[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(decode(&strings).is_err());
+    }
+
+    #[test]
+    fn heads_join_their_bytes_and_refuse_what_does_not_fit() {
+        let value = HostTensor::from_f32s(vec![2, 2], &[1., 2., 3., 4.]).unwrap();
+        let mut head = Vec::new();
+        assert_eq!(encode_head("edge_1_w", &value, &mut head), Some(()));
+        // The head is the whole message's beginning: everything but the bytes.
+        let mut whole = Vec::new();
+        encode("edge_1_w", &value, &mut whole);
+        assert_eq!(whole[..head.len()], head[..]);
+        let bytes = value.bytes().unwrap().to_vec();
+        let decoded = Head::decode(&head).unwrap();
+        assert_eq!(decoded.len, 16);
+        assert_eq!(
+            decoded.clone().value(bytes.clone()).unwrap(),
+            ("edge_1_w".to_owned(), value)
+        );
+        // Bytes of another length, or a byte count the shape does not take, are errors.
+        assert!(decoded.clone().value(bytes[..12].to_vec()).is_err());
+        let mut wrong = decoded;
+        wrong.len = 12;
+        assert!(wrong.value(bytes[..12].to_vec()).is_err());
+        // Strings have no head; a head's strict prefixes and a head with bytes left fail.
+        assert_eq!(
+            encode_head("s", &HostTensor::string_scalar("x"), &mut Vec::new()),
+            None
+        );
+        for cut in 0..head.len() {
+            assert!(
+                Head::decode(&head[..cut]).is_err(),
+                "prefix of {cut} bytes decoded"
+            );
+        }
+        head.push(0);
+        assert_eq!(Head::decode(&head), Err(WireError::Trailing(1)));
+        let mut strings = Vec::new();
+        encode("s", &HostTensor::string_scalar("x"), &mut strings);
+        assert!(Head::decode(&strings[..strings.len() - 9]).is_err());
     }
 }
