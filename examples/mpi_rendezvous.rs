@@ -10,7 +10,9 @@
 //! and with `--fail R` it aborts with a reason and exits 1: `tests/mpi/run.sh` checks that
 //! every rank is gone within 30 s either way, and that on `--fail` each names the failed task.
 //! With `--latency` (2 ranks or more) ranks 0 and 1 bounce values and rank 0 prints the median
-//! round trip of a 4-byte value and the rate of a 64 MiB one.
+//! round trip of a 4-byte value and the rate of a 64 MiB one. With `--big` (2 ranks or more)
+//! rank 0 sends rank 1 a value of 1 GiB and 5 bytes, past the largest MPI message, and rank 1
+//! sends it back: both check every byte, and rank 0 prints `big value: … bytes there and back`.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // an example program's report
 
 use saveplan::exec::rendezvous::{MpiRendezvous, Rendezvous, RendezvousKey, conformance};
@@ -27,6 +29,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args == ["--latency"] {
         let code = latency(&rendezvous);
+        drop(rendezvous);
+        std::process::exit(code);
+    }
+    if args == ["--big"] {
+        let code = big_value(&rendezvous);
         drop(rendezvous);
         std::process::exit(code);
     }
@@ -85,6 +92,67 @@ fn failure_drill(rendezvous: &MpiRendezvous, mode: &str, rank: usize) -> i32 {
 fn say(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Ranks 0 and 1 bounce one value of 1 GiB and 5 bytes (two MPI messages each way: the
+/// rendezvous splits what MPI's 32-bit counts cannot hold) and check every byte of it.
+fn big_value(rendezvous: &MpiRendezvous) -> i32 {
+    use saveplan::exec::HostTensor;
+    let task = rendezvous.task();
+    if rendezvous.n_tasks() < 2 || task > 1 {
+        return 0;
+    }
+    let n_bytes = (1usize << 30) + 5;
+    // Byte `i` is `i mod 251`: a part that lands at the wrong offset, or twice, shows (2^30
+    // is no multiple of 251). Made and checked a block at a time (memcpy and memcmp, quick
+    // in a debug build too).
+    let block: Vec<u8> = (0..251 * 4096).map(|i| (i % 251) as u8).collect();
+    let whole = |value: &HostTensor| {
+        value.shape() == [n_bytes as u64]
+            && value.bytes().is_some_and(|bytes| {
+                (bytes.chunks(block.len())).all(|chunk| chunk == &block[..chunk.len()])
+            })
+    };
+    let (there, back) = (
+        RendezvousKey::new(0, 1, "big"),
+        RendezvousKey::new(1, 0, "big"),
+    );
+    let result = if task == 0 {
+        let mut bytes = Vec::with_capacity(n_bytes);
+        while bytes.len() < n_bytes {
+            let n = block.len().min(n_bytes - bytes.len());
+            bytes.extend_from_slice(&block[..n]);
+        }
+        let value = HostTensor::from_bytes(saveplan_ir::DType::UInt8, vec![n_bytes as u64], bytes)
+            .expect("a uint8 vector");
+        (rendezvous.send(&there, value))
+            .and_then(|()| rendezvous.recv(&back))
+            .map_err(|e| e.to_string())
+    } else {
+        (rendezvous.recv(&there))
+            .map_err(|e| e.to_string())
+            .and_then(|got| match whole(&got) {
+                true => rendezvous.send(&back, got).map_err(|e| e.to_string()),
+                false => Err("task 1 received the big value changed".to_owned()),
+            })
+            .map(|()| HostTensor::int32_scalar(0))
+    };
+    match result {
+        Ok(value) if task == 1 || whole(&value) => {
+            if task == 0 {
+                println!("big value: {n_bytes} bytes there and back");
+            }
+            0
+        }
+        Ok(_) => {
+            say("error: task 0 received the big value back changed");
+            1
+        }
+        Err(error) => {
+            say(&format!("error: {error}"));
+            1
+        }
+    }
 }
 
 /// Ranks 0 and 1 bounce a small value 2,000 times and a 64 MiB value 5 times.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SAVEPLAN_KILL_ROUNDS: how many kill -9 rounds (default 6).
 # The MPI suite: builds saveplan with the `mpi` feature and runs, under Open MPI's `mpirun`,
-# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks, then
+# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks and a value
+# over 1 GiB (MPI messages in parts) on 2, then
 # `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
 # (one rank per task: the same files and the same --out as one process), a wrong number of
 # ranks, one rank failing, and ranks killed at random times during a save.
@@ -37,6 +38,13 @@ scenarios_on() {
 for n in 1 2 3 4; do
     check "rendezvous scenarios on $n rank(s)" scenarios_on "$n"
 done
+# A value past MPI's largest message (1 GiB and 5 bytes): split into parts and joined again.
+big_value() {
+    local out
+    out="$(mpirun_ -n 2 "$example" --big 2>&1)" && grep -q "big value: 1073741829 bytes there and back" <<<"$out" \
+        || { echo "$out"; return 1; }
+}
+check "a value over 1 GiB crosses MPI in parts, byte for byte" big_value
 
 # A rank that fails makes every rank say so in one line and exit 1; a rank killed outright
 # makes mpirun end the others. Either way everything is gone within 30 s.
