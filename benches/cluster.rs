@@ -137,11 +137,17 @@ fn main() {
     );
 }
 
-/// `mpirun`'s arguments for `ranks` processes on this machine.
+/// `mpirun`'s arguments for `ranks` processes on this machine. Open MPI's `ob1` messaging
+/// layer (shared memory between the processes of one host) is asked for by name: left to
+/// choose, Open MPI first starts UCX, which costs each process about 0.2 s here before
+/// settling on shared memory too (docs/cluster.md says so to users).
 fn mpirun_args(ranks: usize) -> Vec<String> {
     vec![
         "--oversubscribe".into(),
         "--quiet".into(),
+        "--mca".into(),
+        "pml".into(),
+        "ob1".into(),
         "-n".into(),
         ranks.to_string(),
     ]
