@@ -409,6 +409,21 @@ impl VariableStore {
         Some(variable.value)
     }
 
+    /// Removes every variable whose key `keep` refuses (what one task of a cluster does not
+    /// use); their slots stay, empty.
+    pub fn retain(&self, mut keep: impl FnMut(&VarKey) -> bool) {
+        let mut guard = self.write();
+        let table = &mut *guard;
+        let mut removed = 0;
+        for slot in &mut table.slots {
+            if slot.variable.is_some() && !keep(&slot.key) {
+                slot.variable = None;
+                removed += 1;
+            }
+        }
+        table.live -= removed;
+    }
+
     /// Whether `key` exists and holds a value (what `VarIsInitializedOp` reports).
     pub fn is_initialized<'k>(&self, key: impl Into<VarKeyRef<'k>>) -> bool {
         let table = self.read();
