@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use saveplan_ir::object_graph::ObjectGraph;
 
+mod cluster;
 mod graph_mode;
 mod write;
 
@@ -288,6 +289,16 @@ impl Checkpoint {
     /// nothing changes.
     pub fn apply(&mut self, matched: RestoreMatch) -> Result<LoadStatus, CheckpointError> {
         let restored = matched.read()?;
+        self.assign_match(matched, restored)
+    }
+
+    /// Assigns `restored`, the values read of `matched`, creating `save_counter` for a
+    /// restore, and returns the match's status.
+    fn assign_match(
+        &mut self,
+        matched: RestoreMatch,
+        restored: BTreeMap<String, HostTensor>,
+    ) -> Result<LoadStatus, CheckpointError> {
         if matched.matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
             self.set_save_counter(Some(0));
         }
