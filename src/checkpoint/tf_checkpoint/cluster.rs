@@ -2,10 +2,11 @@
 //! TensorFlow runs `write` and `restore` as the cluster's `/job:localhost/task:0` client.
 //!
 //! The tasks are those of the devices the values are placed on (resolved against
-//! [`DEFAULT_DEVICE`](crate::exec::DEFAULT_DEVICE), as eager TensorFlow places them), the default task itself (the
-//! serialized object graph and `save_counter` are on it) and the io device's, when it names
-//! one ([`Checkpoint::tasks`]): the tasks of the write's plan, sorted by `(job, replica,
-//! task)`. Process `r` of the cluster ([`Rendezvous::task`]) is task `r`.
+//! [`DEFAULT_DEVICE`](crate::exec::DEFAULT_DEVICE), as eager TensorFlow places them), the
+//! default task itself (the serialized object graph is on it, and so are unplaced values,
+//! `save_counter` among them) and the io device's, when it names one
+//! ([`Checkpoint::tasks`]): the tasks of the write's plan, sorted by `(job, replica, task)`.
+//! Process `r` of the cluster ([`Rendezvous::task`]) is task `r`.
 //!
 //! * [`Checkpoint::write_in`] runs the write's plan ([`Checkpoint::write`]'s, traced once,
 //!   compiled for this task alone) through the plan runner in the cluster: each task's
@@ -38,9 +39,10 @@ use crate::session::Call;
 impl Checkpoint {
     /// The tasks a write of this checkpoint runs on, sorted by `(job, replica, task)`: those
     /// of its values' devices as eager TensorFlow places them, the default task (of
-    /// [`DEFAULT_DEVICE`](crate::exec::DEFAULT_DEVICE), where the object graph and `save_counter` are) and the io
-    /// device's when it names one ([`Checkpoint::with_options`]). A write or restore in a
-    /// cluster ([`Checkpoint::write_in`], [`Checkpoint::apply_in`]) has one process per task.
+    /// [`DEFAULT_DEVICE`](crate::exec::DEFAULT_DEVICE), where the object graph is, and
+    /// unplaced values) and the io device's when it names one ([`Checkpoint::with_options`]).
+    /// A write or restore in a cluster ([`Checkpoint::write_in`], [`Checkpoint::apply_in`])
+    /// has one process per task.
     pub fn tasks(&self) -> Result<Vec<ClusterTask>, CheckpointError> {
         Ok(self.placement()?.tasks)
     }
@@ -81,8 +83,8 @@ impl Checkpoint {
 
     /// [`Checkpoint::apply`] as process `cluster.task()` of a cluster of one process per task
     /// ([`Checkpoint::tasks`]), every process applying the same match: reads only the values
-    /// on this process's task (`save_counter` and unplaced values are on the default task),
-    /// checking every one's dtype and shape first (so every process fails alike), and
+    /// on this process's task (unplaced values, `save_counter` among them, are on the default
+    /// task), checking every one's dtype and shape first (so every process fails alike), and
     /// gathers them at task 0, which assigns every value restored; the others assign their
     /// own. Returns the match's status, the same on every process.
     pub fn apply_in(

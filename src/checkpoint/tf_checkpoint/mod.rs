@@ -9,8 +9,10 @@
 //! ([`crate::object`]); reading the matched values from the reader they were matched against
 //! is `restore.rs`'s. The type's other methods live beside it, one file per job: `write.rs`
 //! (`write`, `save`, `write_traced`: the save plan run through the plan runner, the state
-//! file) and `graph_mode.rs` (the TF1 graph-mode form, [`Checkpoint::graph_mode`]); how a
-//! write's files are made is the checkpoint layer's `writer.rs`.
+//! file), `cluster.rs` (a write or restore as one process per task of a cluster,
+//! [`Checkpoint::write_in`], [`Checkpoint::apply_in`]) and `graph_mode.rs` (the TF1
+//! graph-mode form, [`Checkpoint::graph_mode`]); how a write's files are made is the
+//! checkpoint layer's `writer.rs`.
 
 use std::collections::BTreeMap;
 
