@@ -479,8 +479,13 @@ fn a_gather_refuses_malformed_keys() {
 /// counter on task 0), the one tests/mpi/run.sh saves and restores under `mpirun`, with a
 /// distinct value for each of its keys.
 fn object_spec_and_values() -> (ObjectSpec, BTreeMap<String, HostTensor>) {
-    let spec =
-        ObjectSpec::parse(&std::fs::read_to_string("tests/mpi/objects3.json").unwrap()).unwrap();
+    object_spec_and_values_of(&std::fs::read_to_string("tests/mpi/objects3.json").unwrap())
+}
+
+/// The object spec `text` (variables only, float32 or int64) with a distinct value for each of
+/// its keys.
+fn object_spec_and_values_of(text: &str) -> (ObjectSpec, BTreeMap<String, HostTensor>) {
+    let spec = ObjectSpec::parse(text).unwrap();
     let (_, keys) = spec.object_graph().unwrap();
     let values = (spec.objects.iter().zip(keys).enumerate())
         .map(|(number, (entry, key))| {
@@ -504,6 +509,54 @@ fn object_spec_and_values() -> (ObjectSpec, BTreeMap<String, HostTensor>) {
         })
         .collect();
     (spec, values)
+}
+
+/// Writes `spec`'s checkpoint of `values` as one process per task of it (threads meeting
+/// through a `LocalRendezvous`) at `prefix`.
+fn write_as_processes(spec: &ObjectSpec, values: &BTreeMap<String, HostTensor>, prefix: &str) {
+    let n_tasks = spec
+        .checkpoint(values.clone())
+        .unwrap()
+        .tasks()
+        .unwrap()
+        .len();
+    let rendezvous = LocalRendezvous::new(n_tasks);
+    std::thread::scope(|scope| {
+        for task in 0..n_tasks {
+            let view = rendezvous.task(task).unwrap();
+            let values = values.clone();
+            scope.spawn(move || {
+                let writer = spec.checkpoint(values).unwrap();
+                writer.write_in(prefix, &view).unwrap();
+            });
+        }
+    });
+}
+
+/// An io device on a task of its own (`experimental_io_device`) is one more task of an object
+/// spec's cluster, as it is of the write's plan: the write as one process per task (three
+/// here: the variables' two and the io device's) leaves the single-process write's files.
+#[test]
+fn an_io_device_on_another_task_is_a_task_of_an_object_specs_cluster() {
+    let text = std::fs::read_to_string("tests/mpi/objects2.json").unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["options"] = serde_json::json!({
+        "experimental_io_device": "/job:localhost/replica:0/task:2/device:CPU:0"
+    });
+    let (spec, values) = object_spec_and_values_of(&json.to_string());
+    let whole = spec.checkpoint(values.clone()).unwrap();
+    let tasks: Vec<String> = (whole.tasks().unwrap().iter())
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        tasks,
+        [0, 1, 2].map(|task| format!("/job:localhost/replica:0/task:{task}"))
+    );
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = |dir: &Path| dir.join("ckpt").to_str().unwrap().to_owned();
+    whole.write(&prefix(one.path())).unwrap();
+    write_as_processes(&spec, &values, &prefix(many.path()));
+    assert_eq!(file_bytes_under(one.path()), file_bytes_under(many.path()));
 }
 
 /// An object spec's write run as one process per task (threads meeting through a

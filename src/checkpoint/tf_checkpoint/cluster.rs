@@ -34,7 +34,7 @@ use crate::exec::rendezvous::{ClusterTask, GatherNames, Rendezvous, gather};
 use crate::exec::{check_cluster_size, error_line};
 use crate::object::counter::with_save_counter;
 use crate::object::status::LoadStatus;
-use crate::session::Call;
+use crate::session::{Call, RunError};
 
 impl Checkpoint {
     /// The tasks a write of this checkpoint runs on, sorted by `(job, replica, task)`: those
@@ -73,7 +73,11 @@ impl Checkpoint {
             }
             (prepared.runner)
                 .run(Call::Save, prepared.run(prefix, Some(cluster)))
-                .map_err(|source| write_error(prefix, write_failure(source)))
+                .map_err(|source| match source {
+                    // Another task failed: its line says what.
+                    RunError::Cluster(err) => CheckpointError::Rendezvous(err),
+                    other => write_error(prefix, write_failure(other)),
+                })
         })();
         if let Err(err) = &written {
             cluster.abort(&error_line(err));
