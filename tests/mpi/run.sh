@@ -161,6 +161,33 @@ object_wrong_size() {
 }
 check "object spec on 2 ranks for 3 tasks: one clear error on every rank, nothing written" object_wrong_size
 
+# One rank of an object spec's save fails (its values are another spec's): every rank exits within
+# 30 s, the failing one saying what it found and the others which task failed and why, in one
+# line each, and nothing is published at the prefix.
+object_rank_fails() {
+    local spec=tests/mpi/objects3.json dir="$work/objects-fail" out status=0 start elapsed
+    local apps=() values own
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/a.safetensors" 1 || return 1
+    python3 tests/mpi/values.py tests/mpi/objects2.json "$dir/bad.safetensors" || return 1
+    own="$("$bin" save "$spec" --values "$dir/bad.safetensors" --prefix "$dir/one/ckpt" 2>&1)" \
+        && { echo "the bad values saved"; return 1; }
+    for r in 0 1 2; do
+        values="$dir/a.safetensors"; [ "$r" -eq 1 ] && values="$dir/bad.safetensors"
+        apps+=(-n 1 "$bin" save "$spec" --values "$values" --prefix "$dir/ckpt" --cluster mpi :)
+    done
+    start=$(date +%s)
+    out="$(timeout 60 mpirun --quiet --oversubscribe "${apps[@]:0:${#apps[@]}-1}" 2>&1)" || status=$?
+    elapsed=$(( $(date +%s) - start ))
+    [ "$status" -ne 0 ] && [ "$elapsed" -le 30 ] && [ ! -e "$dir/ckpt.index" ] \
+        || { echo "exit $status after ${elapsed}s: $out"; return 1; }
+    grep -qxF "$own" <<<"$out" || { echo "rank 1 said: $out (alone: $own)"; return 1; }
+    if grep -vxF "$own" <<<"$out" | grep -vxF "error: task 1 failed: ${own#error: }" | grep -q .; then
+        echo "a line that is not one of the two: $out"; return 1
+    fi
+}
+check "object spec: rank 1 fails, every rank exits in one line, nothing published" object_rank_fails
+
 # One rank fails (its values are another plan's): every rank exits non-zero within 30 s, each saying
 # which task failed and why in one line, and the checkpoint already at the prefix stays whole.
 rank_fails() {
