@@ -15,7 +15,6 @@ Usage: python tests/interop/test_cluster_objects.py PATH/TO/saveplan
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,20 +26,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import check, main, read_safetensors, repo_root, run_saveplan  # noqa: E402
+from harness import (  # noqa: E402
+    check, free_ports, main, read_safetensors, repo_root, run_saveplan)
 
 SPEC = os.path.join(repo_root(), "tests", "mpi", "objects2.json")
 VALUES_PY = os.path.join(repo_root(), "tests", "mpi", "values.py")
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for sock in socks:
-        sock.bind(("localhost", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    return ports
 
 
 def connect(n_tasks):
