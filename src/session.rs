@@ -79,7 +79,7 @@ pub use options::{Mode, Plans, SessionOptions, UnknownMode};
 pub use runner::{Run, Runner};
 pub use targets::{infer_targets, meta_graph_targets};
 
-use crate::exec::rendezvous::{ClusterTask, Rendezvous, RendezvousError, RendezvousKey};
+use crate::exec::rendezvous::{ClusterTask, GatherNames, Rendezvous, gather};
 use crate::exec::{
     Backend, BundleIo, CheckpointIo, HostTensor, StepEvent, TaskPlans, VarKey, VariableStore,
 };
@@ -480,60 +480,35 @@ impl Session {
             return Ok(true);
         };
         let store = &self.bound.variables;
-        let (task, n_tasks) = (cluster.task(), cluster.n_tasks());
-        let key = |src: usize, what: String| {
-            RendezvousKey::new(src, 0, format!("saveplan/gather/{what}"))
+        let variable_error = |key: &VarKey| {
+            let key = key.shared_name.clone();
+            move |source| SessionError::Variable { key, source }
         };
-        let gathered = (|| -> Result<(), SessionError> {
-            if task != 0 {
-                let keys = store.keys();
-                let names = (keys.iter()).flat_map(|key| {
-                    [
-                        key.container.as_bytes().to_vec(),
-                        key.shared_name.as_bytes().to_vec(),
-                    ]
-                });
-                cluster.send(&key(task, "keys".into()), HostTensor::string_vector(names))?;
-                for (index, name) in keys.iter().enumerate() {
-                    let value = store.get(name).map_err(|source| SessionError::Variable {
-                        key: name.shared_name.clone(),
-                        source,
-                    })?;
-                    cluster.send(&key(task, index.to_string()), value)?;
-                }
-                return Ok(());
+        // Task 0 holds its own already; the others' come in as (container, name) pairs.
+        let own = || -> Result<Vec<(Vec<String>, HostTensor)>, SessionError> {
+            if cluster.task() == 0 {
+                return Ok(Vec::new());
             }
-            for src in 1..n_tasks {
-                let names = cluster.recv(&key(src, "keys".into()))?;
-                // Never a silent drop: what is not (container, name) pairs is an error.
-                let names = (names.strings())
-                    .filter(|names| names.len() % 2 == 0)
-                    .ok_or_else(|| RendezvousError::BadMessage {
-                        src,
-                        what: "a gather's variable keys are not (container, name) pairs".to_owned(),
-                    })?;
-                for (index, pair) in names.chunks_exact(2).enumerate() {
-                    let name = VarKey::new(
-                        String::from_utf8_lossy(&pair[0]),
-                        String::from_utf8_lossy(&pair[1]),
-                    );
-                    let value = cluster.recv(&key(src, index.to_string()))?;
-                    store
-                        .put(&name, value)
-                        .map_err(|source| SessionError::Variable {
-                            key: name.shared_name.clone(),
-                            source,
-                        })?;
-                }
-            }
-            Ok(())
-        })();
-        if let Err(err) = &gathered {
-            cluster.abort(&crate::exec::error_line(err));
-        }
-        gathered?;
-        cluster.barrier()?;
-        Ok(task == 0)
+            (store.keys().into_iter())
+                .map(|key| {
+                    let value = store.get(&key).map_err(variable_error(&key))?;
+                    Ok((vec![key.container, key.shared_name], value))
+                })
+                .collect()
+        };
+        let take = |mut name: Vec<String>, value: HostTensor| {
+            let shared_name = name.pop().unwrap_or_default();
+            let key = VarKey::new(name.pop().unwrap_or_default(), shared_name);
+            store
+                .put(&key, value)
+                .map(drop)
+                .map_err(variable_error(&key))
+        };
+        let names = GatherNames {
+            arity: 2,
+            what: "(container, name) pairs",
+        };
+        gather(cluster, names, own, take)
     }
 
     /// The values of the variables the restore plan assigns, by checkpoint key: whole tensors

@@ -312,6 +312,13 @@ pub enum CheckpointError {
         /// The keys of the values it names.
         candidates: Vec<String>,
     },
+    /// A write or restore in a cluster that does not have one process per task of the
+    /// checkpoint's values ([`Checkpoint::tasks`]).
+    #[error(transparent)]
+    ClusterSize(Box<crate::exec::ExecError>),
+    /// Another process of a cluster write or restore failed, or the rendezvous did.
+    #[error(transparent)]
+    Rendezvous(#[from] crate::exec::rendezvous::RendezvousError),
 }
 
 /// Reads the object graph a checkpoint stores; [`CheckpointError::NameBased`] when it has none.

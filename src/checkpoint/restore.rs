@@ -75,10 +75,20 @@ impl RestoreMatch {
     /// cannot be restored (its dtype or shape differs, its key is missing) that is the error
     /// and nothing is read.
     pub(super) fn read(&self) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
+        self.read_where(|_| true)
+    }
+
+    /// [`RestoreMatch::read`] of the values whose key (ours) `keep` takes: every value is
+    /// checked all the same, so each process of a cluster restore fails alike.
+    pub(super) fn read_where(
+        &self,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
         if let Some(error) = failure(&self.matched.pairs) {
             return Err(error.into());
         }
-        read_pairs(&self.source, &self.prefix, &self.matched.pairs)
+        let pairs = (self.matched.pairs.iter()).filter(|pair| keep(&pair.our_key));
+        read_pairs(&self.source, &self.prefix, pairs.collect())
     }
 
     /// This match cut to the values restore-on-create takes from it ([`NewValues::take`]).
@@ -124,7 +134,7 @@ pub(super) fn open(prefix: &str) -> Result<BundleReader, CheckpointError> {
 fn read_pairs(
     source: &Source,
     prefix: &str,
-    pairs: &[Pair],
+    pairs: Vec<&Pair>,
 ) -> Result<BTreeMap<String, HostTensor>, CheckpointError> {
     let requests: Vec<RestoreRequest<'_>> = pairs
         .iter()

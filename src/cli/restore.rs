@@ -20,7 +20,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use saveplan::bundle::BundleReader;
 use saveplan::checkpoint::{
-    Assertion, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys, is_object_based,
+    Assertion, Checkpoint, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys,
+    is_object_based,
 };
 use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
@@ -94,8 +95,7 @@ fn restore(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proces
         None => Ok(()),
     };
     if ObjectSpec::is_object_spec(&text) {
-        one_process("an object spec")?;
-        return restore_objects(args, &text);
+        return restore_objects(args, &text, cluster);
     }
     if args.read || args.json || args.expect.is_some() {
         anyhow::bail!("--read, --json and --expect need an object spec");
@@ -182,11 +182,24 @@ fn restore_names_from_objects(
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Restore by object: report, values, assertion.
-fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::ExitCode> {
+/// Restore by object: report, values, assertion. With `cluster`, every process matches the
+/// checkpoint and reads its task's values, task 0 gathers them, prints the report and writes
+/// `--out`; then every process checks `--expect` (the same status everywhere, so all fail
+/// alike), once `--out` is written.
+fn restore_objects(
+    args: &Args,
+    text: &str,
+    cluster: Option<&Cluster>,
+) -> anyhow::Result<std::process::ExitCode> {
     let spec_error = || format!("{}", args.spec.display());
     let spec = ObjectSpec::parse(text).with_context(spec_error)?;
     let mut checkpoint = spec.fresh_checkpoint().with_context(spec_error)?;
+    let rendezvous = cluster.map(Cluster::get).transpose()?.map(Arc::as_ref);
+    if let Some(rendezvous) = rendezvous {
+        // A cluster of the wrong size is refused on every process before anything is read.
+        checkpoint.check_cluster(rendezvous)?;
+    }
+    let lead = rendezvous.is_none_or(|rendezvous| rendezvous.task() == 0);
     let prefix = checkpoint_prefix(Path::new(&args.prefix))?;
     let prefix = prefix.to_string_lossy();
     let kind = if args.read {
@@ -198,37 +211,25 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
     let report = matched.report().clone();
     // A set: the values are filtered by it below, one lookup per value.
     let keys: std::collections::BTreeSet<String> = matched.restored_keys().into_iter().collect();
-    if args.json {
-        out!("{}\n", serde_json::to_string_pretty(&report)?)?;
-    } else {
-        out!("{report}")?;
+    if lead {
+        if args.json {
+            out!("{}\n", serde_json::to_string_pretty(&report)?)?;
+        } else {
+            out!("{report}")?;
+        }
     }
-    let status = checkpoint.apply(matched)?;
-    let mut restored = checkpoint.values().clone();
-    restored.retain(|key, _| keys.contains(key));
-    if let Some(counter) = checkpoint.save_counter()
-        && keys.contains(SAVE_COUNTER_KEY)
-    {
-        restored.insert(
-            SAVE_COUNTER_KEY.to_owned(),
-            saveplan::exec::HostTensor::int64_scalar(counter),
-        );
+    let status = match rendezvous {
+        None => checkpoint.apply(matched)?,
+        Some(rendezvous) => checkpoint.apply_in(matched, rendezvous)?,
+    };
+    if lead {
+        write_restored(args, &checkpoint, &keys)?;
     }
-    // Named string and variant tensors (non-variable attributes) have no safetensors type; a
-    // checkpoint prefix as `--out` keeps them.
-    if is_safetensors_name(&args.out) {
-        restored.retain(|key, value| {
-            let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
-            if !fixed {
-                eprintln!(
-                    "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it; give --out a checkpoint prefix to keep it)",
-                    value.dtype()
-                );
-            }
-            fixed
-        });
+    if let Some(rendezvous) = rendezvous {
+        // Task 0 wrote `--out` before any process fails an assertion (a process that exits
+        // 1 has `mpirun` end the others).
+        rendezvous.barrier()?;
     }
-    write_values(&args.out, &restored)?;
     if let Some(expect) = args.expect {
         let assertion = match expect {
             Expect::Consumed => Assertion::Consumed,
@@ -253,4 +254,39 @@ fn restore_objects(args: &Args, text: &str) -> anyhow::Result<std::process::Exit
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Writes the values of `checkpoint` restored under `keys` to `--out`, `save_counter`'s among
+/// them when restored; string and variant tensors are left out of a safetensors file, with a
+/// note.
+fn write_restored(
+    args: &Args,
+    checkpoint: &Checkpoint,
+    keys: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let mut restored = checkpoint.values().clone();
+    restored.retain(|key, _| keys.contains(key));
+    if let Some(counter) = checkpoint.save_counter()
+        && keys.contains(SAVE_COUNTER_KEY)
+    {
+        restored.insert(
+            SAVE_COUNTER_KEY.to_owned(),
+            saveplan::exec::HostTensor::int64_scalar(counter),
+        );
+    }
+    // Named string and variant tensors (non-variable attributes) have no safetensors type; a
+    // checkpoint prefix as `--out` keeps them.
+    if is_safetensors_name(&args.out) {
+        restored.retain(|key, value| {
+            let fixed = !saveplan::bundle::dtype::is_element_list(value.dtype());
+            if !fixed {
+                eprintln!(
+                    "saveplan: restore: restored {} tensor `{key}` is not written (safetensors cannot hold it; give --out a checkpoint prefix to keep it)",
+                    value.dtype()
+                );
+            }
+            fixed
+        });
+    }
+    write_values(&args.out, &restored)
 }

@@ -7,7 +7,8 @@
 //! An object spec (a JSON object with an `objects` key, see
 //! [`saveplan::checkpoint::ObjectSpec`]) writes what `tf.train.Checkpoint(**children).write(P)`
 //! writes for the tree it describes: the variables and the object graph, eagerly (the mode
-//! and backend options do not apply).
+//! and backend options do not apply). With `--cluster`, each process writes its task's
+//! shard, the object graph with the default task's (`/job:localhost/replica:0/task:0`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,10 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
     in_cluster(args.cluster.join()?, |cluster| {
         let text = super::common::read_spec_text(&args.spec)?;
         if ObjectSpec::is_object_spec(&text) {
-            if cluster.is_some() {
-                anyhow::bail!("--cluster: an object spec saves in one process");
-            }
-            save_objects(&args.spec, &text, &args.values, &args.prefix)?;
+            save_objects(&args.spec, &text, &args.values, &args.prefix, cluster)?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
         save_spec(&args, &text, cluster)
@@ -100,8 +98,15 @@ fn save_spec(
 /// a plain spec, the values file is read while the spec parses and its object graph is built,
 /// the heap the save's trace writes is populated ahead, and nothing is freed at exit. Errors
 /// come in the order they would without the overlap: the spec's parse, the read, then the
-/// object graph and the values ([`ObjectSpec::checkpoint`]).
-fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> anyhow::Result<()> {
+/// object graph and the values ([`ObjectSpec::checkpoint`]). With `cluster`, this process
+/// writes its task's share ([`saveplan::checkpoint::Checkpoint::write_in`]).
+fn save_objects(
+    spec_path: &Path,
+    text: &str,
+    values: &Path,
+    prefix: &str,
+    cluster: Option<&Cluster>,
+) -> anyhow::Result<()> {
     let in_spec = || format!("{}", spec_path.display());
     let checkpoint = with_values_read_beside(values, |reading| -> anyhow::Result<_> {
         let spec = ObjectSpec::parse(text).with_context(in_spec)?;
@@ -114,7 +119,10 @@ fn save_objects(spec_path: &Path, text: &str, values: &Path, prefix: &str) -> an
         spec.checkpoint_of(graph, keys, values)
             .with_context(in_spec)
     })?;
-    checkpoint.write(prefix)?;
+    match cluster {
+        None => checkpoint.write(prefix)?,
+        Some(cluster) => checkpoint.write_in(prefix, cluster.get()?.as_ref())?,
+    };
     free_at_exit(checkpoint);
     Ok(())
 }

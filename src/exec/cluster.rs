@@ -241,7 +241,7 @@ impl TaskPlans {
             .get(index)
             .and_then(|plan| plan.executor.as_ref()))
         .ok_or_else(|| ExecError::NotCompiled {
-            task: task_name(&self.tasks[index.min(self.tasks.len() - 1)]),
+            task: self.tasks[index.min(self.tasks.len() - 1)].to_string(),
         })
     }
 
@@ -336,13 +336,7 @@ impl TaskPlans {
     /// needs: one task per task of the plan ([`ExecError::ClusterSize`]; every process of the
     /// cluster finds the same), and its task's plan compiled here ([`ExecError::NotCompiled`]).
     pub fn check_cluster(&self, rendezvous: &dyn Rendezvous) -> Result<(), ExecError> {
-        if rendezvous.n_tasks() != self.tasks.len() {
-            return Err(ExecError::ClusterSize {
-                processes: rendezvous.n_tasks(),
-                tasks: self.tasks.len(),
-                names: task_names(&self.tasks),
-            });
-        }
+        check_cluster_size(&self.tasks, rendezvous)?;
         self.executor(rendezvous.task()).map(|_| ())
     }
 
@@ -352,7 +346,7 @@ impl TaskPlans {
             return err;
         }
         ExecError::Task {
-            task: task_name(&self.tasks[index]),
+            task: self.tasks[index].to_string(),
             source: Box::new(err),
         }
     }
@@ -382,17 +376,23 @@ fn variables_of(module: &Module) -> Vec<VarKey> {
     keys
 }
 
-/// `/job:J/replica:R/task:T`.
-fn task_name(task: &ClusterTask) -> String {
-    format!(
-        "/job:{}/replica:{}/task:{}",
-        task.job, task.replica, task.task
-    )
-}
-
-/// The tasks' names, comma-separated.
-fn task_names(tasks: &[ClusterTask]) -> String {
-    tasks.iter().map(task_name).collect::<Vec<_>>().join(", ")
+/// Whether `rendezvous` has one process per task of `tasks` (the tasks a plan runs on,
+/// sorted), as a cluster run of it needs: [`ExecError::ClusterSize`] otherwise, which every
+/// process of the cluster finds the same.
+pub fn check_cluster_size(
+    tasks: &[ClusterTask],
+    rendezvous: &dyn Rendezvous,
+) -> Result<(), ExecError> {
+    if rendezvous.n_tasks() == tasks.len() {
+        return Ok(());
+    }
+    Err(ExecError::ClusterSize {
+        processes: rendezvous.n_tasks(),
+        tasks: tasks.len(),
+        names: (tasks.iter().map(ClusterTask::to_string))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 fn cluster_task(task: &crate::partition::Task) -> ClusterTask {
@@ -422,11 +422,8 @@ fn one_task(module: &Module) -> Option<ClusterTask> {
             continue;
         }
         let spec = DeviceSpec::parse(device).ok()?;
-        let Some(job) = spec.job else { continue };
-        let task = ClusterTask {
-            job,
-            replica: spec.replica.unwrap_or(0),
-            task: spec.task.unwrap_or(0),
+        let Some(task) = ClusterTask::of_spec(&spec) else {
+            continue;
         };
         match &found {
             Some(known) if *known != task => return None,

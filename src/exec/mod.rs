@@ -78,7 +78,7 @@ mod typed;
 pub mod variables;
 
 pub use backend::{Backend, UnknownBackend};
-pub use cluster::TaskPlans;
+pub use cluster::{TaskPlans, check_cluster_size};
 pub use error::{ExecError, KernelError, error_line};
 pub use executor::Executor;
 pub use io::{

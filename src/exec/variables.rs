@@ -409,10 +409,11 @@ impl VariableStore {
         Some(variable.value)
     }
 
-    /// Removes every variable whose key `keep` refuses, under one lock; their slots stay,
-    /// empty. Returns how many were removed.
-    pub fn retain(&self, mut keep: impl FnMut(&VarKey) -> bool) -> usize {
-        let mut table = self.write();
+    /// Removes every variable whose key `keep` refuses (what one task of a cluster does not
+    /// use); their slots stay, empty.
+    pub fn retain(&self, mut keep: impl FnMut(&VarKey) -> bool) {
+        let mut guard = self.write();
+        let table = &mut *guard;
         let mut removed = 0;
         for slot in &mut table.slots {
             if slot.variable.is_some() && !keep(&slot.key) {
@@ -421,7 +422,6 @@ impl VariableStore {
             }
         }
         table.live -= removed;
-        removed
     }
 
     /// Whether `key` exists and holds a value (what `VarIsInitializedOp` reports).

@@ -142,21 +142,25 @@ impl Runner {
     /// `MultiDeviceSaver.save` runs, each variable's handle and read attached,
     /// [`VariableOps::Attach`], as the eager saver traces them) and compiles it for `backend`:
     /// a runner that saves them compiled, as an object-based write does, rather than op by op.
+    /// With `only`, the plan is compiled for that task of its cluster alone
+    /// ([`TaskPlans::compile_for`]: this process runs that task, [`Run::cluster`]).
     pub fn trace_save(
         trackables: &[Trackable],
         options: &TraceOptions,
         backend: Backend,
+        only: Option<usize>,
     ) -> Result<Runner, RunError> {
         let trace = trace_flat_save_as(trackables, options, VariableOps::Attach)
             .map_err(|err| RunError::Trace(Box::new(err)))?;
         let plan = verify_module(&trace.module)
             .map_err(RunError::Invalid)
             .and_then(|verified| {
-                TaskPlans::compile(
+                TaskPlans::compile_for(
                     verified,
                     &[trace.saver.save_target.as_str()],
                     &[trace.saver.filename_tensor_name.as_str()],
                     backend,
+                    only,
                 )
                 .map_err(|source| RunError::Compile {
                     what: Call::Save.name(),

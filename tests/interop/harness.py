@@ -66,6 +66,19 @@ def read_safetensors(path):
     return out
 
 
+def free_ports(n):
+    """`n` TCP ports of localhost that were free a moment ago (for in-process clusters)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("localhost", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
 def main():
     saveplan_bin()
     passed = failed = 0

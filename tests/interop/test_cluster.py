@@ -18,7 +18,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,8 @@ from tensorflow.python.checkpoint import functional_saver  # noqa: E402
 from tensorflow.python.training.saving import saveable_object_util  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import check, main, read_safetensors, repo_root, run_saveplan  # noqa: E402
+from harness import (  # noqa: E402
+    check, free_ports, main, read_safetensors, repo_root, run_saveplan)
 
 tf.compat.v1.disable_eager_execution()
 
@@ -43,16 +43,6 @@ _spec = importlib.util.spec_from_file_location(
     "values", os.path.join(repo_root(), "tests", "mpi", "values.py"))
 values_py = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(values_py)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for sock in socks:
-        sock.bind(("localhost", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    return ports
 
 
 def n_tasks(case):

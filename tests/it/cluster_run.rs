@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use saveplan::checkpoint::{Assertion, ObjectSpec, RestoreKind};
 use saveplan::exec::rendezvous::{
     ClusterRun, ClusterTask, LocalRendezvous, Rendezvous, RendezvousKey,
 };
@@ -532,4 +533,203 @@ fn sends_are_not_queued_behind_file_work() {
         }
     }
     assert!(checked > 10, "only {checked} sends checked");
+}
+
+/// An object spec with variables on three tasks of `/job:localhost` (its object graph and
+/// counter on task 0), the one tests/mpi/run.sh saves and restores under `mpirun`, with a
+/// distinct value for each of its keys.
+fn object_spec_and_values() -> (ObjectSpec, BTreeMap<String, HostTensor>) {
+    object_spec_and_values_of(&std::fs::read_to_string("tests/mpi/objects3.json").unwrap())
+}
+
+/// The object spec `text` (variables only, float32 or int64) with a distinct value for each of
+/// its keys.
+fn object_spec_and_values_of(text: &str) -> (ObjectSpec, BTreeMap<String, HostTensor>) {
+    let spec = ObjectSpec::parse(text).unwrap();
+    let (_, keys) = spec.object_graph().unwrap();
+    let values = (spec.objects.iter().zip(keys).enumerate())
+        .map(|(number, (entry, key))| {
+            let shape: Vec<u64> = (entry.shape.as_ref().unwrap().iter())
+                .map(|&dim| dim as u64)
+                .collect();
+            let n = shape.iter().product::<u64>() as usize;
+            let value = match entry.dtype.as_str() {
+                "int64" => {
+                    let elements: Vec<i64> =
+                        (0..n).map(|at| (number * 10 + at + 1) as i64).collect();
+                    HostTensor::from_slice(shape, &elements).unwrap()
+                }
+                _ => {
+                    let elements: Vec<f32> =
+                        (0..n).map(|at| number as f32 + at as f32 * 0.25).collect();
+                    HostTensor::from_f32s(shape, &elements).unwrap()
+                }
+            };
+            (key, value)
+        })
+        .collect();
+    (spec, values)
+}
+
+/// Writes `spec`'s checkpoint of `values` as one process per task of it (threads meeting
+/// through a `LocalRendezvous`) at `prefix`.
+fn write_as_processes(spec: &ObjectSpec, values: &BTreeMap<String, HostTensor>, prefix: &str) {
+    let n_tasks = spec
+        .checkpoint(values.clone())
+        .unwrap()
+        .tasks()
+        .unwrap()
+        .len();
+    let rendezvous = LocalRendezvous::new(n_tasks);
+    std::thread::scope(|scope| {
+        for task in 0..n_tasks {
+            let view = rendezvous.task(task).unwrap();
+            let values = values.clone();
+            scope.spawn(move || {
+                let writer = spec.checkpoint(values).unwrap();
+                writer.write_in(prefix, &view).unwrap();
+            });
+        }
+    });
+}
+
+/// An io device on a task of its own (`experimental_io_device`) is one more task of an object
+/// spec's cluster, as it is of the write's plan: the write as one process per task (three
+/// here: the variables' two and the io device's) leaves the single-process write's files.
+#[test]
+fn an_io_device_on_another_task_is_a_task_of_an_object_specs_cluster() {
+    let text = std::fs::read_to_string("tests/mpi/objects2.json").unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["options"] = serde_json::json!({
+        "experimental_io_device": "/job:localhost/replica:0/task:2/device:CPU:0"
+    });
+    let (spec, values) = object_spec_and_values_of(&json.to_string());
+    let whole = spec.checkpoint(values.clone()).unwrap();
+    let tasks: Vec<String> = (whole.tasks().unwrap().iter())
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        tasks,
+        [0, 1, 2].map(|task| format!("/job:localhost/replica:0/task:{task}"))
+    );
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = |dir: &Path| dir.join("ckpt").to_str().unwrap().to_owned();
+    whole.write(&prefix(one.path())).unwrap();
+    write_as_processes(&spec, &values, &prefix(many.path()));
+    assert_eq!(file_bytes_under(one.path()), file_bytes_under(many.path()));
+}
+
+/// An object spec's write run as one process per task (threads meeting through a
+/// `LocalRendezvous`, as MPI ranks meet) leaves the files the single-process write leaves,
+/// byte for byte; its restore run the same way reads on each task only that task's values
+/// and gathers every one at task 0, with the counter.
+#[test]
+fn object_spec_as_processes_writes_one_process_bytes_and_gathers_a_restore() {
+    let (spec, values) = object_spec_and_values();
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = |dir: &Path| dir.join("sub/ckpt").to_str().unwrap().to_owned();
+    let whole = spec.checkpoint(values.clone()).unwrap();
+    let tasks = whole.tasks().unwrap();
+    assert_eq!(tasks.len(), 3, "{tasks:?}");
+    whole.write(&prefix(one.path())).unwrap();
+
+    let rendezvous = LocalRendezvous::new(3);
+    let restored = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..3)
+            .map(|task| {
+                let view = rendezvous.task(task).unwrap();
+                let (spec, values, many) = (&spec, values.clone(), many.path());
+                scope.spawn(move || {
+                    let writer = spec.checkpoint(values).unwrap();
+                    writer.write_in(&prefix(many), &view).unwrap();
+                    let mut reader = spec.fresh_checkpoint().unwrap();
+                    let matched = reader
+                        .match_checkpoint(&prefix(many), RestoreKind::Restore)
+                        .unwrap();
+                    let status = reader.apply_in(matched, &view).unwrap();
+                    status.check(Assertion::Consumed).unwrap();
+                    (task, reader.values().clone(), reader.save_counter())
+                })
+            })
+            .collect();
+        (running.into_iter())
+            .map(|thread| thread.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(file_bytes_under(one.path()), file_bytes_under(many.path()));
+    assert_eq!(rendezvous.pending(), 0, "every value sent was received");
+    let counter_key = saveplan::checkpoint::SAVE_COUNTER_KEY;
+    let counter = values[counter_key].as_i64_scalar();
+    let fresh = spec.fresh_checkpoint().unwrap();
+    for (task, restored, restored_counter) in restored {
+        // The counter is on task 0.
+        let expected = if task == 0 {
+            counter
+        } else {
+            fresh.save_counter()
+        };
+        assert_eq!(restored_counter, expected, "task {task}'s counter");
+        for (key, value) in &restored {
+            // Task 0 holds every value; each other task, its own alone (the rest untouched).
+            let own = task == 0
+                || key.contains("kernel") == (task == 1) && key.contains("bias") == (task == 2);
+            let expected = if own {
+                &values[key]
+            } else {
+                &fresh.values()[key]
+            };
+            assert_eq!(value, expected, "task {task}: {key}");
+        }
+    }
+}
+
+/// An object spec's write or restore in a cluster of the wrong size fails on every process
+/// in one line, and writes nothing (not even the prefix's folder).
+#[test]
+fn object_spec_in_a_cluster_of_the_wrong_size_is_refused() {
+    let (spec, values) = object_spec_and_values();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("sub/ckpt").to_str().unwrap().to_owned();
+    spec.checkpoint(values.clone())
+        .unwrap()
+        .write(&prefix)
+        .unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let unwritten = empty.path().join("sub/ckpt").to_str().unwrap().to_owned();
+    let rendezvous = LocalRendezvous::new(2);
+    let errors: Vec<String> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..2)
+            .map(|task| {
+                let view = rendezvous.task(task).unwrap();
+                let (spec, values, prefix, unwritten) =
+                    (&spec, values.clone(), &prefix, &unwritten);
+                scope.spawn(move || {
+                    let write = spec.checkpoint(values).unwrap().write_in(unwritten, &view);
+                    let mut reader = spec.fresh_checkpoint().unwrap();
+                    let matched = reader
+                        .match_checkpoint(prefix, RestoreKind::Restore)
+                        .unwrap();
+                    let restore = reader.apply_in(matched, &view);
+                    [
+                        write.unwrap_err().to_string(),
+                        restore.unwrap_err().to_string(),
+                    ]
+                })
+            })
+            .collect();
+        (running.into_iter())
+            .flat_map(|thread| thread.join().unwrap())
+            .collect()
+    });
+    for text in &errors {
+        assert!(
+            text.starts_with("the cluster has 2 process(es) but the plan has 3 task(s)")
+                && !text.contains('\n'),
+            "{text}"
+        );
+    }
+    assert!(
+        std::fs::read_dir(empty.path()).unwrap().next().is_none(),
+        "something was written"
+    );
 }

@@ -4,8 +4,9 @@
 # the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks and a value
 # over 1 GiB (MPI messages in parts) on 2, then
 # `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
-# (one rank per task: the same files and the same --out as one process), a wrong number of
-# ranks, one rank failing, and ranks killed at random times during a save.
+# (one rank per task: the same files and the same --out as one process), of object specs
+# (tests/mpi/objects*.json: the same files, report, --out and --expect outcome), a wrong number
+# of ranks, one rank failing, and ranks killed at random times during a save.
 # Needs `mpirun` and an MPI library with its headers (Debian: openmpi-bin libopenmpi-dev) and
 # libclang (bindgen); `.ci/run` installs them. Prints one `N passed, M failed` line.
 set -euo pipefail
@@ -106,6 +107,94 @@ wrong_size() {
         && [ ! -e "$work/size/ckpt.index" ] || { echo "exit $status: $out"; return 1; }
 }
 check "2 ranks for a 3-task plan: one clear error, nothing written" wrong_size
+
+# Object specs (tests/mpi/objects{2,3}.json: variables on 2 and 3 tasks of /job:localhost, the
+# object graph and save_counter on task 0): `save OBJSPEC --cluster mpi` writes the single
+# process's files, `restore OBJSPEC --cluster mpi` prints its report (rank 0 alone) and writes its
+# --out; `--expect consumed` passes where it passes in one process, and where it fails (objects2
+# holds no save_counter, which restore creates) every rank fails with the one process's line.
+object_case() {
+    local name="$1" n="$2" spec="tests/mpi/$1.json" dir="$work/$1" status=0 out line expect
+    mkdir -p "$dir"
+    # (`check` runs this where `set -e` does not apply: each step says when it fails.)
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/one/ckpt" || return 1
+    mpirun_ --quiet -n "$n" "$bin" save "$spec" --values "$dir/values.safetensors" \
+        --prefix "$dir/many/ckpt" --cluster mpi || { echo "$name: save failed"; return 1; }
+    diff -r "$dir/one" "$dir/many" || { echo "$name: the files differ"; return 1; }
+    "$bin" restore "$spec" --prefix "$dir/one/ckpt" --out "$dir/one.safetensors" --read \
+        --expect consumed >"$dir/one.txt" || return 1
+    mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/many/ckpt" \
+        --out "$dir/many.safetensors" --read --expect consumed --cluster mpi >"$dir/many.txt" \
+        || { echo "$name: restore --read failed"; return 1; }
+    cmp "$dir/one.safetensors" "$dir/many.safetensors" || { echo "$name: --out differs"; return 1; }
+    diff <(sed "s|$dir/one/|P/|" "$dir/one.txt") <(sed "s|$dir/many/|P/|" "$dir/many.txt") \
+        || { echo "$name: the report differs"; return 1; }
+    "$bin" diff "$dir/values.safetensors" "$dir/many.safetensors" >/dev/null \
+        || { echo "$name: the values restored are not the values saved"; return 1; }
+    # restore (not --read) with --expect consumed: decided alike in one process and in many.
+    "$bin" restore "$spec" --prefix "$dir/one/ckpt" --out "$dir/one2.safetensors" \
+        --expect consumed >/dev/null 2>"$dir/one.err" || status=$?
+    line="$(cat "$dir/one.err")"; expect=$status; status=0
+    out="$(mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/many/ckpt" \
+        --out "$dir/many2.safetensors" --expect consumed --cluster mpi 2>&1 >/dev/null)" || status=$?
+    cmp "$dir/one2.safetensors" "$dir/many2.safetensors" || { echo "$name: restore --out differs"; return 1; }
+    if [ "$expect" -eq 0 ]; then
+        [ "$status" -eq 0 ] && [ -z "$out" ] || { echo "$name: exit $status: $out"; return 1; }
+    else
+        [ "$status" -ne 0 ] && [ "$(grep -cxF "$line" <<<"$out")" -eq "$n" ] && ! grep -vxF "$line" <<<"$out" \
+            || { echo "$name: expected every rank to say: $line; exit $status: $out"; return 1; }
+    fi
+}
+check "objects3 (object spec): save and restore on 3 ranks = one process" object_case objects3 3
+check "objects2 (object spec): save and restore on 2 ranks = one process, --expect fails alike" \
+    object_case objects2 2
+
+# An object spec on the wrong number of ranks: every rank says so, nothing is written or read.
+object_wrong_size() {
+    local spec=tests/mpi/objects3.json dir="$work/objects-size" out status=0 line
+    line="error: the cluster has 2 process(es) but the plan has 3 task(s) (/job:localhost/replica:0/task:0, /job:localhost/replica:0/task:1, /job:localhost/replica:0/task:2): start one process per task"
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    out="$(mpirun_ --quiet -n 2 "$bin" save "$spec" --values "$dir/values.safetensors" \
+        --prefix "$dir/new/ckpt" --cluster mpi 2>&1)" || status=$?
+    [ "$status" -ne 0 ] && [ "$(grep -cxF "$line" <<<"$out")" -eq 2 ] && [ ! -e "$dir/new" ] \
+        || { echo "save: exit $status: $out"; return 1; }
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
+    status=0
+    out="$(mpirun_ --quiet -n 2 "$bin" restore "$spec" --prefix "$dir/ckpt" \
+        --out "$dir/out.safetensors" --cluster mpi 2>&1)" || status=$?
+    [ "$status" -ne 0 ] && [ "$(grep -cxF "$line" <<<"$out")" -eq 2 ] && [ ! -e "$dir/out.safetensors" ] \
+        || { echo "restore: exit $status: $out"; return 1; }
+}
+check "object spec on 2 ranks for 3 tasks: one clear error on every rank, nothing written" object_wrong_size
+
+# One rank of an object spec's save fails (its values are another spec's): every rank exits within
+# 30 s, the failing one saying what it found and the others which task failed and why, in one
+# line each, and nothing is published at the prefix.
+object_rank_fails() {
+    local spec=tests/mpi/objects3.json dir="$work/objects-fail" out status=0 start elapsed
+    local apps=() values own
+    mkdir -p "$dir"
+    python3 tests/mpi/values.py "$spec" "$dir/a.safetensors" 1 || return 1
+    python3 tests/mpi/values.py tests/mpi/objects2.json "$dir/bad.safetensors" || return 1
+    own="$("$bin" save "$spec" --values "$dir/bad.safetensors" --prefix "$dir/one/ckpt" 2>&1)" \
+        && { echo "the bad values saved"; return 1; }
+    for r in 0 1 2; do
+        values="$dir/a.safetensors"; [ "$r" -eq 1 ] && values="$dir/bad.safetensors"
+        apps+=(-n 1 "$bin" save "$spec" --values "$values" --prefix "$dir/ckpt" --cluster mpi :)
+    done
+    start=$(date +%s)
+    out="$(timeout 60 mpirun --quiet --oversubscribe "${apps[@]:0:${#apps[@]}-1}" 2>&1)" || status=$?
+    elapsed=$(( $(date +%s) - start ))
+    [ "$status" -ne 0 ] && [ "$elapsed" -le 30 ] && [ ! -e "$dir/ckpt.index" ] \
+        || { echo "exit $status after ${elapsed}s: $out"; return 1; }
+    grep -qxF "$own" <<<"$out" || { echo "rank 1 said: $out (alone: $own)"; return 1; }
+    if grep -vxF "$own" <<<"$out" | grep -vxF "error: task 1 failed: ${own#error: }" | grep -q .; then
+        echo "a line that is not one of the two: $out"; return 1
+    fi
+}
+check "object spec: rank 1 fails, every rank exits in one line, nothing published" object_rank_fails
 
 # One rank fails (its values are another plan's): every rank exits non-zero within 30 s, each saying
 # which task failed and why in one line, and the checkpoint already at the prefix stays whole.

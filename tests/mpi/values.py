@@ -1,4 +1,5 @@
-"""Writes deterministic values for a spec's variables as a `.safetensors` file (no numpy).
+"""Writes deterministic values for a spec's variables (a plain spec's, or an object spec's
+variables and slot variables) as a `.safetensors` file (no numpy).
 
 Usage: python3 tests/mpi/values.py SPEC OUT [SALT]
 
@@ -19,12 +20,24 @@ FORMATS = {"float32": ("F32", "f"), "float64": ("F64", "d"), "float16": ("F16", 
            "int32": ("I32", "i"), "int64": ("I64", "q")}
 
 
+def object_key(entry):
+    """The checkpoint key of an object spec's variable or slot variable (local names that need
+    no escaping)."""
+    slot = entry.get("slot")
+    if slot is None:
+        return "/".join(entry["path"]) + "/.ATTRIBUTES/VARIABLE_VALUE"
+    return "%s/.OPTIMIZER_SLOT/%s/%s/.ATTRIBUTES/VARIABLE_VALUE" % (
+        "/".join(slot["variable"]), "/".join(slot["optimizer"]), slot["name"])
+
+
 def main():
     spec_path, out_path = sys.argv[1], sys.argv[2]
     salt = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     spec = json.load(open(spec_path))
     shapes = {}
-    for var in spec["variables"]:
+    for entry in spec.get("objects", []):
+        shapes[object_key(entry)] = (entry["dtype"], entry["shape"])
+    for var in spec.get("variables", []):
         shape = var["shape"]
         if var.get("slice_spec"):
             shape = [int(dim) for dim in var["slice_spec"].split(" ")[:-1]]

@@ -9,13 +9,16 @@
 //! ([`crate::object`]); reading the matched values from the reader they were matched against
 //! is `restore.rs`'s. The type's other methods live beside it, one file per job: `write.rs`
 //! (`write`, `save`, `write_traced`: the save plan run through the plan runner, the state
-//! file) and `graph_mode.rs` (the TF1 graph-mode form, [`Checkpoint::graph_mode`]); how a
-//! write's files are made is the checkpoint layer's `writer.rs`.
+//! file), `cluster.rs` (a write or restore as one process per task of a cluster,
+//! [`Checkpoint::write_in`], [`Checkpoint::apply_in`]) and `graph_mode.rs` (the TF1
+//! graph-mode form, [`Checkpoint::graph_mode`]); how a write's files are made is the
+//! checkpoint layer's `writer.rs`.
 
 use std::collections::BTreeMap;
 
 use saveplan_ir::object_graph::ObjectGraph;
 
+mod cluster;
 mod graph_mode;
 mod write;
 
@@ -288,6 +291,16 @@ impl Checkpoint {
     /// nothing changes.
     pub fn apply(&mut self, matched: RestoreMatch) -> Result<LoadStatus, CheckpointError> {
         let restored = matched.read()?;
+        self.assign_match(matched, restored)
+    }
+
+    /// Assigns `restored`, the values read of `matched`, creating `save_counter` for a
+    /// restore, and returns the match's status.
+    fn assign_match(
+        &mut self,
+        matched: RestoreMatch,
+        restored: BTreeMap<String, HostTensor>,
+    ) -> Result<LoadStatus, CheckpointError> {
         if matched.matched.kind == RestoreKind::Restore && self.save_counter().is_none() {
             self.set_save_counter(Some(0));
         }

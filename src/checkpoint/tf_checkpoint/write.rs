@@ -21,8 +21,10 @@ use saveplan_ir::object_graph::{Attribute, OBJECT_GRAPH_KEY, ObjectGraph};
 use super::Checkpoint;
 use crate::checkpoint::writer::{AfterWrite, Write, write_failure};
 use crate::checkpoint::{CheckpointError, STATE_FILE, parent_dir};
-use crate::exec::VariableStore;
-use crate::exec::{Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKeyRef};
+use crate::exec::rendezvous::Rendezvous;
+use crate::exec::{
+    Backend, BundleIo, CheckpointIo, DEFAULT_DEVICE, HostTensor, VarKeyRef, VariableStore,
+};
 use crate::export::object_graph::encode;
 use crate::export::{CheckpointState, checkpoint_state_text};
 use crate::object::PYTHON_STATE;
@@ -87,6 +89,25 @@ impl Checkpoint {
     /// eager TensorFlow's `MultiDeviceSaver` runs, traced once and run compiled by the one
     /// plan runner ([`Runner::trace_save`], [`Runner::capture`]).
     fn capture(&self, prefix: &str, traced: bool) -> Result<Write, CheckpointError> {
+        let prepared = self.prepare(prefix, traced, None)?;
+        let captured = (prepared.runner)
+            .capture(prepared.run(prefix, None))
+            .map_err(|source| write_error(prefix, write_failure(source)))?;
+        Ok(Write {
+            captured,
+            io: prepared.io,
+        })
+    }
+
+    /// The save plan of a write to `prefix`, traced and compiled (for task `only` of its
+    /// cluster alone, when given), with its variables holding the values: `traced` places the
+    /// object graph as a traced `write` does. The prefix is checked first.
+    pub(super) fn prepare(
+        &self,
+        prefix: &str,
+        traced: bool,
+        only: Option<usize>,
+    ) -> Result<PreparedWrite, CheckpointError> {
         // The graph given, not a copy of it, until `save_counter` exists.
         let graph = match self.save_counter {
             None => Cow::Borrowed(&self.graph),
@@ -96,10 +117,6 @@ impl Checkpoint {
         let saved = self.saved_values(&graph, &counter_value);
         let io = BundleIo {
             write: self.write_options,
-        };
-        let write_error = |source| CheckpointError::Write {
-            prefix: prefix.to_owned(),
-            source: Box::new(source),
         };
         // On other cores: the object graph is encoded while the trackables are made, and the
         // values are put into the variables while the plan is traced and compiled (as a
@@ -118,7 +135,7 @@ impl Checkpoint {
                     device: if traced {
                         "/device:CPU:0".to_owned()
                     } else {
-                        eager_device(OBJECT_GRAPH_KEY, "/cpu:0")?
+                        eager_device(OBJECT_GRAPH_KEY, OBJECT_GRAPH_DEVICE)?
                     },
                     variable: VariableDef {
                         name: None,
@@ -128,23 +145,18 @@ impl Checkpoint {
                 }],
             });
             io.check_save_prefix(prefix)
-                .map_err(|source| write_error(WriteFailure::Prefix(source)))?;
+                .map_err(|source| write_error(prefix, WriteFailure::Prefix(source)))?;
             let filling = scope.spawn(|| eager_store(&saved));
-            let runner = Runner::trace_save(&trackables, &self.options, Backend::Interp);
+            let runner = Runner::trace_save(&trackables, &self.options, Backend::Interp, only);
             let variables = join(filling)?;
-            let runner = runner.map_err(|source| write_error(write_failure(source)))?;
+            let runner = runner.map_err(|source| write_error(prefix, write_failure(source)))?;
             Ok::<_, CheckpointError>((runner, variables))
         })?;
-        let captured = runner
-            .capture(Run {
-                prefix,
-                variables: &variables,
-                io: &io,
-                observer: None,
-                cluster: None,
-            })
-            .map_err(|source| write_error(write_failure(source)))?;
-        Ok(Write { captured, io })
+        Ok(PreparedWrite {
+            runner,
+            variables,
+            io,
+        })
     }
 
     /// `tf.train.Checkpoint.save(file_prefix)`: creates `save_counter` at 0 if needed, adds one,
@@ -209,6 +221,41 @@ impl Checkpoint {
     }
 }
 
+/// A write's save plan ready to run ([`Checkpoint::prepare`]).
+pub(super) struct PreparedWrite {
+    /// The plan, traced and compiled.
+    pub runner: Runner,
+    /// The variables it saves, holding the values.
+    pub variables: VariableStore,
+    /// Where its files go.
+    pub io: BundleIo,
+}
+
+impl PreparedWrite {
+    /// The runner's call of the plan against `prefix`, in `cluster` when given.
+    pub fn run<'a>(&'a self, prefix: &'a str, cluster: Option<&'a dyn Rendezvous>) -> Run<'a> {
+        Run {
+            prefix,
+            variables: &self.variables,
+            io: &self.io,
+            observer: None,
+            cluster,
+        }
+    }
+}
+
+/// Where eager TensorFlow places the serialized object graph (and, unplaced, every value):
+/// resolved against [`DEFAULT_DEVICE`], the client's own task.
+pub(super) const OBJECT_GRAPH_DEVICE: &str = "/cpu:0";
+
+/// The error of a write to `prefix` that failed with `source`.
+pub(super) fn write_error(prefix: &str, source: WriteFailure) -> CheckpointError {
+    CheckpointError::Write {
+        prefix: prefix.to_owned(),
+        source: Box::new(source),
+    }
+}
+
 /// One value a write saves ([`Checkpoint::saved_values`]).
 pub(in crate::checkpoint) struct SavedValue<'a> {
     /// Its checkpoint key.
@@ -225,19 +272,9 @@ pub(in crate::checkpoint) struct SavedValue<'a> {
 /// trackables a saver traces for them, one saveable each, placed as eager TensorFlow places
 /// it ([`eager_store`] holds their values).
 fn eager_trackables(saved: &[SavedValue<'_>]) -> Result<Vec<Trackable>, CheckpointError> {
+    let devices = eager_devices(saved)?;
     let mut trackables = Vec::with_capacity(saved.len() + 1);
-    // The last device placed and where it went: most values share one.
-    let mut placed: Option<(&str, String)> = None;
-    for (index, saved) in saved.iter().enumerate() {
-        let given = saved.device.unwrap_or("/cpu:0");
-        let device = match &placed {
-            Some((last, eager)) if *last == given => eager.clone(),
-            _ => {
-                let eager = eager_device(saved.key, given)?;
-                placed = Some((given, eager.clone()));
-                eager
-            }
-        };
+    for (index, (saved, device)) in saved.iter().zip(devices).enumerate() {
         trackables.push(Trackable {
             tensors: vec![SaveableTensor {
                 checkpoint_key: saved.key.to_owned(),
@@ -254,6 +291,26 @@ fn eager_trackables(saved: &[SavedValue<'_>]) -> Result<Vec<Trackable>, Checkpoi
         });
     }
     Ok(trackables)
+}
+
+/// The device of each saved value as eager TensorFlow places it ([`eager_device`]; unplaced,
+/// [`OBJECT_GRAPH_DEVICE`]).
+pub(super) fn eager_devices(saved: &[SavedValue<'_>]) -> Result<Vec<String>, CheckpointError> {
+    // The last device placed and where it went: most values share one.
+    let mut placed: Option<(&str, String)> = None;
+    (saved.iter())
+        .map(|saved| {
+            let given = saved.device.unwrap_or(OBJECT_GRAPH_DEVICE);
+            match &placed {
+                Some((last, eager)) if *last == given => Ok(eager.clone()),
+                _ => {
+                    let eager = eager_device(saved.key, given)?;
+                    placed = Some((given, eager.clone()));
+                    Ok(eager)
+                }
+            }
+        })
+        .collect()
 }
 
 /// The store of the variables of [`eager_trackables`]: each saved value under its variable's
@@ -343,7 +400,7 @@ pub(in crate::checkpoint) fn eager_device(
     Ok(default.make_merged_spec(&spec).to_string())
 }
 
-fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {
+pub(super) fn create_parent(prefix: &Path) -> Result<(), CheckpointError> {
     crate::bundle::lock::create_parent_dir(prefix).map_err(CheckpointError::Bundle)
 }
 

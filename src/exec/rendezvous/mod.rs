@@ -23,6 +23,7 @@
 //! are local to a process and never cross.
 
 pub mod conformance;
+mod gather;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -30,6 +31,7 @@ pub mod wire;
 
 use thiserror::Error;
 
+pub use gather::{GatherNames, gather};
 pub use local::{LocalRendezvous, LocalTask};
 #[cfg(feature = "mpi")]
 pub use mpi::MpiRendezvous;
@@ -181,15 +183,38 @@ pub struct ClusterTask {
     pub task: u32,
 }
 
+impl ClusterTask {
+    /// The task a parsed device is on (a missing replica or task is 0); `None` when it names
+    /// no job.
+    pub fn of_spec(spec: &saveplan_ir::device::DeviceSpec) -> Option<ClusterTask> {
+        Some(ClusterTask {
+            job: spec.job.clone()?,
+            replica: spec.replica.unwrap_or(0),
+            task: spec.task.unwrap_or(0),
+        })
+    }
+
+    /// The task `device` is on; `None` when it does not parse or names no job.
+    pub fn of_device(device: &str) -> Option<ClusterTask> {
+        ClusterTask::of_spec(&saveplan_ir::device::DeviceSpec::parse(device).ok()?)
+    }
+}
+
+impl std::fmt::Display for ClusterTask {
+    /// `/job:J/replica:R/task:T`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "/job:{}/replica:{}/task:{}",
+            self.job, self.replica, self.task
+        )
+    }
+}
+
 impl ClusterRun<'_> {
     /// The number of the task `device` is on (a missing replica or task is 0).
     pub fn task_of(&self, device: &str) -> Option<usize> {
-        let spec = saveplan_ir::device::DeviceSpec::parse(device).ok()?;
-        let wanted = ClusterTask {
-            job: spec.job?,
-            replica: spec.replica.unwrap_or(0),
-            task: spec.task.unwrap_or(0),
-        };
+        let wanted = ClusterTask::of_device(device)?;
         self.tasks.binary_search(&wanted).ok()
     }
 }
