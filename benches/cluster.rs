@@ -7,14 +7,16 @@
 //!
 //! ```text
 //! cargo bench --features mpi --bench cluster -- [big] [many-small] [--ranks N]... \
-//!     [--big-tensors N] [--repeat N] [--dir DIR]
+//!     [--big-tensors N] [--repeat N] [--dir DIR] [--one-core-each]
 //! ```
 //!
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
 //! the best of `--repeat` runs (default 3); ratios are MPI over one process. Load averages
-//! are printed at the start and the end. Needs `mpirun` (Open MPI; as root it also needs
+//! are printed at the start and the end. With `--one-core-each` every process gets one core
+//! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
+//! each would run them; ranks up to the number of cores). Needs `mpirun` (Open MPI; as root it also needs
 //! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -40,6 +42,9 @@ struct Options {
     big_tensors: usize,
     repeat: usize,
     dir: PathBuf,
+    /// One core per process: the single process on core 0, rank `r` on core `r` (as one
+    /// host per task of the same size would run them).
+    one_core_each: bool,
 }
 
 fn main() {
@@ -58,8 +63,12 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create the bench folder");
     let cpu_before = machine::cpu_time(machine::Who::Children);
     println!(
-        "MPI (one process per task) vs one process, CLI save and restore (best of {}); load average {}",
+        "MPI (one process per task) vs one process, CLI save and restore (best of {}{}); load average {}",
         options.repeat,
+        match options.one_core_each {
+            true => ", one core per process",
+            false => ", every process on every core",
+        },
         machine::load_average()
     );
     latency();
@@ -90,7 +99,12 @@ fn main() {
                         "--prefix".into(),
                         prefix.as_os_str().to_owned(),
                     ];
-                    run(&mut cli_command(&cli, ranks, cluster, &mut args));
+                    run(&mut cli_command(
+                        &cli,
+                        (ranks, options.one_core_each),
+                        cluster,
+                        &mut args,
+                    ));
                 })
             };
             let restore = |prefix: &Path, cluster: bool| {
@@ -104,7 +118,12 @@ fn main() {
                         "--out".into(),
                         out.into_os_string(),
                     ];
-                    run(&mut cli_command(&cli, ranks, cluster, &mut args));
+                    run(&mut cli_command(
+                        &cli,
+                        (ranks, options.one_core_each),
+                        cluster,
+                        &mut args,
+                    ));
                 })
             };
             let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
@@ -154,20 +173,33 @@ fn mpirun_args(ranks: usize) -> Vec<String> {
 }
 
 /// The CLI with `args`: under `mpirun` with `--cluster mpi` when `cluster`, else alone.
+/// With `one_core_each`, the one process runs on core 0 (`taskset`) and rank `r` on core `r`
+/// (`mpirun --bind-to core`).
 fn cli_command(
     cli: &Path,
-    ranks: usize,
+    (ranks, one_core_each): (usize, bool),
     cluster: bool,
     args: &mut Vec<std::ffi::OsString>,
 ) -> Command {
     if !cluster {
-        let mut command = Command::new(cli);
+        let mut command = match one_core_each {
+            true => {
+                let mut taskset = Command::new("taskset");
+                taskset.args(["-c", "0"]).arg(cli);
+                taskset
+            }
+            false => Command::new(cli),
+        };
         command.args(args.iter());
         return command;
     }
     args.extend(["--cluster".into(), "mpi".into()]);
     let mut command = Command::new("mpirun");
-    command.args(mpirun_args(ranks)).arg(cli).args(args.iter());
+    command.args(mpirun_args(ranks));
+    if one_core_each {
+        command.args(["--bind-to", "core", "--map-by", "core"]);
+    }
+    command.arg(cli).args(args.iter());
     command
 }
 
@@ -286,6 +318,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         big_tensors: 16,
         repeat: 3,
         dir: std::env::temp_dir(),
+        one_core_each: false,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -300,6 +333,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             }
             "--repeat" => options.repeat = value()?.parse().map_err(|_| "bad --repeat")?,
             "--dir" => options.dir = PathBuf::from(value()?),
+            "--one-core-each" => options.one_core_each = true,
             "--bench" => {}
             other => return Err(format!("unknown argument `{other}`")),
         }
