@@ -377,6 +377,14 @@ impl Session {
         self
     }
 
+    /// Takes the session out of its cluster ([`Session::with_cluster`]): returns the
+    /// rendezvous, if it had one, and the session then runs every task itself. For a
+    /// process that is done with the cluster and lets its rendezvous go (MPI's ends when the
+    /// last holder drops it) while it leaves the rest of the session to the exit.
+    pub fn leave_cluster(&mut self) -> Option<Arc<dyn Rendezvous>> {
+        self.cluster.take()
+    }
+
     /// The tasks the plan of `call` runs on, sorted by `(job, replica, task)`: one
     /// (`/job:localhost/replica:0/task:0` when its ops name no task) unless it spans several.
     /// `None` in eager mode and for a plan left out.

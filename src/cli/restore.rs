@@ -121,10 +121,13 @@ fn restore(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proces
             restore_to_file(&session, &prefix, &args.out)?;
             free_at_exit(session);
         }
-        // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
         Some(cluster) => {
-            let session = session.with_cluster(Arc::clone(cluster.get()?));
+            let mut session = session.with_cluster(Arc::clone(cluster.get()?));
             restore_to_file(&session, &prefix, &args.out)?;
+            // The rendezvous is let go of (the last holder's drop ends MPI); the rest is
+            // left to the exit.
+            drop(session.leave_cluster());
+            free_at_exit(session);
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

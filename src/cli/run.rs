@@ -69,13 +69,17 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
 
 /// `saveplan run`: this process's task of it, with `cluster`.
 fn run_graph(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::process::ExitCode> {
-    // In a cluster the session shares the rendezvous, which ends MPI: it is freed, not
-    // left to the exit.
-    let joined = |session: Session| -> anyhow::Result<(Session, bool)> {
+    let joined = |session: Session| -> anyhow::Result<Session> {
         Ok(match cluster {
-            Some(cluster) => (session.with_cluster(Arc::clone(cluster.get()?)), true),
-            None => (session, false),
+            Some(cluster) => session.with_cluster(Arc::clone(cluster.get()?)),
+            None => session,
         })
+    };
+    // The session and its graph are left to the exit, but for a cluster's rendezvous, let go
+    // of here: the last holder's drop ends MPI.
+    let leave = |mut session: Session, loaded: Loaded| {
+        drop(session.leave_cluster());
+        free_at_exit((session, loaded));
     };
     // The job is known before the graph is read: a bad combination costs no loading, and the
     // session compiles only the plan the job runs.
@@ -120,22 +124,18 @@ fn run_graph(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proc
             })?;
             let session = Session::new_with_values(module, targets, options, read)
                 .map_err(|err| session_error(err, &args.graph, values))?;
-            let (session, in_cluster) = joined(session)?;
+            let session = joined(session)?;
             save(&session, prefix)?;
-            if !in_cluster {
-                free_at_exit((session, loaded));
-            }
+            leave(session, loaded);
         }
         Job::Restore { prefix, out } => {
             prepare_out(out)?;
             let (loaded, targets) = load()?;
             let session = Session::new(graph_of(&loaded, &args.graph)?, targets, options)
                 .with_context(|| format!("{}", args.graph.display()))?;
-            let (session, in_cluster) = joined(session)?;
+            let session = joined(session)?;
             restore_to_file(&session, &checkpoint_prefix(Path::new(prefix))?, out)?;
-            if !in_cluster {
-                free_at_exit((session, loaded));
-            }
+            leave(session, loaded);
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

@@ -84,11 +84,14 @@ fn save_spec(
             save(&session, &args.prefix)?;
             free_at_exit(session);
         }
-        // Freed, not left to the exit: the session shares the rendezvous, which ends MPI.
-        Some(cluster) => save(
-            &session.with_cluster(Arc::clone(cluster.get()?)),
-            &args.prefix,
-        )?,
+        Some(cluster) => {
+            let mut session = session.with_cluster(Arc::clone(cluster.get()?));
+            save(&session, &args.prefix)?;
+            // The rendezvous is let go of (the last holder's drop ends MPI); the rest is
+            // left to the exit.
+            drop(session.leave_cluster());
+            free_at_exit(session);
+        }
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
