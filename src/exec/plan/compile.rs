@@ -8,7 +8,8 @@
 //!    walk: its producer runs only if something else needs it, and an op whose outputs are all
 //!    fed (a fed `Placeholder`) never runs, so control edges from it are dropped.
 //! 3. The needed ops are ordered topologically, ties broken by creation order, so the schedule
-//!    is the same on every compile.
+//!    is the same on every compile; then each `_Send` moves up to just after the last op it
+//!    depends on, so that it leaves as soon as its value exists.
 //! 4. Each op gets its kernel ([`Kernel::resolve`]; calls compile their function body into a
 //!    sub-plan), one slot per output, the slots of its inputs, and the queue of its device.
 //!    Devices are resolved against `/job:localhost/replica:0/task:0/device:CPU:0` (a function
