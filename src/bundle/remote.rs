@@ -475,6 +475,9 @@ impl Drop for Lease {
             drop(stop);
             let _ = thread.join();
         }
-        let _ = object::delete(&self.path);
+        // Tried twice: a lease left behind holds its prefix until it expires.
+        if object::delete(&self.path).is_err() {
+            let _ = object::delete(&self.path);
+        }
     }
 }

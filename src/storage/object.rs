@@ -286,6 +286,7 @@ pub fn head(path: &Path) -> io::Result<Option<Meta>> {
 
 /// Puts `bytes` as the whole object at URL `path`, as `mode` allows; returns its entity tag.
 pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>> {
+    super::local::check()?;
     let (store, key, url) = resolve(path)?;
     let mode = match mode {
         Put::Overwrite => PutMode::Overwrite,
@@ -307,6 +308,7 @@ pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>>
 /// Uploads the local file `from` as the object at URL `to` (in parts of `PART_SIZE`, a few
 /// in flight, when it is larger: memory stays bounded whatever the file's size).
 pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
+    super::local::check()?;
     let mut file = std::fs::File::open(from)?;
     let len = file.metadata()?.len();
     if len <= PART_SIZE as u64 {
@@ -353,6 +355,7 @@ fn read_full(file: &mut std::fs::File, out: &mut [u8]) -> io::Result<usize> {
 
 /// Copies the object `from` to `to` inside the store (no bytes through this process).
 pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
+    super::local::check()?;
     let (store, from_key, url) = resolve(from)?;
     let (_, to_key, _) = resolve(to)?;
     block(store.copy(&from_key, &to_key)).map_err(|err| convert(&url, "copy", err))
@@ -360,6 +363,7 @@ pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Deletes the object at URL `path` (an absent object is not an error).
 pub fn delete(path: &Path) -> io::Result<()> {
+    super::local::check()?;
     let (store, key, url) = resolve(path)?;
     match block(store.delete(&key)) {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
