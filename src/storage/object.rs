@@ -288,6 +288,17 @@ pub fn head(path: &Path) -> io::Result<Option<Meta>> {
 pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>> {
     super::local::check()?;
     let (store, key, url) = resolve(path)?;
+    put_key(&store, &key, &url, bytes, mode)
+}
+
+/// [`put`] of a resolved URL.
+fn put_key(
+    store: &Arc<dyn ObjectStore>,
+    key: &Key,
+    url: &str,
+    bytes: Vec<u8>,
+    mode: Put,
+) -> io::Result<Option<String>> {
     let mode = match mode {
         Put::Overwrite => PutMode::Overwrite,
         Put::Create => PutMode::Create,
@@ -300,9 +311,9 @@ pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>>
         mode,
         ..PutOptions::default()
     };
-    block(store.put_opts(&key, PutPayload::from(bytes), options))
+    block(store.put_opts(key, PutPayload::from(bytes), options))
         .map(|done| done.e_tag)
-        .map_err(|err| convert(&url, "write", err))
+        .map_err(|err| convert(url, "write", err))
 }
 
 /// Uploads the local file `from` as the object at URL `to` (in parts of `PART_SIZE`, a few
@@ -339,6 +350,104 @@ pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
         writer.finish().await.map(|_| ())
     })
     .map_err(|err| convert(&url, "upload", err))
+}
+
+/// An object uploaded while it is being written: the bytes handed to [`Upload::write`] go out
+/// in parts of `PART_SIZE` as soon as a part fills (a few in flight: `write` waits while
+/// they are), yet nothing is visible at the key until [`Upload::complete`] (a multipart upload
+/// lands whole when completed). An object of at most one part is one put at `complete`, as
+/// [`upload_file`] makes it. Dropped without completing, the parts sent are aborted.
+pub struct Upload {
+    store: Arc<dyn ObjectStore>,
+    key: Key,
+    url: String,
+    /// The bytes written while they fit in one part (then the multipart upload starts).
+    pending: Vec<u8>,
+    multipart: Option<WriteMultipart>,
+    /// Why a part could not be sent: `complete` fails with it (later bytes are dropped).
+    failed: Option<io::Error>,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upload {
+    /// An upload to the object at URL `path` (no request yet).
+    pub fn start(path: &Path) -> io::Result<Upload> {
+        let (store, key, url) = resolve(path)?;
+        Ok(Upload {
+            store,
+            key,
+            url,
+            pending: Vec::new(),
+            multipart: None,
+            failed: None,
+        })
+    }
+
+    /// Appends `bytes` to the object. A store error is kept for [`Upload::complete`], so the
+    /// writer feeding it goes on and reports it there, naming the object.
+    pub fn write(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(err) = self.send(bytes) {
+            self.failed = Some(convert(&self.url, "upload", err));
+            if let Some(multipart) = self.multipart.take() {
+                let _ = block(multipart.abort());
+            }
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> object_store::Result<()> {
+        let Some(multipart) = self.multipart.as_mut() else {
+            self.pending.extend_from_slice(bytes);
+            if self.pending.len() <= PART_SIZE {
+                return Ok(());
+            }
+            let upload = block(self.store.put_multipart(&self.key))?;
+            self.multipart = Some(WriteMultipart::new_with_chunk_size(upload, PART_SIZE));
+            let pending = std::mem::take(&mut self.pending);
+            return self.send(&pending);
+        };
+        block(async {
+            for part in bytes.chunks(PART_SIZE) {
+                multipart.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                multipart.write(part);
+            }
+            Ok(())
+        })
+    }
+
+    /// Finishes the upload: from here on the object is at its key, whole.
+    pub fn complete(mut self) -> io::Result<()> {
+        super::local::check()?;
+        if let Some(err) = self.failed.take() {
+            return Err(err);
+        }
+        match self.multipart.take() {
+            Some(multipart) => block(multipart.finish())
+                .map(|_| ())
+                .map_err(|err| convert(&self.url, "upload", err)),
+            None => {
+                let bytes = std::mem::take(&mut self.pending);
+                put_key(&self.store, &self.key, &self.url, bytes, Put::Overwrite).map(|_| ())
+            }
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if let Some(multipart) = self.multipart.take() {
+            let _ = block(multipart.abort());
+        }
+    }
 }
 
 /// Reads until `out` is full or the file ends; the number of bytes read.
