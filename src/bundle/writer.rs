@@ -1,7 +1,9 @@
 //! `BundleWriter`: writes one `prefix.index` + `prefix.data-00000-of-00001` exactly as
 //! TensorFlow's SaveV2 does (data in insertion order, index sorted), through temporary files
 //! that are moved into place by a journaled commit ([`super::journal`]), so a crash leaves
-//! the bundle that was at the prefix or the new one.
+//! the bundle that was at the prefix or the new one. At a URL prefix the same commit runs in
+//! the spool while the data goes straight into the data object's upload, which
+//! [`super::remote`] completes when it publishes.
 
 use prost::Message;
 use std::collections::BTreeMap;
