@@ -20,8 +20,9 @@
 //! it names that the state file does not (a kill before the state file was written leaves them
 //! named, managed, and not deleted), and its first save deletes them. The journal names only
 //! checkpoints the manager dropped, never one kept by `keep_checkpoint_every_n_hours`, which
-//! also leaves the state file; and it is rewritten before every state file, so it never names a
-//! checkpoint saved since. With an asynchronous checkpoint
+//! also leaves the state file; and it is rewritten before every state file, so a checkpoint
+//! saved again under a dropped name leaves it before the state file names it. With an
+//! asynchronous checkpoint
 //! ([`Checkpoint::with_async`]) this runs on the writer thread after the files are written;
 //! [`CheckpointManager::sync`] waits for it.
 //!

@@ -404,19 +404,25 @@ impl Upload {
         }
     }
 
+    /// Keeps `bytes` while the object fits in one part, else sends them (starting the
+    /// multipart upload with what was kept): never more than about `PARTS_IN_FLIGHT + 1`
+    /// parts held, however large `bytes` (a whole tensor) is.
     fn send(&mut self, bytes: &[u8]) -> object_store::Result<()> {
-        let Some(multipart) = self.multipart.as_mut() else {
-            self.pending.extend_from_slice(bytes);
-            if self.pending.len() <= PART_SIZE {
+        let multipart = match self.multipart.as_mut() {
+            Some(multipart) => multipart,
+            None if self.pending.len() + bytes.len() <= PART_SIZE => {
+                self.pending.extend_from_slice(bytes);
                 return Ok(());
             }
-            let upload = block(self.store.put_multipart(&self.key))?;
-            self.multipart = Some(WriteMultipart::new_with_chunk_size(upload, PART_SIZE));
-            let pending = std::mem::take(&mut self.pending);
-            return self.send(&pending);
+            None => {
+                let upload = block(self.store.put_multipart(&self.key))?;
+                self.multipart
+                    .insert(WriteMultipart::new_with_chunk_size(upload, PART_SIZE))
+            }
         };
+        let pending = std::mem::take(&mut self.pending);
         block(async {
-            for part in bytes.chunks(PART_SIZE) {
+            for part in pending.chunks(PART_SIZE).chain(bytes.chunks(PART_SIZE)) {
                 multipart.wait_for_capacity(PARTS_IN_FLIGHT).await?;
                 multipart.write(part);
             }
