@@ -399,7 +399,7 @@ impl Upload {
         if let Err(err) = self.send(bytes) {
             self.failed = Some(convert(&self.url, "upload", err));
             if let Some(multipart) = self.multipart.take() {
-                let _ = block(multipart.abort());
+                abort(multipart);
             }
         }
     }
@@ -451,9 +451,19 @@ impl Upload {
 impl Drop for Upload {
     fn drop(&mut self) {
         if let Some(multipart) = self.multipart.take() {
-            let _ = block(multipart.abort());
+            abort(multipart);
         }
     }
+}
+
+/// Aborts a multipart upload once its parts in flight are done: a part that lands after the
+/// abort would be kept by the store (S3 says to abort again), or fail there.
+fn abort(mut multipart: WriteMultipart) {
+    block(async {
+        // Each error takes one part off the ones in flight.
+        while multipart.wait_for_capacity(0).await.is_err() {}
+        let _ = multipart.abort().await;
+    });
 }
 
 /// Reads until `out` is full or the file ends; the number of bytes read.
