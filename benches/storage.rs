@@ -8,7 +8,8 @@
 //!
 //! Workloads: BENCH.md's `big` (16 × float32[4096, 4096]; `--big-tensors` takes fewer) and
 //! `many-small` (100,000 × float32[64]). For each: the bundle written locally (`BundleWriter`,
-//! the baseline), written at an `s3://` prefix (spooled, then published: data, then index),
+//! the baseline), written at an `s3://` prefix (the data streamed into its upload as it is
+//! written, then the index),
 //! the local files put with bare `object_store` (16 MiB parts, 4 in flight) and with boto3;
 //! then every tensor read back (`BundleReader::read_into`) from the local prefix (the baseline)
 //! and from the `s3://` prefix, against bare `object_store` gets and boto3 downloads of the

@@ -87,7 +87,7 @@ pub fn merge_bundles<P: AsRef<Path>>(
         }
         merge_bundles(&sources, local(dest), options)?;
         if super::remote::is_remote(dest) {
-            super::remote::publish(&local(dest), dest)?;
+            super::remote::publish(&local(dest), dest, None)?;
         }
         return Ok(());
     }

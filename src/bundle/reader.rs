@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::dtype::DType;
 use super::error::{BundleError, Result};
@@ -83,6 +84,9 @@ pub struct BundleReader {
     /// Data files read under another name than their final one (a commit was interrupted
     /// before its commit point: [`super::journal::read_view`]): (final name, where it is).
     moved: Vec<(PathBuf, PathBuf)>,
+    /// The position after the last entry [`BundleReader::entry`] found: where the next lookup
+    /// starts, so that lookups in index order (a whole restore) cost one comparison each.
+    next_lookup: AtomicUsize,
 }
 
 /// How often [`BundleReader::open`] starts again when a save changes the checkpoint while it
@@ -229,6 +233,7 @@ impl BundleReader {
             shards,
             maps,
             moved,
+            next_lookup: AtomicUsize::new(0),
         };
         for shard in 0..used.min(EAGER_SHARDS) {
             reader.open_shard(shard);
@@ -251,9 +256,20 @@ impl BundleReader {
         &self.entries
     }
 
-    /// The entry of tensor `key`.
+    /// The entry of tensor `key`. The search starts at the entry found last, then after it
+    /// ([`BundleReader::entry_position_from`]): a lookup of the same key or of the next one in
+    /// index order costs one or two comparisons, any other about two searches of the index at
+    /// most.
     pub fn entry(&self, key: &str) -> Option<&Entry> {
-        self.entry_position(key).map(|at| &self.entries[at])
+        let next = self.next_lookup.load(Ordering::Relaxed);
+        if let Some(last) = next.checked_sub(1).and_then(|at| self.entries.get(at))
+            && last.key == key
+        {
+            return Some(last);
+        }
+        let at = self.entry_position_from(next, key)?;
+        self.next_lookup.store(at + 1, Ordering::Relaxed);
+        Some(&self.entries[at])
     }
 
     /// Where tensor `key`'s entry is in [`BundleReader::entries`].

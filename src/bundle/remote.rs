@@ -8,6 +8,11 @@
 //!   (`<prefix>.part-NNNNN-of-NNNNN` for `s3://`, `<prefix>_temp/part-…`) stay in the spool for
 //!   the merge that follows, so they are never visible in the store.
 //! - **Commit** (`publish`): the data objects first (multipart when large), the `.index` last.
+//!   A bundle written at its URL prefix (not a temporary part) streams its data straight into
+//!   the data object's upload (`storage::object::Upload`, parts sent as they fill; the spool
+//!   keeps the index and an empty data file): a multipart upload is invisible until
+//!   completed, so completing it takes the place of the upload in this order, after the
+//!   backups and journal of an existing prefix.
 //!   At a new prefix the index is a conditional put (`PutMode::Create`): its landing is the
 //!   commit point, and a second writer's index fails. At an existing prefix, the old index and
 //!   data objects are first copied (in the store) to backups `….old-<id>`, then a journal
@@ -127,16 +132,26 @@ fn shards_of(local_prefix: &Path) -> Result<u32> {
 }
 
 /// Publishes the finished local bundle at `local` as the checkpoint at URL `url` (module
-/// docs), then deletes the local files.
-pub(crate) fn publish(local: &Path, url: &Path) -> Result<()> {
-    let num_shards = shards_of(local)?;
+/// docs), then deletes the local files. `streamed`: the upload of its one data object, fed
+/// while the bundle was written (parts sent, nothing landed yet; the spool's data file is
+/// empty), which completing stands for uploading that file.
+pub(crate) fn publish(local: &Path, url: &Path, streamed: Option<object::Upload>) -> Result<()> {
+    let num_shards = match streamed {
+        Some(_) => 1,
+        None => shards_of(local)?,
+    };
     let index = index_path(url);
     let existing = object::head(&index).map_err(url_io(&index, "look up"))?;
-    let upload_data = || -> Result<()> {
+    let mut streamed = streamed;
+    let mut upload_data = || -> Result<()> {
         for shard in 0..num_shards {
             let from = data_path(local, shard, num_shards);
             let to = data_path(url, shard, num_shards);
-            object::upload_file(&from, &to).map_err(url_io(&to, "upload"))?;
+            match streamed.take() {
+                Some(upload) => upload.complete(),
+                None => object::upload_file(&from, &to),
+            }
+            .map_err(url_io(&to, "upload"))?;
         }
         Ok(())
     };
@@ -475,6 +490,9 @@ impl Drop for Lease {
             drop(stop);
             let _ = thread.join();
         }
-        let _ = object::delete(&self.path);
+        // Tried twice: a lease left behind holds its prefix until it expires.
+        if object::delete(&self.path).is_err() {
+            let _ = object::delete(&self.path);
+        }
     }
 }

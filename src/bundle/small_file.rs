@@ -1,5 +1,5 @@
 //! Small files replaced whole, outside a bundle's journaled commit: the `checkpoint` state
-//! file. A write goes to a temporary name next to the file, `.<name>.tmp<pid>-<n>`, is synced
+//! file and the manager's delete journal `checkpoint.deleting` (also deleted here). A write goes to a temporary name next to the file, `.<name>.tmp<pid>-<n>`, is synced
 //! if asked, and is renamed into place, every step through `bundle::fsops` (so the failpoint
 //! tests reach it): the file is always the old one or the new one, whole. The temporary files
 //! that killed writers left (their process is gone) are deleted by the next write.
@@ -35,6 +35,22 @@ pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
     written?;
     if fsync {
         fsops::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Deletes the file at `path`, durably when `fsync` (its directory synced); a file already
+/// gone is no error. On an object store (a URL) one delete.
+pub fn remove(path: &Path, fsync: bool) -> io::Result<()> {
+    if crate::storage::is_url(path) {
+        return crate::storage::object::delete(path);
+    }
+    match fsops::remove_file(path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        removed => removed?,
+    }
+    if fsync {
+        fsops::sync_dir(split(path)?.0)?;
     }
     Ok(())
 }

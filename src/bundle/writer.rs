@@ -1,7 +1,9 @@
 //! `BundleWriter`: writes one `prefix.index` + `prefix.data-00000-of-00001` exactly as
 //! TensorFlow's SaveV2 does (data in insertion order, index sorted), through temporary files
 //! that are moved into place by a journaled commit ([`super::journal`]), so a crash leaves
-//! the bundle that was at the prefix or the new one.
+//! the bundle that was at the prefix or the new one. At a URL prefix the same commit runs in
+//! the spool while the data goes straight into the data object's upload, which
+//! [`super::remote`] completes when it publishes.
 
 use prost::Message;
 use std::collections::BTreeMap;
@@ -19,6 +21,7 @@ use super::string::encode_strings;
 use super::variant::encode_variants;
 use super::{data_path, index_path};
 use crate::storage::local::{self as fsops, TrackedFile};
+use crate::storage::object::Upload;
 
 /// A slice resolved against its tensor: `(start, length)` per dimension.
 type Region = Vec<(i64, i64)>;
@@ -50,7 +53,9 @@ pub struct BundleWriter {
     remote: Option<PathBuf>,
     data_final: PathBuf,
     data_temp: PathBuf,
-    data: Option<BufWriter<TrackedFile>>,
+    data: Option<BufWriter<DataSink>>,
+    /// The data object's upload once all its bytes are written (completed by `finish`).
+    upload: Option<Upload>,
     offset: u64,
     /// Encoded (key, BundleEntryProto) pairs in insertion order; sorted by `finish`.
     entries: Vec<(Vec<u8>, Vec<u8>)>,
@@ -62,6 +67,34 @@ pub struct BundleWriter {
     /// The key of a [`TensorStream`] dropped before it was finished: its bytes are in the data
     /// file without an entry, so `finish` refuses to complete the bundle.
     abandoned: Option<String>,
+}
+
+/// Where the data bytes go: the data file, or, for a bundle published to a URL, straight into
+/// the upload of its data object, which sends them as they are written and lands only when the
+/// commit completes it ([`super::remote`]); the spool then holds the index and an empty data
+/// file, which stand for the bundle in the local commit.
+enum DataSink {
+    File(TrackedFile),
+    Upload(Upload),
+}
+
+impl Write for DataSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            DataSink::File(file) => file.write(buf),
+            DataSink::Upload(upload) => {
+                upload.write(buf);
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            DataSink::File(file) => file.flush(),
+            DataSink::Upload(_) => Ok(()),
+        }
+    }
 }
 
 /// A tensor being streamed into the data file with [`BundleWriter::begin`].
@@ -99,15 +132,32 @@ impl BundleWriter {
         }
         let data_final = data_path(&prefix, 0, 1);
         let data_temp = unique_name(&data_final, ".tempstate");
+        // A bundle published from here (not one of TensorFlow's temporary parts, merged in
+        // the spool) uploads its data object as it writes it.
+        let upload = match &remote {
+            Some(url) if !super::remote::is_temp_part(url) => {
+                let object = data_path(url, 0, 1);
+                Some(
+                    Upload::start(&object)
+                        .map_err(|err| BundleError::io(&object, "upload", err))?,
+                )
+            }
+            _ => None,
+        };
         let file = fsops::create(&data_temp)
             .map(TrackedFile)
             .map_err(|err| BundleError::io(&data_temp, "create", err))?;
+        let sink = match upload {
+            Some(upload) => DataSink::Upload(upload),
+            None => DataSink::File(file),
+        };
         Ok(BundleWriter {
             prefix,
             remote,
             data_final,
             data_temp,
-            data: Some(BufWriter::with_capacity(1 << 20, file)),
+            data: Some(BufWriter::with_capacity(1 << 20, sink)),
+            upload: None,
             offset: 0,
             entries: Vec::new(),
             sliced: BTreeMap::new(),
@@ -279,7 +329,7 @@ impl BundleWriter {
         match &self.remote {
             // TensorFlow's temporary parts stay in the spool for the merge that follows.
             Some(url) if !super::remote::is_temp_part(url) => {
-                super::remote::publish(&self.prefix, url)
+                super::remote::publish(&self.prefix, url, self.upload.take())
             }
             _ => Ok(()),
         }
@@ -296,13 +346,17 @@ impl BundleWriter {
             .data
             .take()
             .expect("`finish` consumes the writer, so the data file is still open");
-        let file = data
+        match data
             .into_inner()
-            .map_err(|err| BundleError::io(&self.data_temp, "write", err.into_error()))?;
-        if self.options.fsync {
-            fsops::sync(&file.0).map_err(|err| BundleError::io(&self.data_temp, "fsync", err))?;
+            .map_err(|err| BundleError::io(&self.data_temp, "write", err.into_error()))?
+        {
+            DataSink::File(file) if self.options.fsync => {
+                fsops::sync(&file.0)
+                    .map_err(|err| BundleError::io(&self.data_temp, "fsync", err))?;
+            }
+            DataSink::File(_) => {}
+            DataSink::Upload(upload) => self.upload = Some(upload),
         }
-        drop(file);
         let sliced = std::mem::take(&mut self.sliced);
         for (key, (entry, _)) in sliced {
             self.entries.push((key.into_bytes(), entry.encode_to_vec()));
@@ -456,7 +510,7 @@ impl BundleWriter {
             .data
             .as_mut()
             .expect("the data file stays open until `finish`");
-        let write = |data: &mut BufWriter<TrackedFile>| -> std::io::Result<u32> {
+        let write = |data: &mut BufWriter<DataSink>| -> std::io::Result<u32> {
             data.flush()?;
             let file = data.get_mut();
             // The write goes first: it is the critical path, and it runs at once on this

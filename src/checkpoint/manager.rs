@@ -7,14 +7,22 @@
 //! TensorFlow's files exactly. After each write the manager does what TensorFlow's write
 //! callback does, in an order that keeps the state file true at every step: records the new
 //! checkpoint with the time, drops the checkpoints past `max_to_keep` from the books, writes the
-//! state file (the new checkpoint and the kept ones: every checkpoint it names exists, whole),
-//! then deletes the dropped checkpoints (their `.index`, then `.data-?????-of-?????` files).
+//! *delete journal* `<directory>/checkpoint.deleting` naming the dropped checkpoints whose
+//! files are to be deleted (synced), writes the state file (the new checkpoint and the kept
+//! ones: every checkpoint it names exists, whole), deletes the dropped checkpoints (their
+//! `.index`, then `.data-?????-of-?????` files), then deletes the journal.
 //! TensorFlow writes the state file once before the deletes, still naming the dropped
-//! checkpoints, and once after; its last file is the same. A delete that fails is tried again
-//! by the manager's next save, which also deletes what a failed write left (a write can fail
-//! after its checkpoint landed: the manager never names it, so it must not stay); a process killed between the state file and the deletes leaves
-//! the dropped checkpoint's files, which the state file no longer names. With an asynchronous
-//! checkpoint
+//! checkpoints, and once after; its last file is the same (the journal is ours: TensorFlow
+//! ignores it). A delete that fails is tried again by the manager's next save, which also
+//! deletes what a failed write left (a write can fail after its checkpoint landed: the manager
+//! never names it, so it must not stay). A process killed between the state file and the
+//! deletes leaves the journal: a manager created over the directory takes over the checkpoints
+//! it names that the state file does not (a kill before the state file was written leaves them
+//! named, managed, and not deleted), and its first save deletes them. The journal names only
+//! checkpoints the manager dropped, never one kept by `keep_checkpoint_every_n_hours`, which
+//! also leaves the state file; and it is rewritten before every state file, so a checkpoint
+//! saved again under a dropped name leaves it before the state file names it. With an
+//! asynchronous checkpoint
 //! ([`Checkpoint::with_async`]) this runs on the writer thread after the files are written;
 //! [`CheckpointManager::sync`] waits for it.
 //!
@@ -54,6 +62,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -202,9 +211,19 @@ struct Managed {
     checkpoints: Vec<(PathBuf, f64)>,
     latest: Option<PathBuf>,
     last_preserved: f64,
-    /// Checkpoints dropped from the books whose files are not deleted yet (a delete failed).
+    /// Checkpoints dropped from the books whose files are not deleted yet (a delete failed,
+    /// or a killed manager's journal named them).
     doomed: Vec<PathBuf>,
+    /// What the delete journal in storage names; `None` when there is none.
+    journal: Option<Vec<PathBuf>>,
 }
+
+/// The manager's delete journal in its directory: the checkpoints it dropped whose files it
+/// has yet to delete (module docs).
+const JOURNAL: &str = "checkpoint.deleting";
+/// The first line of a delete journal; each later line names a checkpoint prefix, relative
+/// to the directory as in the state file.
+const JOURNAL_MAGIC: &str = "saveplan checkpoint deletes 1";
 
 impl CheckpointManager {
     /// A manager of `checkpoint` saving into `directory`. When the directory has a
@@ -355,8 +374,9 @@ impl Books {
     }
 
     /// The write callback: records `saved` now (a path saved again moves to the end), drops
-    /// what is past `max_to_keep` from the books, writes the state file, then deletes the
-    /// dropped checkpoints (and those an earlier delete left).
+    /// what is past `max_to_keep` from the books, journals the dropped checkpoints (and those an
+    /// earlier delete or a killed manager left), writes the state file, then deletes them and
+    /// the journal.
     fn record_and_sweep(&self, saved: PathBuf) -> Result<(), CheckpointError> {
         let timestamp = self.clock.now();
         let mut state = self.state();
@@ -365,24 +385,70 @@ impl Books {
         state.checkpoints.push((saved.clone(), timestamp));
         state.latest = Some(saved);
         self.sweep(&mut state);
+        self.write_journal(&mut state)?;
         self.write(&state)?;
         while let Some(path) = state.doomed.first() {
             delete_bundle(path)?;
             state.doomed.remove(0);
         }
-        Ok(())
+        self.write_journal(&mut state)
     }
 
     /// After a failed write to `failed`: what it left (a checkpoint may have landed before a
     /// later step failed) is deleted by the next save, unless `failed` is a managed checkpoint
     /// (saved again under its number: the save it replaced, or the new one, is there, whole).
+    /// The journal names it at once where it can, so that a process killed before the next
+    /// save leaves it to the next manager (a journal that cannot be written now is written by
+    /// the next save; the write's own error is the one returned).
     fn forget(&self, failed: PathBuf) {
         let mut state = self.state();
         if !state.checkpoints.iter().any(|(path, _)| *path == failed)
             && !state.doomed.contains(&failed)
         {
             state.doomed.push(failed);
+            let _ = self.write_journal(&mut state);
         }
+    }
+
+    /// Makes the delete journal name the doomed checkpoints (written whole and synced, or
+    /// deleted when there are none), unless it already does.
+    fn write_journal(&self, state: &mut Managed) -> Result<(), CheckpointError> {
+        let current = match &state.journal {
+            Some(named) => *named == state.doomed,
+            None => state.doomed.is_empty(),
+        };
+        if current {
+            return Ok(());
+        }
+        let path = self.directory.join(JOURNAL);
+        let journal_error = |op, source| CheckpointError::DeleteJournal {
+            path: path.clone(),
+            op,
+            source,
+        };
+        if state.doomed.is_empty() {
+            crate::bundle::small_file::remove(&path, true)
+                .map_err(|source| journal_error("delete", source))?;
+            state.journal = None;
+            return Ok(());
+        }
+        let mut text = format!("{JOURNAL_MAGIC}\n");
+        for prefix in &state.doomed {
+            text.push_str(&self.relative(prefix));
+            text.push('\n');
+        }
+        crate::bundle::small_file::replace_whole(&path, text.as_bytes(), true)
+            .map_err(|source| journal_error("write", source))?;
+        state.journal = Some(state.doomed.clone());
+        Ok(())
+    }
+
+    /// `path` relative to the directory, as the state file and the journal name checkpoints.
+    fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.directory)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// Drops the oldest checkpoints past `max_to_keep` from the books: keeps the files of one
@@ -405,12 +471,7 @@ impl Books {
 
     /// Writes the state file: paths relative to the directory, with their timestamps.
     fn write(&self, state: &Managed) -> Result<(), CheckpointError> {
-        let relative = |path: &Path| {
-            path.strip_prefix(&self.directory)
-                .unwrap_or(path)
-                .to_string_lossy()
-                .into_owned()
-        };
+        let relative = |path: &Path| self.relative(path);
         write_state(
             &self.directory,
             &CheckpointState {
@@ -432,20 +493,70 @@ impl Books {
 }
 
 /// What a manager created at `now` takes over from the `checkpoint` file of `directory`
-/// (FORMATS.md 13.9).
+/// (FORMATS.md 13.9) and from the delete journal a killed manager left: the checkpoints the
+/// journal names that the state file does not are doomed (deleted by the first save).
 fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
+    let (mut managed, named) = recover_state_file(directory, now)?;
+    let Some(journal) = read_journal(directory)? else {
+        return Ok(managed);
+    };
+    let named: BTreeSet<&PathBuf> = named.iter().chain(&managed.latest).collect();
+    managed.doomed = journal
+        .iter()
+        .filter(|path| !named.contains(path))
+        .cloned()
+        .collect();
+    managed.journal = Some(journal);
+    Ok(managed)
+}
+
+/// The checkpoints the delete journal of `directory` names, or `None` without a journal.
+fn read_journal(directory: &Path) -> Result<Option<Vec<PathBuf>>, CheckpointError> {
+    let path = directory.join(JOURNAL);
+    let bytes = match crate::storage::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(CheckpointError::DeleteJournal {
+                path,
+                op: "read",
+                source,
+            });
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines();
+    if lines.next() != Some(JOURNAL_MAGIC) {
+        return Err(CheckpointError::BadDeleteJournal { path });
+    }
+    Ok(Some(
+        lines
+            .filter(|line| !line.is_empty())
+            .map(|name| directory.join(name))
+            .collect(),
+    ))
+}
+
+/// What a manager created at `now` takes over from the `checkpoint` file of `directory`, and
+/// every checkpoint that file names (managed again or not).
+fn recover_state_file(
+    directory: &Path,
+    now: f64,
+) -> Result<(Managed, Vec<PathBuf>), CheckpointError> {
     let file = directory.join(STATE_FILE);
     let found = match crate::storage::is_url(&file) {
         true => crate::storage::exists(&file).unwrap_or(false),
         false => file.is_file(),
     };
     if !found {
-        return Ok(Managed {
+        let managed = Managed {
             checkpoints: Vec::new(),
             latest: None,
             last_preserved: now - 1.0,
             doomed: Vec::new(),
-        });
+            journal: None,
+        };
+        return Ok((managed, Vec::new()));
     }
     let text =
         crate::storage::read_to_string(&file).map_err(|source| CheckpointError::ReadStateFile {
@@ -465,21 +576,28 @@ fn recover(directory: &Path, now: f64) -> Result<Managed, CheckpointError> {
     } else {
         recovered.all_model_checkpoint_timestamps
     };
-    let checkpoints = recovered
+    let named: Vec<PathBuf> = recovered
         .all_model_checkpoint_paths
         .iter()
+        .map(|name| resolve(name))
+        .collect();
+    let checkpoints = named
+        .iter()
+        .cloned()
         .zip(timestamps)
-        .map(|(name, timestamp)| (resolve(name), timestamp.min(now)))
+        .map(|(path, timestamp)| (path, timestamp.min(now)))
         .filter(|&(_, timestamp)| timestamp > last_preserved)
         .collect();
-    Ok(Managed {
+    let managed = Managed {
         checkpoints,
         latest: Some(recovered.model_checkpoint_path)
             .filter(|name| !name.is_empty())
             .map(|name| resolve(&name)),
         last_preserved,
         doomed: Vec::new(),
-    })
+        journal: None,
+    };
+    Ok((managed, named))
 }
 
 /// Deletes the checkpoint at `prefix` under its save lock ([`crate::bundle::lock::delete_checkpoint`]).

@@ -276,6 +276,24 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
+    /// A [`CheckpointManager`]'s delete journal (`checkpoint.deleting`: the checkpoints it
+    /// dropped whose files it has yet to delete) cannot be read, written or deleted.
+    #[error("{}: cannot {op}", path.display())]
+    DeleteJournal {
+        /// The journal.
+        path: PathBuf,
+        /// What was being done (`read`, `write`, `delete`).
+        op: &'static str,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `checkpoint.deleting` file that is no [`CheckpointManager`]'s delete journal.
+    #[error("{}: not a checkpoint manager's delete journal", path.display())]
+    BadDeleteJournal {
+        /// The file.
+        path: PathBuf,
+    },
     /// A [`Saveable`] asked, while restoring, for a child or attribute it did not list when
     /// saved.
     #[error("object `{path}` saved no child or attribute named `{name}`")]

@@ -5,7 +5,9 @@
 //!
 //! In tests a thread-local failpoint (`failpoint`, compiled only under `cfg(test)`) can stop
 //! the thread at any of them: the operation and every later one fail without touching the
-//! disk, which leaves the files as a crash (SIGKILL) at that point would.
+//! disk, which leaves the files as a crash (SIGKILL) at that point would. The object stores'
+//! operations that change objects (`object::put`, `upload_file`, `copy`, `delete`) go through
+//! the same failpoint.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -150,14 +152,16 @@ pub fn read_exact_at(file: &File, mut out: &mut [u8], mut offset: u64) -> std::i
     Ok(())
 }
 
+/// The failpoint: every operation that changes the disk or an object store calls it first.
 #[cfg(not(test))]
 #[inline(always)]
-fn check() -> io::Result<()> {
+pub(super) fn check() -> io::Result<()> {
     Ok(())
 }
 
+/// The failpoint: every operation that changes the disk or an object store calls it first.
 #[cfg(test)]
-fn check() -> io::Result<()> {
+pub(super) fn check() -> io::Result<()> {
     failpoint::check()
 }
 

@@ -286,7 +286,19 @@ pub fn head(path: &Path) -> io::Result<Option<Meta>> {
 
 /// Puts `bytes` as the whole object at URL `path`, as `mode` allows; returns its entity tag.
 pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>> {
+    super::local::check()?;
     let (store, key, url) = resolve(path)?;
+    put_key(&store, &key, &url, bytes, mode)
+}
+
+/// [`put`] of a resolved URL.
+fn put_key(
+    store: &Arc<dyn ObjectStore>,
+    key: &Key,
+    url: &str,
+    bytes: Vec<u8>,
+    mode: Put,
+) -> io::Result<Option<String>> {
     let mode = match mode {
         Put::Overwrite => PutMode::Overwrite,
         Put::Create => PutMode::Create,
@@ -299,14 +311,15 @@ pub fn put(path: &Path, bytes: Vec<u8>, mode: Put) -> io::Result<Option<String>>
         mode,
         ..PutOptions::default()
     };
-    block(store.put_opts(&key, PutPayload::from(bytes), options))
+    block(store.put_opts(key, PutPayload::from(bytes), options))
         .map(|done| done.e_tag)
-        .map_err(|err| convert(&url, "write", err))
+        .map_err(|err| convert(url, "write", err))
 }
 
 /// Uploads the local file `from` as the object at URL `to` (in parts of `PART_SIZE`, a few
 /// in flight, when it is larger: memory stays bounded whatever the file's size).
 pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
+    super::local::check()?;
     let mut file = std::fs::File::open(from)?;
     let len = file.metadata()?.len();
     if len <= PART_SIZE as u64 {
@@ -339,6 +352,120 @@ pub fn upload_file(from: &Path, to: &Path) -> io::Result<()> {
     .map_err(|err| convert(&url, "upload", err))
 }
 
+/// An object uploaded while it is being written: the bytes handed to [`Upload::write`] go out
+/// in parts of `PART_SIZE` as soon as a part fills (a few in flight: `write` waits while
+/// they are), yet nothing is visible at the key until [`Upload::complete`] (a multipart upload
+/// lands whole when completed). An object of at most one part is one put at `complete`, as
+/// [`upload_file`] makes it. Dropped without completing, the parts sent are aborted.
+pub struct Upload {
+    store: Arc<dyn ObjectStore>,
+    key: Key,
+    url: String,
+    /// The bytes written while they fit in one part (then the multipart upload starts).
+    pending: Vec<u8>,
+    multipart: Option<WriteMultipart>,
+    /// Why a part could not be sent: `complete` fails with it (later bytes are dropped).
+    failed: Option<io::Error>,
+}
+
+impl std::fmt::Debug for Upload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upload")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upload {
+    /// An upload to the object at URL `path` (no request yet).
+    pub fn start(path: &Path) -> io::Result<Upload> {
+        let (store, key, url) = resolve(path)?;
+        Ok(Upload {
+            store,
+            key,
+            url,
+            pending: Vec::new(),
+            multipart: None,
+            failed: None,
+        })
+    }
+
+    /// Appends `bytes` to the object. A store error is kept for [`Upload::complete`], so the
+    /// writer feeding it goes on and reports it there, naming the object.
+    pub fn write(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(err) = self.send(bytes) {
+            self.failed = Some(convert(&self.url, "upload", err));
+            if let Some(multipart) = self.multipart.take() {
+                abort(multipart);
+            }
+        }
+    }
+
+    /// Keeps `bytes` while the object fits in one part, else sends them (starting the
+    /// multipart upload with what was kept): never more than about `PARTS_IN_FLIGHT + 1`
+    /// parts held, however large `bytes` (a whole tensor) is.
+    fn send(&mut self, bytes: &[u8]) -> object_store::Result<()> {
+        let multipart = match self.multipart.as_mut() {
+            Some(multipart) => multipart,
+            None if self.pending.len() + bytes.len() <= PART_SIZE => {
+                self.pending.extend_from_slice(bytes);
+                return Ok(());
+            }
+            None => {
+                let upload = block(self.store.put_multipart(&self.key))?;
+                self.multipart
+                    .insert(WriteMultipart::new_with_chunk_size(upload, PART_SIZE))
+            }
+        };
+        let pending = std::mem::take(&mut self.pending);
+        block(async {
+            for part in pending.chunks(PART_SIZE).chain(bytes.chunks(PART_SIZE)) {
+                multipart.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                multipart.write(part);
+            }
+            Ok(())
+        })
+    }
+
+    /// Finishes the upload: from here on the object is at its key, whole.
+    pub fn complete(mut self) -> io::Result<()> {
+        super::local::check()?;
+        if let Some(err) = self.failed.take() {
+            return Err(err);
+        }
+        match self.multipart.take() {
+            Some(multipart) => block(multipart.finish())
+                .map(|_| ())
+                .map_err(|err| convert(&self.url, "upload", err)),
+            None => {
+                let bytes = std::mem::take(&mut self.pending);
+                put_key(&self.store, &self.key, &self.url, bytes, Put::Overwrite).map(|_| ())
+            }
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if let Some(multipart) = self.multipart.take() {
+            abort(multipart);
+        }
+    }
+}
+
+/// Aborts a multipart upload once its parts in flight are done: a part that lands after the
+/// abort would be kept by the store (S3 says to abort again), or fail there.
+fn abort(mut multipart: WriteMultipart) {
+    block(async {
+        // Each error takes one part off the ones in flight.
+        while multipart.wait_for_capacity(0).await.is_err() {}
+        let _ = multipart.abort().await;
+    });
+}
+
 /// Reads until `out` is full or the file ends; the number of bytes read.
 fn read_full(file: &mut std::fs::File, out: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
@@ -353,6 +480,7 @@ fn read_full(file: &mut std::fs::File, out: &mut [u8]) -> io::Result<usize> {
 
 /// Copies the object `from` to `to` inside the store (no bytes through this process).
 pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
+    super::local::check()?;
     let (store, from_key, url) = resolve(from)?;
     let (_, to_key, _) = resolve(to)?;
     block(store.copy(&from_key, &to_key)).map_err(|err| convert(&url, "copy", err))
@@ -360,6 +488,7 @@ pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Deletes the object at URL `path` (an absent object is not an error).
 pub fn delete(path: &Path) -> io::Result<()> {
+    super::local::check()?;
     let (store, key, url) = resolve(path)?;
     match block(store.delete(&key)) {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

@@ -109,4 +109,17 @@ fn a_search_from_a_hint_finds_what_a_search_of_the_index_finds() {
         }
     }
     assert_eq!(reader.entry_position_from(3, "k072"), Some(36));
+    // `entry` starts where the last lookup ended: whatever came before, it finds what a search
+    // of the index finds (the same key again, the next, one before, one far on, a miss).
+    for order in [1usize, 7, 36, 3] {
+        for step in 0..keys.len() * 2 {
+            let key = &keys[(step * order) % keys.len()];
+            let found = reader.entry(key).map(|entry| entry.key.clone());
+            let expected = reader
+                .entry_position(key)
+                .map(|at| reader.entries()[at].key.clone());
+            assert_eq!(found, expected, "{key} at step {step} of order {order}");
+            assert_eq!(reader.entry(key).map(|entry| &entry.key), expected.as_ref());
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! `tests/storage/run.sh` sets against a moto server), a real S3 server, and when
 //! `SAVEPLAN_TEST_AZ` names a container URL (`az://container/base`, as
 //! `tests/storage/run-azure.sh` sets against azurite), an Azure blob server: bundles written and
-//! read back, byte-identical to the local write; an overwrite leaving nothing behind; parts at
+//! read back, byte-identical to the local write (a bundle of several upload parts too, sent as
+//! it is written and landing only at the commit); an overwrite leaving nothing behind; parts at
 //! TensorFlow's temporary names merged; the checkpoint manager (`max_to_keep`, the state file,
 //! a directory resolved to its latest checkpoint); on object stores, the save lease (a second
 //! writer fails in one line), a killed overwrite read as the old checkpoint and rolled back,
@@ -403,5 +404,60 @@ fn tensors_read_in_any_order_give_the_bytes_written() {
                 );
             }
         }
+    }
+}
+
+/// A bundle of 45 MiB (three upload parts of 16 MiB) at `prefix`, its bytes a function of
+/// `seed`; dropped unfinished unless `finish`.
+fn write_large(prefix: &Path, seed: u8, finish: bool) {
+    let mut writer = BundleWriter::create(prefix).unwrap();
+    for i in 0..5u8 {
+        let bytes: Vec<u8> = (0..9usize << 20)
+            .map(|b| (b as u8).wrapping_mul(31).wrapping_add(i ^ seed))
+            .collect();
+        writer
+            .add(
+                &format!("t{i}"),
+                DType::UInt8,
+                &[bytes.len() as i64],
+                &bytes,
+            )
+            .unwrap();
+    }
+    if finish {
+        writer.finish().unwrap();
+    }
+}
+
+#[test]
+fn a_bundle_larger_than_a_part_uploads_as_written_and_lands_only_at_the_commit() {
+    let local = tempfile::tempdir().unwrap();
+    let reference = |seed: u8, suffix: &str| {
+        let prefix = local.path().join(format!("ref-{seed}"));
+        if !prefix.with_extension("index").exists() {
+            write_large(&prefix, seed, true);
+        }
+        std::fs::read(format!("{}{suffix}", prefix.display())).unwrap()
+    };
+    for base in bases().into_iter().filter(Base::remote) {
+        let prefix = base.at("large/ckpt");
+        let data = PathBuf::from(format!("{}.data-00000-of-00001", prefix.display()));
+        // A writer dropped after its parts were sent leaves nothing at a new prefix.
+        write_large(&prefix, 1, false);
+        assert_eq!(names_after(&prefix), Vec::<String>::new());
+        write_large(&prefix, 1, true);
+        {
+            // An overwrite: the old checkpoint stays whole until the commit.
+            let _lock = SaveLock::acquire(&prefix).unwrap();
+            write_large(&prefix, 2, false);
+            assert!(storage::read(&data).unwrap() == reference(1, ".data-00000-of-00001"));
+            write_large(&prefix, 2, true);
+        }
+        for suffix in [".index", ".data-00000-of-00001"] {
+            let ours = storage::read(Path::new(&format!("{}{suffix}", prefix.display()))).unwrap();
+            assert!(ours == reference(2, suffix), "{}{suffix}", prefix.display());
+        }
+        assert_eq!(names_after(&prefix), [".data-00000-of-00001", ".index"]);
+        assert!(BundleReader::open(&prefix).unwrap().verify().is_empty());
     }
 }

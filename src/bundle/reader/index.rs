@@ -76,14 +76,15 @@ pub(crate) fn read_index_with<E>(
     {
         return Err(bad_header("the bundle's version excludes this reader"));
     }
-    let entries = table
-        .into_iter()
-        .skip(1)
-        .map(|(key, value)| match decode(value) {
-            Ok(entry) => Ok((key, entry)),
-            Err(detail) => Err(bad_entry(path, &String::from_utf8_lossy(&key), &detail)),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    // Sized once: a collect through `Result` would grow it by doubling, copying every entry
+    // decoded so far each time (megabytes for a large index).
+    let mut entries = Vec::with_capacity(table.len() - 1);
+    for (key, value) in table.into_iter().skip(1) {
+        match decode(value) {
+            Ok(entry) => entries.push((key, entry)),
+            Err(detail) => return Err(bad_entry(path, &String::from_utf8_lossy(&key), &detail)),
+        }
+    }
     Ok(RawIndex {
         num_shards: header.num_shards as u32,
         entries,

@@ -20,6 +20,16 @@ impl BundleReader {
     /// tensor is read straight into `out` (no intermediate copy).
     pub fn read_into(&self, key: &str, out: &mut [u8]) -> Result<()> {
         let entry = self.require(key)?;
+        if entry.slices.is_empty() && entry.dtype.element_size().is_some() {
+            // Its one stored piece is the tensor, whose size was checked against its shape
+            // when the index was read: nothing to resolve (a restore of many small tensors
+            // does this for each).
+            if out.len() as u64 != entry.size {
+                let shape = entry.shape.clone();
+                return Err(self.size_mismatch(entry, shape, entry.size, out.len()));
+            }
+            return self.read_piece_into(entry, out);
+        }
         self.read_slice_into(key, &TensorSlice::full(entry.shape.len()), out)
     }
 
@@ -90,16 +100,29 @@ impl BundleReader {
             .fold(1u64, |acc, &(_, length)| acc.saturating_mul(length as u64));
         let size = self.checked_len(entry, n_elements, element_size)?;
         if out.len() != size {
-            return Err(BundleError::SizeMismatch {
-                path: self.index_path.clone(),
-                key: key.to_string(),
-                dtype: entry.dtype,
-                shape: region.iter().map(|&(_, length)| length).collect(),
-                expected: size as u64,
-                actual: out.len() as u64,
-            });
+            let shape = region.iter().map(|&(_, length)| length).collect();
+            return Err(self.size_mismatch(entry, shape, size as u64, out.len()));
         }
         self.fill_bytes(entry, &region, out, element_size)
+    }
+
+    /// `out_len` bytes given for the region of shape `shape` of tensor `entry`, which takes
+    /// `expected` bytes.
+    fn size_mismatch(
+        &self,
+        entry: &Entry,
+        shape: Vec<i64>,
+        expected: u64,
+        out_len: usize,
+    ) -> BundleError {
+        BundleError::SizeMismatch {
+            path: self.index_path.clone(),
+            key: entry.key.clone(),
+            dtype: entry.dtype,
+            shape,
+            expected,
+            actual: out_len as u64,
+        }
     }
 
     /// Reads every tensor and every stored slice, checking every checksum; returns the failures
