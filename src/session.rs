@@ -360,18 +360,15 @@ impl Session {
             .into_iter()
             .filter_map(|call| self.runner.task_plans(call))
             .collect();
-        let used: Option<Vec<&VarKey>> = (!plans.is_empty())
+        let used: Option<Vec<&[VarKey]>> = (!plans.is_empty())
             .then(|| {
                 (plans.iter())
                     .map(|plans| plans.task_variables(task))
-                    .collect::<Option<Vec<&[VarKey]>>>()
+                    .collect()
             })
-            .flatten()
-            .map(|lists| lists.into_iter().flatten().collect());
+            .flatten();
         if let Some(used) = used {
-            let used: rustc_hash::FxHashSet<&VarKey> = used.into_iter().collect();
-            let store = &self.bound.variables;
-            store.retain(|key| used.contains(key));
+            self.bound.variables.keep_only(used.into_iter().flatten());
         }
         self.cluster = Some(rendezvous);
         self

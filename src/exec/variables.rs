@@ -409,14 +409,15 @@ impl VariableStore {
         Some(variable.value)
     }
 
-    /// Removes every variable whose key `keep` refuses (what one task of a cluster does not
-    /// use); their slots stay, empty.
-    pub fn retain(&self, mut keep: impl FnMut(&VarKey) -> bool) {
+    /// Removes every variable but those of `used` (what one task of a cluster uses), under
+    /// one lock, one hash lookup per variable; their slots stay, empty.
+    pub fn keep_only<'k>(&self, used: impl IntoIterator<Item = &'k VarKey>) {
+        let used: rustc_hash::FxHashSet<&VarKey> = used.into_iter().collect();
         let mut guard = self.write();
         let table = &mut *guard;
         let mut removed = 0;
         for slot in &mut table.slots {
-            if slot.variable.is_some() && !keep(&slot.key) {
+            if slot.variable.is_some() && !used.contains(&slot.key) {
                 slot.variable = None;
                 removed += 1;
             }

@@ -69,7 +69,7 @@ impl Checkpoint {
             let used = (prepared.runner.task_plans(Call::Save))
                 .and_then(|plans| plans.task_variables(task));
             if let Some(used) = used {
-                (prepared.variables).retain(|key| used.binary_search(key).is_ok());
+                prepared.variables.keep_only(used);
             }
             (prepared.runner)
                 .run(Call::Save, prepared.run(prefix, Some(cluster)))
