@@ -18,11 +18,11 @@
 
 use std::collections::BTreeMap;
 
-use saveplan_ir::object_graph::{OBJECT_GRAPH_KEY, ObjectGraph};
+use saveplan_ir::object_graph::ObjectGraph;
 use saveplan_ir::{DType, Module, verify_module};
 
 use super::Checkpoint;
-use super::write::{counter_tensor, shape_of};
+use super::write::{counter_tensor, object_graph_trackable};
 use crate::checkpoint::CheckpointError;
 use crate::exec::{
     Backend, BundleIo, ExecError, HostTensor, IoError, TaskPlans, VarKey, VariableError,
@@ -30,10 +30,7 @@ use crate::exec::{
 };
 use crate::export::object_graph::encode;
 use crate::session::{Call, Run, RunError, Runner};
-use crate::trace::{
-    GraphModeTrace, Init, ReadKind, SaveableTensor, Scalar, TraceError, Trackable, VariableDef,
-    trace_graph_mode_write,
-};
+use crate::trace::{GraphModeTrace, Init, Scalar, TraceError, trace_graph_mode_write};
 
 /// The name a `tf.Variable` created in graph mode without a name asks for.
 const DEFAULT_VARIABLE_NAME: &str = "Variable";
@@ -141,36 +138,15 @@ impl Checkpoint {
                 "" => DEFAULT_VARIABLE_NAME,
                 name => name,
             };
-            trackables.push(Trackable {
-                tensors: vec![SaveableTensor {
-                    checkpoint_key: saved.key.to_owned(),
-                    slice_spec: String::new(),
-                    dtype: saved.value.dtype(),
-                    shape: shape_of(saved.value),
-                    device: saved.device.unwrap_or_default().to_owned(),
-                    variable: VariableDef {
-                        name: Some(name.to_owned()),
-                        init: Init::Values(scalars(saved.key, saved.value).map_err(fail)?),
-                        read: ReadKind::Saveable,
-                    },
-                }],
-            });
+            let device = saved.device.unwrap_or_default().to_owned();
+            let init = Init::Values(scalars(saved.key, saved.value).map_err(fail)?);
+            trackables.push(saved.trackable(device, name.to_owned(), init));
         }
-        trackables.push(Trackable {
-            tensors: vec![SaveableTensor {
-                checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
-                slice_spec: String::new(),
-                dtype: DType::String,
-                shape: Vec::new(),
-                device: OBJECT_GRAPH_DEVICE.to_owned(),
-                variable: VariableDef {
-                    name: None,
-                    // Fed with the serialized object graph at run time.
-                    init: Init::Values(vec![Scalar::Bytes(Vec::new())]),
-                    read: ReadKind::Constant,
-                },
-            }],
-        });
+        // Fed with the serialized object graph at run time.
+        trackables.push(object_graph_trackable(
+            OBJECT_GRAPH_DEVICE.to_owned(),
+            Vec::new(),
+        ));
         let trace = trace_graph_mode_write(&trackables, self.trace_options())
             .map_err(|source| fail(GraphModeFailure::Trace(source)))?;
         // Each restored key's variable: the handle its `AssignVariableOp` assigns.

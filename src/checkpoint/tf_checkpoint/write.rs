@@ -126,24 +126,11 @@ impl Checkpoint {
             let trackables = eager_trackables(&saved);
             let object_graph = join(encoding);
             let mut trackables = trackables?;
-            trackables.push(Trackable {
-                tensors: vec![SaveableTensor {
-                    checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
-                    slice_spec: String::new(),
-                    dtype: saveplan_ir::DType::String,
-                    shape: Vec::new(),
-                    device: if traced {
-                        "/device:CPU:0".to_owned()
-                    } else {
-                        eager_device(OBJECT_GRAPH_KEY, OBJECT_GRAPH_DEVICE)?
-                    },
-                    variable: VariableDef {
-                        name: None,
-                        init: Init::Values(vec![Scalar::Bytes(object_graph)]),
-                        read: ReadKind::Constant,
-                    },
-                }],
-            });
+            let device = match traced {
+                true => "/device:CPU:0".to_owned(),
+                false => eager_device(OBJECT_GRAPH_KEY, OBJECT_GRAPH_DEVICE)?,
+            };
+            trackables.push(object_graph_trackable(device, object_graph));
             io.check_save_prefix(prefix)
                 .map_err(|source| write_error(prefix, WriteFailure::Prefix(source)))?;
             let filling = scope.spawn(|| eager_store(&saved));
@@ -275,22 +262,56 @@ fn eager_trackables(saved: &[SavedValue<'_>]) -> Result<Vec<Trackable>, Checkpoi
     let devices = eager_devices(saved)?;
     let mut trackables = Vec::with_capacity(saved.len() + 1);
     for (index, (saved, device)) in saved.iter().zip(devices).enumerate() {
-        trackables.push(Trackable {
+        trackables.push(saved.trackable(device, variable_name(index), Init::Zeros));
+    }
+    Ok(trackables)
+}
+
+impl SavedValue<'_> {
+    /// The trackable a saver traces for this value: one saveable, a variable named `name` on
+    /// `device` made with `init`, read at save time.
+    pub(in crate::checkpoint) fn trackable(
+        &self,
+        device: String,
+        name: String,
+        init: Init,
+    ) -> Trackable {
+        Trackable {
             tensors: vec![SaveableTensor {
-                checkpoint_key: saved.key.to_owned(),
+                checkpoint_key: self.key.to_owned(),
                 slice_spec: String::new(),
-                dtype: saved.value.dtype(),
-                shape: shape_of(saved.value),
+                dtype: self.value.dtype(),
+                shape: shape_of(self.value),
                 device,
                 variable: VariableDef {
-                    name: Some(variable_name(index)),
-                    init: Init::Zeros,
+                    name: Some(name),
+                    init,
                     read: ReadKind::Saveable,
                 },
             }],
-        });
+        }
     }
-    Ok(trackables)
+}
+
+/// The serialized object graph's saveable: a string constant holding `serialized` on `device`.
+pub(in crate::checkpoint) fn object_graph_trackable(
+    device: String,
+    serialized: Vec<u8>,
+) -> Trackable {
+    Trackable {
+        tensors: vec![SaveableTensor {
+            checkpoint_key: OBJECT_GRAPH_KEY.to_owned(),
+            slice_spec: String::new(),
+            dtype: saveplan_ir::DType::String,
+            shape: Vec::new(),
+            device,
+            variable: VariableDef {
+                name: None,
+                init: Init::Values(vec![Scalar::Bytes(serialized)]),
+                read: ReadKind::Constant,
+            },
+        }],
+    }
 }
 
 /// The device of each saved value as eager TensorFlow places it ([`eager_device`]; unplaced,
