@@ -29,6 +29,13 @@ pub fn free_at_exit<T>(value: T) {
     std::mem::forget(value);
 }
 
+/// [`free_at_exit`] of a session, but for its cluster's rendezvous, let go of here: the last
+/// holder's drop ends MPI, which must happen before the process exits.
+pub fn free_session_at_exit(mut session: saveplan::session::Session) {
+    drop(session.leave_cluster());
+    free_at_exit(session);
+}
+
 /// The least heap worth populating ahead ([`prefault`]): below it a thread costs more
 /// than the page faults it takes off the tracing thread.
 const PREFAULT_MIN_BYTES: usize = 64 << 20;

@@ -28,8 +28,8 @@ use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 
 use super::common::{
-    Cluster, ClusterArg, ModeArgs, free_at_exit, in_cluster, restore_to_file, restore_to_file_as,
-    spec_session,
+    Cluster, ClusterArg, ModeArgs, free_session_at_exit, in_cluster, restore_to_file,
+    restore_to_file_as, spec_session,
 };
 use super::output::{one_line, out};
 use super::values::{checkpoint_prefix, is_safetensors_name, prepare_out, write_values};
@@ -116,20 +116,12 @@ fn restore(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proces
         ..args.run.options()?
     };
     let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
-    match cluster {
-        None => {
-            restore_to_file(&session, &prefix, &args.out)?;
-            free_at_exit(session);
-        }
-        Some(cluster) => {
-            let mut session = session.with_cluster(Arc::clone(cluster.get()?));
-            restore_to_file(&session, &prefix, &args.out)?;
-            // The rendezvous is let go of (the last holder's drop ends MPI); the rest is
-            // left to the exit.
-            drop(session.leave_cluster());
-            free_at_exit(session);
-        }
-    }
+    let session = match cluster {
+        None => session,
+        Some(cluster) => session.with_cluster(Arc::clone(cluster.get()?)),
+    };
+    restore_to_file(&session, &prefix, &args.out)?;
+    free_session_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
 }
 

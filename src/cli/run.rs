@@ -23,7 +23,8 @@ use saveplan::session::{Plans, Session, SessionOptions, infer_targets, meta_grap
 use saveplan_ir::{Module, SaverNames};
 
 use super::common::{
-    BackendArg, Cluster, ClusterArg, free_at_exit, in_cluster, restore_to_file, save, session_error,
+    BackendArg, Cluster, ClusterArg, free_at_exit, free_session_at_exit, in_cluster,
+    restore_to_file, save, session_error,
 };
 use super::values::{checkpoint_prefix, prepare_out, read_values_beside, values_or_earlier_error};
 
@@ -75,11 +76,9 @@ fn run_graph(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proc
             None => session,
         })
     };
-    // The session and its graph are left to the exit, but for a cluster's rendezvous, let go
-    // of here: the last holder's drop ends MPI.
-    let leave = |mut session: Session, loaded: Loaded| {
-        drop(session.leave_cluster());
-        free_at_exit((session, loaded));
+    let leave = |session: Session, loaded: Loaded| {
+        free_session_at_exit(session);
+        free_at_exit(loaded);
     };
     // The job is known before the graph is read: a bad combination costs no loading, and the
     // session compiles only the plan the job runs.

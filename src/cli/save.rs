@@ -18,7 +18,7 @@ use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectSpec};
 use saveplan::session::{Plans, Session, SessionOptions};
 
 use super::common::{
-    Cluster, ClusterArg, ModeArgs, free_at_exit, in_cluster, prefault, save,
+    Cluster, ClusterArg, ModeArgs, free_at_exit, free_session_at_exit, in_cluster, prefault, save,
     spec_session_with_values,
 };
 use super::values::with_values_read_beside;
@@ -79,20 +79,12 @@ fn save_spec(
     if let Some(err) = unread {
         return Err(err);
     }
-    match cluster {
-        None => {
-            save(&session, &args.prefix)?;
-            free_at_exit(session);
-        }
-        Some(cluster) => {
-            let mut session = session.with_cluster(Arc::clone(cluster.get()?));
-            save(&session, &args.prefix)?;
-            // The rendezvous is let go of (the last holder's drop ends MPI); the rest is
-            // left to the exit.
-            drop(session.leave_cluster());
-            free_at_exit(session);
-        }
-    }
+    let session = match cluster {
+        None => session,
+        Some(cluster) => session.with_cluster(Arc::clone(cluster.get()?)),
+    };
+    save(&session, &args.prefix)?;
+    free_session_at_exit(session);
     Ok(std::process::ExitCode::SUCCESS)
 }
 
