@@ -318,4 +318,47 @@ mod tests {
         );
         assert!(other.barrier().is_err(), "task 1 was not told");
     }
+
+    /// Task 0's error when task 1 sends `batch` for the keys `a`, `b` (both batched).
+    fn batch_error(batch: HostTensor) -> String {
+        let cluster = LocalRendezvous::new(2);
+        let other = cluster.task(1).unwrap();
+        let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
+        other
+            .send(&key("keys"), HostTensor::string_vector(["a", "b"]))
+            .unwrap();
+        let layout = HostTensor::from_i32s(vec![2], &[0, 0]).unwrap();
+        other.send(&key("layout"), layout).unwrap();
+        other.send(&key("batch0"), batch).unwrap();
+        let error = gather::<RendezvousError>(
+            &cluster.task(0).unwrap(),
+            NAMES,
+            || Ok(Vec::new()),
+            |_, _| Ok(()),
+        )
+        .unwrap_err();
+        assert!(other.barrier().is_err(), "task 1 was not told");
+        error.to_string()
+    }
+
+    #[test]
+    fn batches_that_do_not_fit_the_keys_are_refused() {
+        let encoded = |value: i32| {
+            let mut bytes = Vec::new();
+            wire::encode("", &HostTensor::int32_scalar(value), &mut bytes);
+            bytes
+        };
+        let three = HostTensor::string_vector([encoded(1), encoded(2), encoded(3)]);
+        let error = batch_error(three);
+        assert!(
+            error.contains("batch holds values past its keys"),
+            "{error}"
+        );
+        let not_strings = HostTensor::int32_scalar(1);
+        let error = batch_error(not_strings);
+        assert!(error.contains("batch is not a vector of values"), "{error}");
+        let garbage = HostTensor::string_vector([b"\x01".to_vec(), encoded(2)]);
+        let error = batch_error(garbage);
+        assert!(error.contains("batched value"), "{error}");
+    }
 }
