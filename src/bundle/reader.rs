@@ -24,7 +24,7 @@ mod read;
 
 use files::{Shard, ShardMap};
 pub(crate) use index::{RawIndex, read_index, read_index_with};
-use index::{bad_entry, convert_entry};
+use index::{bad_entry, open_index};
 pub use mapped::MappedTensor;
 
 /// One tensor (or, in [`BundleReader::slice_entries`], one stored slice) listed in the index.
@@ -172,18 +172,14 @@ impl BundleReader {
     ) -> Result<BundleReader> {
         let prefix = prefix.to_path_buf();
         let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
-        let raw = read_index(&index_path)?;
-        let mut entries = Vec::with_capacity(raw.entries.len());
+        let index = open_index(&index_path, |_| {})?;
+        let entries = index.tensors;
         let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
-        for (key, proto) in raw.entries {
-            let entry = convert_entry(&index_path, key, proto, raw.num_shards)?;
-            match entry.slice {
-                Some(_) => slice_entries
-                    .entry(entry.key.clone())
-                    .or_default()
-                    .push(entry),
-                None => entries.push(entry),
-            }
+        for entry in index.slices {
+            slice_entries
+                .entry(entry.key.clone())
+                .or_default()
+                .push(entry);
         }
         for (name, slices) in &slice_entries {
             let full = entries
@@ -216,18 +212,13 @@ impl BundleReader {
         }
         // One slot per data file that an entry uses: a damaged header's huge `num_shards` must
         // not turn into a huge allocation.
-        let used = entries
-            .iter()
-            .chain(slice_entries.values().flatten())
-            .map(|entry| entry.shard + 1)
-            .max();
-        let used = used.unwrap_or(0);
+        let used = index.shards_used;
         let shards = (0..used).map(|_| OnceLock::new()).collect();
         let maps = (0..used).map(|_| OnceLock::new()).collect();
         let reader = BundleReader {
             prefix,
             index_path,
-            num_shards: raw.num_shards,
+            num_shards: index.num_shards,
             entries,
             slice_entries,
             shards,
