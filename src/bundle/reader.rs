@@ -22,7 +22,7 @@ mod index;
 mod mapped;
 mod read;
 
-use files::{Shard, ShardMap};
+use files::{Shard, ShardMap, Window};
 pub(crate) use index::{RawIndex, read_index, read_index_with};
 use index::{bad_entry, open_index};
 pub use mapped::MappedTensor;
@@ -81,6 +81,8 @@ pub struct BundleReader {
     slice_entries: BTreeMap<String, Vec<Entry>>,
     shards: Vec<Shard>,
     maps: Vec<ShardMap>,
+    /// Per local data file, the bytes read last for small reads.
+    windows: Vec<Window>,
     /// Data files read under another name than their final one (a commit was interrupted
     /// before its commit point: [`super::journal::read_view`]): (final name, where it is).
     moved: Vec<(PathBuf, PathBuf)>,
@@ -215,6 +217,7 @@ impl BundleReader {
         let used = index.shards_used;
         let shards = (0..used).map(|_| OnceLock::new()).collect();
         let maps = (0..used).map(|_| OnceLock::new()).collect();
+        let windows = (0..used).map(|_| Window::default()).collect();
         let reader = BundleReader {
             prefix,
             index_path,
@@ -223,6 +226,7 @@ impl BundleReader {
             slice_entries,
             shards,
             maps,
+            windows,
             moved,
             next_lookup: AtomicUsize::new(0),
         };
