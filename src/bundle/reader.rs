@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::storage::Blob;
+
 use super::dtype::DType;
 use super::error::{BundleError, Result};
 use super::index_path;
@@ -22,7 +24,7 @@ mod index;
 mod mapped;
 mod read;
 
-use files::{Shard, ShardMap, Window};
+use files::{Shard, ShardMap, Window, shard_path};
 pub(crate) use index::{RawIndex, read_index, read_index_with};
 use index::{bad_entry, open_index};
 pub use mapped::MappedTensor;
@@ -99,6 +101,14 @@ const OPEN_ATTEMPTS: usize = 8;
 /// checkpoint even if a save replaces it afterwards); any further ones are opened on first use.
 const EAGER_SHARDS: u32 = 256;
 
+/// The first this many data files are opened while the index is decoded, their objects'
+/// bytes fetched meanwhile ([`crate::storage::Blob::open_ahead`]).
+const AHEAD_SHARDS: u32 = 8;
+
+/// How many bytes of the data files opened with the index are fetched ahead of the reads, at
+/// most, shared between them.
+const READ_AHEAD: usize = 16 << 20;
+
 /// What identifies the state of a prefix: its journal's bytes and its index file's identity.
 #[derive(PartialEq, Eq)]
 struct Stamp {
@@ -174,7 +184,18 @@ impl BundleReader {
     ) -> Result<BundleReader> {
         let prefix = prefix.to_path_buf();
         let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
-        let index = open_index(&index_path, |_| {})?;
+        // The data files are opened (an object's bytes start coming) while the entries are
+        // decoded.
+        let mut ahead = Vec::new();
+        let index = open_index(&index_path, |num_shards| {
+            let count = num_shards.min(AHEAD_SHARDS);
+            ahead = (0..count)
+                .map(|shard| {
+                    let path = shard_path(&prefix, num_shards, &moved, shard);
+                    Blob::open_ahead(&path, READ_AHEAD / count as usize)
+                })
+                .collect();
+        })?;
         let entries = index.tensors;
         let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
         for entry in index.slices {
@@ -230,6 +251,13 @@ impl BundleReader {
             moved,
             next_lookup: AtomicUsize::new(0),
         };
+        for (shard, pending) in (0..used).zip(ahead) {
+            let opened = pending.wait().and_then(|blob| Ok((blob.len()?, blob)));
+            let opened = opened
+                .map(|(len, blob)| (blob, len))
+                .map_err(|err| (err.kind(), err.to_string()));
+            let _ = reader.shards[shard as usize].set(opened);
+        }
         for shard in 0..used.min(EAGER_SHARDS) {
             reader.open_shard(shard);
         }

@@ -152,6 +152,22 @@ impl Blob {
         }
     }
 
+    /// Opens `path` for reads that start at its beginning and go on in order (a restore). A
+    /// local file is opened as by [`Blob::open`]. For an object, one GET of the whole object is
+    /// sent (no HEAD: its answer gives the length) and not awaited: the caller goes on with
+    /// other work while it travels, and [`PendingBlob::wait`] takes the answer. Its body is then
+    /// received ahead of the reads, at most `read_ahead` bytes of it held (a read elsewhere
+    /// drops it, as any read that does not continue the open GET).
+    pub fn open_ahead(path: &Path, read_ahead: usize) -> PendingBlob {
+        if !is_url(path) {
+            return PendingBlob::Opened(Blob::open(path));
+        }
+        match object::ObjectBlob::open_ahead(path, read_ahead) {
+            Ok(pending) => PendingBlob::Object(pending),
+            Err(err) => PendingBlob::Opened(Err(err)),
+        }
+    }
+
     /// Its length in bytes (when opened).
     pub fn len(&self) -> io::Result<u64> {
         match self {
@@ -193,6 +209,26 @@ impl Blob {
                     Ok(out)
                 })
                 .collect(),
+        }
+    }
+}
+
+/// A file or object being opened by [`Blob::open_ahead`].
+#[derive(Debug)]
+pub enum PendingBlob {
+    /// Opened, or refused, already.
+    Opened(io::Result<Blob>),
+    /// An object whose GET is under way.
+    Object(object::PendingObject),
+}
+
+impl PendingBlob {
+    /// The opened file or object (waiting for the object's answer), or why it cannot be read
+    /// (as [`Blob::open`] says it).
+    pub fn wait(self) -> io::Result<Blob> {
+        match self {
+            PendingBlob::Opened(opened) => opened,
+            PendingBlob::Object(pending) => pending.wait().map(Blob::Object),
         }
     }
 }

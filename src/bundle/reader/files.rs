@@ -3,7 +3,7 @@
 //! (large pieces in parallel chunks).
 
 use crate::storage::Blob;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use memmap2::{Mmap, MmapOptions};
@@ -125,11 +125,7 @@ impl BundleReader {
     /// Where data file `shard` is read from: its final name, or where an unfinished commit
     /// moved it.
     pub(super) fn shard_path(&self, shard: u32) -> PathBuf {
-        let path = data_path(&self.prefix, shard, self.num_shards);
-        match self.moved.iter().find(|(name, _)| *name == path) {
-            Some((_, moved)) => moved.clone(),
-            None => path,
-        }
+        shard_path(&self.prefix, self.num_shards, &self.moved, shard)
     }
 
     /// Reads the stored bytes of `piece` into `out` (exactly its size) and checks its CRC.
@@ -252,6 +248,21 @@ impl BundleReader {
     }
 }
 
+/// Where data file `shard` of the `num_shards` of `prefix` is read from: its final name, or
+/// where an unfinished commit moved it (`moved`: (final name, where it is)).
+pub(super) fn shard_path(
+    prefix: &Path,
+    num_shards: u32,
+    moved: &[(PathBuf, PathBuf)],
+    shard: u32,
+) -> PathBuf {
+    let path = data_path(prefix, shard, num_shards);
+    match moved.iter().find(|(name, _)| *name == path) {
+        Some((_, moved)) => moved.clone(),
+        None => path,
+    }
+}
+
 /// Asks the kernel to back the pages of `out` now, in one call, with transparent huge pages
 /// where it can, instead of one 4 KiB page fault at a time as the read first touches them (a
 /// fresh 64 MiB buffer is 16384 faults otherwise; docs/benchmarks.md has the figures). Only
@@ -300,8 +311,6 @@ fn combine_crcs(crcs: impl Iterator<Item = (u32, usize)>) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::super::super::writer::BundleWriter;
     use super::*;
 
