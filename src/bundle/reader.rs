@@ -153,16 +153,20 @@ impl BundleReader {
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
         let prefix = prefix.as_ref();
         if crate::storage::is_url(prefix) {
-            // An object store: the index first (one GET), then ranged reads per tensor.
-            return match super::remote_view::read_view(prefix)? {
-                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved),
-                None => BundleReader::open_view(prefix, None, Vec::new()),
+            // An object store: the journal and the index fetched together (two GETs at once;
+            // with no journal, the index fetched is the one to read), then the data objects'
+            // GETs while the index decodes, read in order.
+            let journal = super::remote_view::journal_path(prefix);
+            let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
+            return match super::remote_view::view_of(prefix, journal)? {
+                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved, None),
+                None => BundleReader::open_view(prefix, None, Vec::new(), Some(index)),
             };
         }
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);
-            let opened = BundleReader::open_view(prefix, view.index.as_deref(), view.data);
+            let opened = BundleReader::open_view(prefix, view.index.as_deref(), view.data, None);
             let unchanged = Stamp::take(prefix) == before
                 && view.absent_backups.iter().all(|backup| !backup.exists());
             if unchanged {
@@ -175,19 +179,21 @@ impl BundleReader {
         })
     }
 
-    /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`) and
-    /// the data files `moved` from their final names.
+    /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`;
+    /// `fetched` when its bytes were read already) and the data files `moved` from their final
+    /// names.
     fn open_view(
         prefix: &Path,
         index: Option<&Path>,
         moved: Vec<(PathBuf, PathBuf)>,
+        fetched: Option<std::io::Result<Vec<u8>>>,
     ) -> Result<BundleReader> {
         let prefix = prefix.to_path_buf();
         let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
         // The data files are opened (an object's bytes start coming) while the entries are
         // decoded.
         let mut ahead = Vec::new();
-        let index = open_index(&index_path, |num_shards| {
+        let index = open_index(&index_path, fetched, |num_shards| {
             let count = num_shards.min(AHEAD_SHARDS);
             ahead = (0..count)
                 .map(|shard| {

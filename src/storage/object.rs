@@ -171,7 +171,7 @@ impl ObjectBlob {
             let skip = (offset - get.at) as usize;
             if let Some(bytes) = get.rest.get(skip..skip + out.len()) {
                 out.copy_from_slice(bytes);
-                let _ = get.rest.split_to(skip + out.len());
+                bytes::Buf::advance(&mut get.rest, skip + out.len());
                 get.at = offset + out.len() as u64;
                 return Ok(());
             }
@@ -361,12 +361,13 @@ async fn fill(get: &mut OpenGet, out: &mut [u8], offset: u64, url: &str) -> io::
         }
         if get.at < offset {
             let skip = (offset - get.at).min(get.rest.len() as u64) as usize;
-            let _ = get.rest.split_to(skip);
+            bytes::Buf::advance(&mut get.rest, skip);
             get.at += skip as u64;
             continue;
         }
         let take = (out.len() - filled).min(get.rest.len());
-        out[filled..filled + take].copy_from_slice(&get.rest.split_to(take));
+        out[filled..filled + take].copy_from_slice(&get.rest[..take]);
+        bytes::Buf::advance(&mut get.rest, take);
         filled += take;
         get.at += take as u64;
     }
@@ -380,8 +381,19 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
         let got = store.get(&key).await?;
         got.bytes().await
     })
-    .map(|bytes| bytes.to_vec())
+    .map(Vec::from)
     .map_err(|err| convert(&url, "read", err))
+}
+
+/// The whole objects at URLs `first` and `second`, their GETs sent together.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    let (first, second) = (resolve(first), resolve(second));
+    let get = |resolved: io::Result<(Arc<dyn ObjectStore>, Key, String)>| async move {
+        let (store, key, url) = resolved?;
+        let got = async { store.get(&key).await?.bytes().await }.await;
+        got.map(Vec::from).map_err(|err| convert(&url, "read", err))
+    };
+    block(futures::future::join(get(first), get(second)))
 }
 
 /// The object at URL `path`, or `None` when there is none.

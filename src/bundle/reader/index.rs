@@ -49,7 +49,12 @@ pub(crate) fn read_index_with<E>(
 
 /// The bytes of the index file `path`.
 fn read_index_bytes(path: &Path) -> Result<Vec<u8>> {
-    match crate::storage::read(path) {
+    index_bytes(path, crate::storage::read(path))
+}
+
+/// The bytes of the index file `path` that `read` gave, or its error.
+fn index_bytes(path: &Path, read: std::io::Result<Vec<u8>>) -> Result<Vec<u8>> {
+    match read {
         Ok(bytes) => Ok(bytes),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(BundleError::IndexNotFound {
             path: path.to_path_buf(),
@@ -135,7 +140,7 @@ pub(super) struct OpenedIndex {
     pub slices: Vec<Entry>,
 }
 
-/// Reads the index file `path` and checks and converts every entry, with the errors of
+/// Reads the index file `path` (or takes its bytes, `fetched`) and checks and converts every entry, with the errors of
 /// [`read_index`] followed by [`convert_entry`], in the same order. `on_header(num_shards)` is
 /// called once the header is known, before the entries are decoded (the reader starts
 /// fetching data files then).
@@ -144,8 +149,15 @@ pub(super) struct OpenedIndex {
 /// several), without the intermediate lists of keys and messages, and an entry in the form
 /// TensorFlow writes (an unsliced tensor: dtype, shape, shard, offset, size, CRC, each once) by
 /// [`fast_entry`]; anything else goes through prost and [`convert_entry`].
-pub(super) fn open_index(path: &Path, on_header: impl FnOnce(u32)) -> Result<OpenedIndex> {
-    let bytes = read_index_bytes(path)?;
+pub(super) fn open_index(
+    path: &Path,
+    fetched: Option<std::io::Result<Vec<u8>>>,
+    on_header: impl FnOnce(u32),
+) -> Result<OpenedIndex> {
+    let bytes = match fetched {
+        Some(read) => index_bytes(path, read)?,
+        None => read_index_bytes(path)?,
+    };
     let blocks = table_blocks(path, &bytes)?;
     let header = blocks
         .contents
@@ -452,7 +464,7 @@ mod tests {
 
     fn opened(path: &Path) -> Result<(u32, Vec<Entry>, Vec<Entry>)> {
         let mut told = None;
-        let index = open_index(path, |num_shards| told = Some(num_shards))?;
+        let index = open_index(path, None, |num_shards| told = Some(num_shards))?;
         assert_eq!(told, Some(index.num_shards), "{}", path.display());
         Ok((index.num_shards, index.tensors, index.slices))
     }
