@@ -73,8 +73,9 @@ pub enum Values {
     Strings(Vec<Vec<u8>>),
 }
 
-/// Reads a tensor bundle. Opening parses and validates the whole index; data files are opened
-/// (and, for [`BundleReader::map`], memory-mapped) on first use.
+/// Reads a tensor bundle. Opening parses and validates the whole index and opens the data
+/// files (the first eight while the index decodes: an object's bytes start coming then); a data
+/// file is memory-mapped on first use of [`BundleReader::map`].
 pub struct BundleReader {
     prefix: PathBuf,
     index_path: PathBuf,
