@@ -151,8 +151,24 @@ impl BundleReader {
     /// under backup names ([`super::journal::read_view`]; `saveplan recover` or the next save
     /// cleans up). A save replacing the checkpoint while it is opened makes it start again, so
     /// the reader holds one whole checkpoint, the old or the new one.
+    ///
+    /// On an object store, the first data objects' bytes are fetched ahead of the reads, in
+    /// order, while the index decodes (at most 16 MiB held): the reads of a restore, which
+    /// go through the bundle in order, then wait for nothing. A tool that reads only the index
+    /// or a few tensors opens it with [`BundleReader::open_for_lookups`] instead.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
-        let prefix = prefix.as_ref();
+        BundleReader::open_reading(prefix.as_ref(), true)
+    }
+
+    /// [`BundleReader::open`] for a reader of the index and of a few tensors (`inspect`,
+    /// `spec`): on an object store, nothing is fetched ahead; each tensor read is a ranged
+    /// GET of its own bytes alone.
+    pub fn open_for_lookups(prefix: impl AsRef<Path>) -> Result<BundleReader> {
+        BundleReader::open_reading(prefix.as_ref(), false)
+    }
+
+    /// [`BundleReader::open`], fetching the data objects ahead when `ahead`.
+    fn open_reading(prefix: &Path, ahead: bool) -> Result<BundleReader> {
         if crate::storage::is_url(prefix) {
             // An object store: the journal and the index fetched together (two GETs at once;
             // with no journal, the index fetched is the one to read), then the data objects'
@@ -160,14 +176,17 @@ impl BundleReader {
             let journal = super::remote_view::journal_path(prefix);
             let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
             return match super::remote_view::view_of(prefix, journal)? {
-                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved, None),
-                None => BundleReader::open_view(prefix, None, Vec::new(), Some(index)),
+                Some((index, moved)) => {
+                    BundleReader::open_view(prefix, Some(&index), moved, None, ahead)
+                }
+                None => BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead),
             };
         }
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);
-            let opened = BundleReader::open_view(prefix, view.index.as_deref(), view.data, None);
+            let opened =
+                BundleReader::open_view(prefix, view.index.as_deref(), view.data, None, ahead);
             let unchanged = Stamp::take(prefix) == before
                 && view.absent_backups.iter().all(|backup| !backup.exists());
             if unchanged {
@@ -182,12 +201,13 @@ impl BundleReader {
 
     /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`;
     /// `fetched` when its bytes were read already) and the data files `moved` from their final
-    /// names.
+    /// names; with `read_ahead`, the first data objects are fetched while the index decodes.
     fn open_view(
         prefix: &Path,
         index: Option<&Path>,
         moved: Vec<(PathBuf, PathBuf)>,
         fetched: Option<std::io::Result<Vec<u8>>>,
+        read_ahead: bool,
     ) -> Result<BundleReader> {
         let prefix = prefix.to_path_buf();
         let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
@@ -195,6 +215,9 @@ impl BundleReader {
         // decoded.
         let mut ahead = Vec::new();
         let index = open_index(&index_path, fetched, |num_shards| {
+            if !read_ahead {
+                return;
+            }
             let count = num_shards.min(AHEAD_SHARDS);
             ahead = (0..count)
                 .map(|shard| {
