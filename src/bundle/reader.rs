@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::storage::Blob;
+
 use super::dtype::DType;
 use super::error::{BundleError, Result};
 use super::index_path;
@@ -22,9 +24,9 @@ mod index;
 mod mapped;
 mod read;
 
-use files::{Shard, ShardMap};
+use files::{Shard, ShardMap, Window, shard_path};
 pub(crate) use index::{RawIndex, read_index, read_index_with};
-use index::{bad_entry, convert_entry};
+use index::{bad_entry, open_index};
 pub use mapped::MappedTensor;
 
 /// One tensor (or, in [`BundleReader::slice_entries`], one stored slice) listed in the index.
@@ -71,8 +73,9 @@ pub enum Values {
     Strings(Vec<Vec<u8>>),
 }
 
-/// Reads a tensor bundle. Opening parses and validates the whole index; data files are opened
-/// (and, for [`BundleReader::map`], memory-mapped) on first use.
+/// Reads a tensor bundle. Opening parses and validates the whole index and opens the data
+/// files (the first eight while the index decodes: an object's bytes start coming then); a data
+/// file is memory-mapped on first use of [`BundleReader::map`].
 pub struct BundleReader {
     prefix: PathBuf,
     index_path: PathBuf,
@@ -81,6 +84,8 @@ pub struct BundleReader {
     slice_entries: BTreeMap<String, Vec<Entry>>,
     shards: Vec<Shard>,
     maps: Vec<ShardMap>,
+    /// Per local data file, the bytes read last for small reads.
+    windows: Vec<Window>,
     /// Data files read under another name than their final one (a commit was interrupted
     /// before its commit point: [`super::journal::read_view`]): (final name, where it is).
     moved: Vec<(PathBuf, PathBuf)>,
@@ -96,6 +101,14 @@ const OPEN_ATTEMPTS: usize = 8;
 /// At most this many data files are opened with the index (so that the reader holds one
 /// checkpoint even if a save replaces it afterwards); any further ones are opened on first use.
 const EAGER_SHARDS: u32 = 256;
+
+/// The first this many data files are opened while the index is decoded, their objects'
+/// bytes fetched meanwhile ([`crate::storage::Blob::open_ahead`]).
+const AHEAD_SHARDS: u32 = 8;
+
+/// How many bytes of the data files opened with the index are fetched ahead of the reads, at
+/// most, shared between them.
+const READ_AHEAD: usize = 16 << 20;
 
 /// What identifies the state of a prefix: its journal's bytes and its index file's identity.
 #[derive(PartialEq, Eq)]
@@ -138,19 +151,42 @@ impl BundleReader {
     /// under backup names ([`super::journal::read_view`]; `saveplan recover` or the next save
     /// cleans up). A save replacing the checkpoint while it is opened makes it start again, so
     /// the reader holds one whole checkpoint, the old or the new one.
+    ///
+    /// On an object store, the first data objects' bytes are fetched ahead of the reads, in
+    /// order, while the index decodes (at most 16 MiB held): the reads of a restore, which
+    /// go through the bundle in order, then wait for nothing. A tool that reads only the index
+    /// or a few tensors opens it with [`BundleReader::open_for_lookups`] instead.
     pub fn open(prefix: impl AsRef<Path>) -> Result<BundleReader> {
-        let prefix = prefix.as_ref();
+        BundleReader::open_reading(prefix.as_ref(), true)
+    }
+
+    /// [`BundleReader::open`] for a reader of the index and of a few tensors (`inspect`,
+    /// `spec`): on an object store, nothing is fetched ahead; each tensor read is a ranged
+    /// GET of its own bytes alone.
+    pub fn open_for_lookups(prefix: impl AsRef<Path>) -> Result<BundleReader> {
+        BundleReader::open_reading(prefix.as_ref(), false)
+    }
+
+    /// [`BundleReader::open`], fetching the data objects ahead when `ahead`.
+    fn open_reading(prefix: &Path, ahead: bool) -> Result<BundleReader> {
         if crate::storage::is_url(prefix) {
-            // An object store: the index first (one GET), then ranged reads per tensor.
-            return match super::remote_view::read_view(prefix)? {
-                Some((index, moved)) => BundleReader::open_view(prefix, Some(&index), moved),
-                None => BundleReader::open_view(prefix, None, Vec::new()),
+            // An object store: the journal and the index fetched together (two GETs at once;
+            // with no journal, the index fetched is the one to read), then the data objects'
+            // GETs while the index decodes, read in order.
+            let journal = super::remote_view::journal_path(prefix);
+            let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
+            return match super::remote_view::view_of(prefix, journal)? {
+                Some((index, moved)) => {
+                    BundleReader::open_view(prefix, Some(&index), moved, None, ahead)
+                }
+                None => BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead),
             };
         }
         for _ in 0..OPEN_ATTEMPTS {
             let before = Stamp::take(prefix);
             let view = super::journal::read_view(prefix);
-            let opened = BundleReader::open_view(prefix, view.index.as_deref(), view.data);
+            let opened =
+                BundleReader::open_view(prefix, view.index.as_deref(), view.data, None, ahead);
             let unchanged = Stamp::take(prefix) == before
                 && view.absent_backups.iter().all(|backup| !backup.exists());
             if unchanged {
@@ -163,27 +199,40 @@ impl BundleReader {
         })
     }
 
-    /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`) and
-    /// the data files `moved` from their final names.
+    /// Opens the bundle at `prefix` reading the index at `index` (default `prefix.index`;
+    /// `fetched` when its bytes were read already) and the data files `moved` from their final
+    /// names; with `read_ahead`, the first data objects are fetched while the index decodes.
     fn open_view(
         prefix: &Path,
         index: Option<&Path>,
         moved: Vec<(PathBuf, PathBuf)>,
+        fetched: Option<std::io::Result<Vec<u8>>>,
+        read_ahead: bool,
     ) -> Result<BundleReader> {
         let prefix = prefix.to_path_buf();
         let index_path = index.map_or_else(|| index_path(&prefix), Path::to_path_buf);
-        let raw = read_index(&index_path)?;
-        let mut entries = Vec::with_capacity(raw.entries.len());
-        let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
-        for (key, proto) in raw.entries {
-            let entry = convert_entry(&index_path, key, proto, raw.num_shards)?;
-            match entry.slice {
-                Some(_) => slice_entries
-                    .entry(entry.key.clone())
-                    .or_default()
-                    .push(entry),
-                None => entries.push(entry),
+        // The data files are opened (an object's bytes start coming) while the entries are
+        // decoded.
+        let mut ahead = Vec::new();
+        let index = open_index(&index_path, fetched, |num_shards| {
+            if !read_ahead {
+                return;
             }
+            let count = num_shards.min(AHEAD_SHARDS);
+            ahead = (0..count)
+                .map(|shard| {
+                    let path = shard_path(&prefix, num_shards, &moved, shard);
+                    Blob::open_ahead(&path, READ_AHEAD / count as usize)
+                })
+                .collect();
+        })?;
+        let entries = index.tensors;
+        let mut slice_entries: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+        for entry in index.slices {
+            slice_entries
+                .entry(entry.key.clone())
+                .or_default()
+                .push(entry);
         }
         for (name, slices) in &slice_entries {
             let full = entries
@@ -216,25 +265,29 @@ impl BundleReader {
         }
         // One slot per data file that an entry uses: a damaged header's huge `num_shards` must
         // not turn into a huge allocation.
-        let used = entries
-            .iter()
-            .chain(slice_entries.values().flatten())
-            .map(|entry| entry.shard + 1)
-            .max();
-        let used = used.unwrap_or(0);
+        let used = index.shards_used;
         let shards = (0..used).map(|_| OnceLock::new()).collect();
         let maps = (0..used).map(|_| OnceLock::new()).collect();
+        let windows = (0..used).map(|_| Window::default()).collect();
         let reader = BundleReader {
             prefix,
             index_path,
-            num_shards: raw.num_shards,
+            num_shards: index.num_shards,
             entries,
             slice_entries,
             shards,
             maps,
+            windows,
             moved,
             next_lookup: AtomicUsize::new(0),
         };
+        for (shard, pending) in (0..used).zip(ahead) {
+            let opened = pending.wait().and_then(|blob| Ok((blob.len()?, blob)));
+            let opened = opened
+                .map(|(len, blob)| (blob, len))
+                .map_err(|err| (err.kind(), err.to_string()));
+            let _ = reader.shards[shard as usize].set(opened);
+        }
         for shard in 0..used.min(EAGER_SHARDS) {
             reader.open_shard(shard);
         }

@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::storage;
-
 use super::error::{BundleError, Result};
 use super::index_path;
 
@@ -21,11 +19,12 @@ pub(crate) fn journal_path(prefix: &Path) -> PathBuf {
 /// names.
 pub(crate) type View = (PathBuf, Vec<(PathBuf, PathBuf)>);
 
-/// What a reader of URL `prefix` reads: `None` for the final names, or the backup index and
-/// (final, backup) data names while a journal says a commit is under way.
-pub(crate) fn read_view(prefix: &Path) -> Result<Option<View>> {
+/// What a reader of URL `prefix` reads, its journal's read having given `read`: `None` for the
+/// final names, or the backup index and (final, backup) data names while a journal says a
+/// commit is under way.
+pub(crate) fn view_of(prefix: &Path, read: std::io::Result<Vec<u8>>) -> Result<Option<View>> {
     let journal = journal_path(prefix);
-    let bytes = match storage::read(&journal) {
+    let bytes = match read {
         Ok(bytes) => bytes,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(BundleError::io(&journal, "read", err)),

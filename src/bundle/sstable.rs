@@ -224,6 +224,28 @@ pub fn get_varint(rest: &mut &[u8]) -> Option<u64> {
 /// Parses a whole table, checking the footer, every block checksum and every bound, and returns
 /// its entries in order. Keys must be strictly increasing.
 pub fn read_table<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a [u8])>> {
+    let blocks = table_blocks(path, bytes)?;
+    let mut entries = Vec::new();
+    walk_blocks(path, blocks, |key, value| {
+        entries.push((key.to_vec(), value))
+    })?;
+    Ok(entries)
+}
+
+/// The data blocks of a table whose footer, metaindex and index block are sound: the contents
+/// of each block in order, up to the first whose handle or checksum is bad, and that error
+/// (or, after the last block, the blocks not ending where the metaindex starts).
+pub(crate) struct Blocks<'a> {
+    /// The contents of the data blocks, checksums checked, in file (and key) order.
+    pub contents: Vec<&'a [u8]>,
+    /// The error met at the block after the last of `contents`, reported unless a block of
+    /// `contents` has an earlier one.
+    stop: Option<BundleError>,
+}
+
+/// The data blocks of the table `bytes` ([`Blocks`]); errors of its footer, metaindex and index
+/// block. The entries are read by [`walk_blocks`].
+pub(crate) fn table_blocks<'a>(path: &Path, bytes: &'a [u8]) -> Result<Blocks<'a>> {
     let corrupt = |detail: String| BundleError::CorruptIndex {
         path: path.to_path_buf(),
         detail,
@@ -287,39 +309,145 @@ pub fn read_table<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a 
         ));
     }
     let index = read_block(path, bytes, index_handle, table_end)?;
-    let mut entries: Vec<(Vec<u8>, &[u8])> = Vec::new();
+    let mut contents = Vec::new();
     let mut next_block = 0u64;
     for (_, mut value) in parse_block(path, index)? {
         let offset = get_varint(&mut value);
         let size = get_varint(&mut value);
         let (Some(offset), Some(size)) = (offset, size) else {
-            return Err(corrupt("bad block handle in index block".into()));
+            let stop = Some(corrupt("bad block handle in index block".into()));
+            return Ok(Blocks { contents, stop });
         };
         if offset != next_block {
-            return Err(corrupt(format!(
+            let stop = Some(corrupt(format!(
                 "data block at {offset} where {next_block} was expected"
             )));
+            return Ok(Blocks { contents, stop });
         }
         next_block = block_end((offset, size)).unwrap_or(u64::MAX);
-        let block = read_block(path, bytes, (offset, size), table_end)?;
-        for (key, value) in parse_block(path, block)? {
-            if let Some((last, _)) = entries.last()
-                && key.as_slice() <= last.as_slice()
-            {
-                return Err(corrupt(format!(
-                    "keys out of order at `{}`",
-                    String::from_utf8_lossy(&key)
-                )));
+        match read_block(path, bytes, (offset, size), table_end) {
+            Ok(block) => contents.push(block),
+            Err(err) => {
+                return Ok(Blocks {
+                    contents,
+                    stop: Some(err),
+                });
             }
-            entries.push((key, value));
         }
     }
-    if next_block != metaindex_handle.0 {
-        return Err(corrupt(
-            "data blocks do not end where the metaindex starts".into(),
-        ));
+    let stop = (next_block != metaindex_handle.0)
+        .then(|| corrupt("data blocks do not end where the metaindex starts".into()));
+    Ok(Blocks { contents, stop })
+}
+
+/// The key and value of the first entry of a data block, if it is whole and its key is stored
+/// whole (as the first entry of every sound block is); `None` otherwise. Nothing else of the
+/// block is checked: [`walk_blocks`] does that.
+pub(crate) fn first_entry(block: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut rest = block;
+    let shared = get_varint(&mut rest)?;
+    let non_shared = usize::try_from(get_varint(&mut rest)?).ok()?;
+    let value_len = usize::try_from(get_varint(&mut rest)?).ok()?;
+    if shared != 0 {
+        return None;
     }
-    Ok(entries)
+    let key = rest.get(..non_shared)?;
+    let value = rest.get(non_shared..non_shared.checked_add(value_len)?)?;
+    Some((key, value))
+}
+
+/// Walks every entry of `blocks` in key order, calling `visit(key, value)` for each, and checks
+/// what [`read_table`] checks: each block's layout, and keys strictly increasing within and
+/// across blocks. The error is the first a walk in order meets; entries visited before it
+/// are not taken back, so callers keep what they made of them only when it returns `Ok`.
+pub(crate) fn walk_blocks<'a>(
+    path: &Path,
+    blocks: Blocks<'a>,
+    mut visit: impl FnMut(&[u8], &'a [u8]),
+) -> Result<()> {
+    let out_of_order = |key: &[u8]| BundleError::CorruptIndex {
+        path: path.to_path_buf(),
+        detail: format!("keys out of order at `{}`", String::from_utf8_lossy(key)),
+    };
+    let mut last: Option<Vec<u8>> = None;
+    for block in &blocks.contents {
+        let walked = walk_block(path, block, &mut visit)?;
+        if let (Some(first), Some(last)) = (&walked.first, &last)
+            && first.as_slice() <= last.as_slice()
+        {
+            return Err(out_of_order(first));
+        }
+        if let Some(key) = walked.out_of_order {
+            return Err(out_of_order(&key));
+        }
+        if walked.last.is_some() {
+            last = walked.last;
+        }
+    }
+    match blocks.stop {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+/// What [`walk_block`] saw of a block's keys.
+struct Walked {
+    first: Option<Vec<u8>>,
+    last: Option<Vec<u8>>,
+    /// The first key not after the one before it in the block.
+    out_of_order: Option<Vec<u8>>,
+}
+
+/// Walks the entries of one data block, calling `visit(key, value)` for each in order; its
+/// layout errors, or its first and last keys and the first one out of order.
+fn walk_block<'a>(
+    path: &Path,
+    block: &'a [u8],
+    mut visit: impl FnMut(&[u8], &'a [u8]),
+) -> Result<Walked> {
+    let corrupt = |detail: &str| BundleError::CorruptIndex {
+        path: path.to_path_buf(),
+        detail: detail.to_string(),
+    };
+    let data_end = check_restarts(path, block)?;
+    let mut rest = &block[..data_end];
+    let mut key: Vec<u8> = Vec::new();
+    let mut first = None;
+    let mut out_of_order = None;
+    while !rest.is_empty() {
+        let header = (
+            get_varint(&mut rest),
+            get_varint(&mut rest),
+            get_varint(&mut rest),
+        );
+        let (Some(shared), Some(non_shared), Some(value_len)) = header else {
+            return Err(corrupt("bad entry header"));
+        };
+        let (shared, non_shared, value_len) =
+            (shared as usize, non_shared as usize, value_len as usize);
+        if shared > key.len() || non_shared > rest.len() || value_len > rest.len() - non_shared {
+            return Err(corrupt("entry extends past its block"));
+        }
+        let delta = &rest[..non_shared];
+        // The new key is `key[..shared] + delta`: it sorts after `key` exactly when `delta`
+        // sorts after what it replaces.
+        let increasing = first.is_none() || delta > &key[shared..];
+        key.truncate(shared);
+        key.extend_from_slice(delta);
+        if first.is_none() {
+            first = Some(key.clone());
+        } else if !increasing && out_of_order.is_none() {
+            out_of_order = Some(key.clone());
+        }
+        visit(&key, &rest[non_shared..non_shared + value_len]);
+        rest = &rest[non_shared + value_len..];
+    }
+    let last = first.is_some().then_some(key);
+    Ok(Walked {
+        first,
+        last,
+        out_of_order,
+    })
 }
 
 /// Returns the contents of the block at `handle` after checking bounds, type and CRC.
@@ -362,8 +490,8 @@ fn read_block<'a>(
     Ok(contents)
 }
 
-/// Decodes the entries of one block.
-fn parse_block<'a>(path: &Path, block: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a [u8])>> {
+/// Checks a block's restart array; the length of its entries.
+fn check_restarts(path: &Path, block: &[u8]) -> Result<usize> {
     let corrupt = |detail: &str| BundleError::CorruptIndex {
         path: path.to_path_buf(),
         detail: detail.to_string(),
@@ -387,6 +515,16 @@ fn parse_block<'a>(path: &Path, block: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a [u8
             return Err(corrupt("restart point outside the block"));
         }
     }
+    Ok(data_end)
+}
+
+/// Decodes the entries of one block (the metaindex and index blocks).
+fn parse_block<'a>(path: &Path, block: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a [u8])>> {
+    let corrupt = |detail: &str| BundleError::CorruptIndex {
+        path: path.to_path_buf(),
+        detail: detail.to_string(),
+    };
+    let data_end = check_restarts(path, block)?;
     let mut rest = &block[..data_end];
     let mut key: Vec<u8> = Vec::new();
     let mut entries = Vec::new();

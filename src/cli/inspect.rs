@@ -43,7 +43,7 @@ pub struct Args {
 
 /// Runs `saveplan inspect`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let reader = BundleReader::open(checkpoint_prefix(&args.prefix)?)?;
+    let reader = BundleReader::open_for_lookups(checkpoint_prefix(&args.prefix)?)?;
     if args.objects {
         let graph = read_object_graph(&reader)?;
         let out = if args.json {

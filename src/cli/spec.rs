@@ -30,7 +30,7 @@ pub struct Args {
 
 /// Runs `saveplan spec`.
 pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
-    let reader = BundleReader::open(checkpoint_prefix(&args.prefix)?)?;
+    let reader = BundleReader::open_for_lookups(checkpoint_prefix(&args.prefix)?)?;
     let text = if is_object_based(&reader) && !args.plain {
         let spec = object_spec_of(&reader)?;
         let head = if spec.root { "\"root\": true, " } else { "" };

@@ -118,6 +118,16 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
+/// The whole contents of `first` and `second`, each as [`read`] gives it; two objects are
+/// fetched at once (two GETs in flight), files one after the other.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    if is_url(first) && is_url(second) {
+        object::read_pair(first, second)
+    } else {
+        (read(first), read(second))
+    }
+}
+
 /// The whole content of `path` as UTF-8 text.
 pub fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(read(path)?)
@@ -149,6 +159,22 @@ impl Blob {
             object::ObjectBlob::open(path).map(Blob::Object)
         } else {
             std::fs::File::open(path).map(Blob::File)
+        }
+    }
+
+    /// Opens `path` for reads that start at its beginning and go on in order (a restore). A
+    /// local file is opened as by [`Blob::open`]. For an object, one GET of the whole object is
+    /// sent (no HEAD: its answer gives the length) and not awaited: the caller goes on with
+    /// other work while it travels, and [`PendingBlob::wait`] takes the answer. Its body is then
+    /// received ahead of the reads, at most `read_ahead` bytes of it held (a read elsewhere
+    /// drops it, as any read that does not continue the open GET).
+    pub fn open_ahead(path: &Path, read_ahead: usize) -> PendingBlob {
+        if !is_url(path) {
+            return PendingBlob::Opened(Blob::open(path));
+        }
+        match object::ObjectBlob::open_ahead(path, read_ahead) {
+            Ok(pending) => PendingBlob::Object(pending),
+            Err(err) => PendingBlob::Opened(Err(err)),
         }
     }
 
@@ -193,6 +219,26 @@ impl Blob {
                     Ok(out)
                 })
                 .collect(),
+        }
+    }
+}
+
+/// A file or object being opened by [`Blob::open_ahead`].
+#[derive(Debug)]
+pub enum PendingBlob {
+    /// Opened, or refused, already.
+    Opened(io::Result<Blob>),
+    /// An object whose GET is under way.
+    Object(object::PendingObject),
+}
+
+impl PendingBlob {
+    /// The opened file or object (waiting for the object's answer), or why it cannot be read
+    /// (as [`Blob::open`] says it).
+    pub fn wait(self) -> io::Result<Blob> {
+        match self {
+            PendingBlob::Opened(opened) => opened,
+            PendingBlob::Object(pending) => pending.wait().map(Blob::Object),
         }
     }
 }

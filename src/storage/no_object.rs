@@ -18,6 +18,11 @@ impl ObjectBlob {
         Err(refuse(path))
     }
 
+    /// Refuses: no object stores.
+    pub fn open_ahead(path: &Path, _read_ahead: usize) -> io::Result<PendingObject> {
+        Err(refuse(path))
+    }
+
     /// Its length.
     pub fn len(&self) -> u64 {
         match *self {}
@@ -36,6 +41,17 @@ impl ObjectBlob {
     /// Reads `ranges`.
     pub fn read_ranges(&self, _ranges: &[Range<u64>]) -> io::Result<Vec<Vec<u8>>> {
         match *self {}
+    }
+}
+
+/// An object being opened (never made without the feature).
+#[derive(Debug)]
+pub enum PendingObject {}
+
+impl PendingObject {
+    /// The opened object.
+    pub fn wait(self) -> io::Result<ObjectBlob> {
+        match self {}
     }
 }
 
@@ -65,6 +81,11 @@ fn refuse(path: &Path) -> io::Error {
         url: path.to_string_lossy().into_owned(),
     }
     .into_io(io::ErrorKind::Unsupported)
+}
+
+/// Refuses: no object stores.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    (Err(refuse(first)), Err(refuse(second)))
 }
 
 /// Refuses: no object stores.

@@ -93,6 +93,24 @@ impl ObjectBlob {
         })
     }
 
+    /// Starts opening the object at URL `path` with a GET of all of it, to be read from its
+    /// start on ([`super::Blob::open_ahead`]): the request is sent on the storage runtime and
+    /// not awaited here; [`PendingObject::wait`] takes its answer.
+    pub fn open_ahead(path: &Path, read_ahead: usize) -> io::Result<PendingObject> {
+        let (store, key, url) = resolve(path)?;
+        let request = {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            runtime().spawn(async move { store.get(&key).await })
+        };
+        Ok(PendingObject {
+            store,
+            key,
+            url,
+            read_ahead,
+            request: Some(request),
+        })
+    }
+
     /// Its length when opened.
     pub fn len(&self) -> u64 {
         self.len
@@ -153,7 +171,7 @@ impl ObjectBlob {
             let skip = (offset - get.at) as usize;
             if let Some(bytes) = get.rest.get(skip..skip + out.len()) {
                 out.copy_from_slice(bytes);
-                let _ = get.rest.split_to(skip + out.len());
+                bytes::Buf::advance(&mut get.rest, skip + out.len());
                 get.at = offset + out.len() as u64;
                 return Ok(());
             }
@@ -232,6 +250,101 @@ impl ObjectBlob {
     }
 }
 
+/// An object being opened by [`ObjectBlob::open_ahead`]: its GET sent, the answer not yet
+/// taken. Dropped unwaited, the request is cancelled.
+#[derive(Debug)]
+pub struct PendingObject {
+    store: Arc<dyn ObjectStore>,
+    key: Key,
+    url: String,
+    read_ahead: usize,
+    /// Always there until `wait` takes it.
+    request: Option<tokio::task::JoinHandle<object_store::Result<object_store::GetResult>>>,
+}
+
+impl PendingObject {
+    /// The opened object, its GET the open one (its body received ahead of the reads, at most
+    /// `read_ahead` bytes held), or why it cannot be read (as [`ObjectBlob::open`] says it).
+    pub fn wait(mut self) -> io::Result<ObjectBlob> {
+        let Some(request) = self.request.take() else {
+            return Err(io::Error::other("the object's request was taken already"));
+        };
+        let got = match block(request) {
+            Ok(got) => got.map_err(|err| convert(&self.url, "open", err))?,
+            Err(err) => return Err(io::Error::other(err.to_string())),
+        };
+        let len = got.meta.size;
+        Ok(ObjectBlob {
+            store: Arc::clone(&self.store),
+            key: self.key.clone(),
+            url: std::mem::take(&mut self.url),
+            len,
+            blocks: Mutex::default(),
+            open: Mutex::new(Some(OpenGet {
+                at: 0,
+                rest: bytes::Bytes::new(),
+                body: read_ahead(got.into_stream(), self.read_ahead),
+            })),
+        })
+    }
+}
+
+impl Drop for PendingObject {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            request.abort();
+        }
+    }
+}
+
+/// `body`, received ahead of its reader by a task of the storage runtime: at most `limit`
+/// bytes are held between them (the task waits while they are; a larger chunk waits for all
+/// of them). Dropping the stream stops the task and drops `body` (its connection).
+fn read_ahead(
+    mut body: futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+    limit: usize,
+) -> futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>> {
+    use futures::StreamExt;
+    let limit = u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
+    let budget = Arc::new(tokio::sync::Semaphore::new(limit as usize));
+    let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+    let pump = runtime().spawn(async move {
+        while let Some(chunk) = body.next().await {
+            let chunk = match chunk {
+                Ok(bytes) => {
+                    let permits = u32::try_from(bytes.len()).unwrap_or(u32::MAX).min(limit);
+                    match Arc::clone(&budget).acquire_many_owned(permits).await {
+                        Ok(permit) => Ok((bytes, permit)),
+                        Err(_) => return,
+                    }
+                }
+                Err(err) => Err(err),
+            };
+            let failed = chunk.is_err();
+            if send.send(chunk).is_err() || failed {
+                return;
+            }
+        }
+    });
+    let stop = AbortOnDrop(pump.abort_handle());
+    futures::stream::unfold((receive, stop), |(mut receive, stop)| async move {
+        // The chunk's permits go back as it is taken: what is held is the chunks waiting here
+        // and the one being read.
+        let chunk = receive.recv().await?;
+        Some((chunk.map(|(bytes, _permit)| bytes), (receive, stop)))
+    })
+    .boxed()
+}
+
+/// Aborts a task of the storage runtime when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Takes the bytes at `offset` (at or after `get.at`) from `get`'s body into `out`, dropping
 /// those before them.
 async fn fill(get: &mut OpenGet, out: &mut [u8], offset: u64, url: &str) -> io::Result<()> {
@@ -248,12 +361,13 @@ async fn fill(get: &mut OpenGet, out: &mut [u8], offset: u64, url: &str) -> io::
         }
         if get.at < offset {
             let skip = (offset - get.at).min(get.rest.len() as u64) as usize;
-            let _ = get.rest.split_to(skip);
+            bytes::Buf::advance(&mut get.rest, skip);
             get.at += skip as u64;
             continue;
         }
         let take = (out.len() - filled).min(get.rest.len());
-        out[filled..filled + take].copy_from_slice(&get.rest.split_to(take));
+        out[filled..filled + take].copy_from_slice(&get.rest[..take]);
+        bytes::Buf::advance(&mut get.rest, take);
         filled += take;
         get.at += take as u64;
     }
@@ -267,8 +381,19 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
         let got = store.get(&key).await?;
         got.bytes().await
     })
-    .map(|bytes| bytes.to_vec())
+    .map(Vec::from)
     .map_err(|err| convert(&url, "read", err))
+}
+
+/// The whole objects at URLs `first` and `second`, their GETs sent together.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    let (first, second) = (resolve(first), resolve(second));
+    let get = |resolved: io::Result<(Arc<dyn ObjectStore>, Key, String)>| async move {
+        let (store, key, url) = resolved?;
+        let got = async { store.get(&key).await?.bytes().await }.await;
+        got.map(Vec::from).map_err(|err| convert(&url, "read", err))
+    };
+    block(futures::future::join(get(first), get(second)))
 }
 
 /// The object at URL `path`, or `None` when there is none.
@@ -696,14 +821,85 @@ fn one_line(err: &impl std::error::Error) -> String {
 
 /// Runs `future` to its end on the storage runtime.
 fn block<F: std::future::Future>(future: F) -> F::Output {
+    runtime().block_on(future)
+}
+
+/// The storage runtime, started on first use.
+fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    let runtime = RUNTIME.get_or_init(|| {
+    RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("saveplan-storage")
             .enable_all()
             .build()
             .unwrap_or_else(|err| panic!("cannot start the storage runtime: {err}"))
-    });
-    runtime.block_on(future)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// A body of `chunks` chunks of 1,000 bytes, counting those taken from it in `taken`, and
+    /// holding `alive` while it lives.
+    fn body(
+        chunks: usize,
+        taken: Arc<AtomicUsize>,
+        alive: Arc<()>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>> {
+        futures::stream::iter(0..chunks)
+            .map(move |at| {
+                let _ = &alive;
+                taken.fetch_add(1, Ordering::SeqCst);
+                Ok(bytes::Bytes::from(vec![at as u8; 1000]))
+            })
+            .boxed()
+    }
+
+    /// Waits (up to 10 s) until `done`, then a little more, so that a task that would go too
+    /// far has the time to.
+    fn settle(done: impl Fn() -> bool) {
+        let started = std::time::Instant::now();
+        while !done() && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_body_read_ahead_holds_at_most_its_limit_and_stops_when_dropped() {
+        let (taken, alive) = (Arc::new(AtomicUsize::new(0)), Arc::new(()));
+        let mut ahead = read_ahead(body(100, Arc::clone(&taken), Arc::clone(&alive)), 3000);
+        // Three chunks held, the fourth taken and waiting for room.
+        settle(|| taken.load(Ordering::SeqCst) >= 4);
+        assert_eq!(taken.load(Ordering::SeqCst), 4);
+        let first = block(ahead.next()).unwrap().unwrap();
+        assert_eq!(first, vec![0u8; 1000]);
+        settle(|| taken.load(Ordering::SeqCst) >= 5);
+        assert_eq!(taken.load(Ordering::SeqCst), 5);
+        let rest: Vec<bytes::Bytes> = block(ahead.map(|chunk| chunk.unwrap()).collect());
+        assert_eq!(rest.len(), 99);
+        assert!(
+            rest.iter()
+                .enumerate()
+                .all(|(at, chunk)| chunk[0] == at as u8 + 1)
+        );
+
+        let (taken, alive) = (Arc::new(AtomicUsize::new(0)), Arc::new(()));
+        let ahead = read_ahead(body(100, Arc::clone(&taken), Arc::clone(&alive)), 3000);
+        settle(|| taken.load(Ordering::SeqCst) >= 4);
+        assert_eq!(Arc::strong_count(&alive), 2, "the body is held by the task");
+        drop(ahead);
+        settle(|| Arc::strong_count(&alive) == 1);
+        assert_eq!(
+            Arc::strong_count(&alive),
+            1,
+            "the body was dropped with the stream"
+        );
+    }
 }

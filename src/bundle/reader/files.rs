@@ -3,8 +3,8 @@
 //! (large pieces in parallel chunks).
 
 use crate::storage::Blob;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use memmap2::{Mmap, MmapOptions};
 use rayon::prelude::*;
@@ -28,6 +28,16 @@ pub(super) type Shard = OnceLock<std::result::Result<(Blob, u64), (std::io::Erro
 
 /// A data file's read-only memory map, created on first use by [`BundleReader::map`].
 pub(super) type ShardMap = OnceLock<std::result::Result<Arc<Mmap>, (std::io::ErrorKind, String)>>;
+
+/// Reads of a local data file at most this large are served from its [`Window`].
+const WINDOW_READ_MAX: usize = 64 << 10;
+/// How many bytes a [`Window`] reads at once.
+const WINDOW: u64 = 256 << 10;
+
+/// The bytes of a local data file read last for small reads: the offset of the first, and
+/// the bytes. A restore of many small tensors reads them in file order: one `pread` of
+/// `WINDOW` bytes serves the next hundreds instead of one system call each.
+pub(super) type Window = Mutex<(u64, Vec<u8>)>;
 
 impl BundleReader {
     /// The data file of `entry`, opened on first use, with its length.
@@ -115,11 +125,7 @@ impl BundleReader {
     /// Where data file `shard` is read from: its final name, or where an unfinished commit
     /// moved it.
     pub(super) fn shard_path(&self, shard: u32) -> PathBuf {
-        let path = data_path(&self.prefix, shard, self.num_shards);
-        match self.moved.iter().find(|(name, _)| *name == path) {
-            Some((_, moved)) => moved.clone(),
-            None => path,
-        }
+        shard_path(&self.prefix, self.num_shards, &self.moved, shard)
     }
 
     /// Reads the stored bytes of `piece` into `out` (exactly its size) and checks its CRC.
@@ -128,8 +134,10 @@ impl BundleReader {
         self.check_in_file(piece, len)?;
         debug_assert_eq!(out.len() as u64, piece.size);
         if is_element_list(piece.dtype) || out.len() < PARALLEL_READ_MIN {
-            file.read_exact_at(out, piece.offset)
-                .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
+            if !self.read_from_window(file, len, piece, out) {
+                file.read_exact_at(out, piece.offset)
+                    .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
+            }
             return self.check_piece(piece, out);
         }
         if file.file().is_none() {
@@ -152,6 +160,35 @@ impl BundleReader {
             .collect::<std::io::Result<Vec<(u32, usize)>>>()
             .map_err(|err| BundleError::io(self.data_file(piece), "read", err))?;
         self.expect_crc(piece, combine_crcs(crcs.into_iter()))
+    }
+
+    /// Fills `out` with the stored bytes of `piece` (which lie inside the data file of `len`
+    /// bytes) from its data file's window, reading the window there first when it does not
+    /// hold them; `false` when it cannot: an object (read from its open GET), a large piece,
+    /// the window in use by another thread, or the window's read failing (the piece is then
+    /// read alone, as if there were no window, and fails or not on its own).
+    fn read_from_window(&self, file: &Blob, len: u64, piece: &Entry, out: &mut [u8]) -> bool {
+        if out.len() > WINDOW_READ_MAX || file.file().is_none() {
+            return false;
+        }
+        let Some(Ok(mut window)) = self.windows.get(piece.shard as usize).map(Mutex::try_lock)
+        else {
+            return false;
+        };
+        let (start, bytes) = &mut *window;
+        let end = piece.offset + piece.size;
+        if piece.offset < *start || end > *start + bytes.len() as u64 {
+            let take = (len - piece.offset).min(WINDOW.max(piece.size));
+            bytes.resize(take as usize, 0);
+            if file.read_exact_at(bytes, piece.offset).is_err() {
+                bytes.clear();
+                return false;
+            }
+            *start = piece.offset;
+        }
+        let at = (piece.offset - *start) as usize;
+        out.copy_from_slice(&bytes[at..at + out.len()]);
+        true
     }
 
     /// `crc` (unmasked, of the piece's bytes) is the one the index holds for `piece`.
@@ -211,6 +248,21 @@ impl BundleReader {
     }
 }
 
+/// Where data file `shard` of the `num_shards` of `prefix` is read from: its final name, or
+/// where an unfinished commit moved it (`moved`: (final name, where it is)).
+pub(super) fn shard_path(
+    prefix: &Path,
+    num_shards: u32,
+    moved: &[(PathBuf, PathBuf)],
+    shard: u32,
+) -> PathBuf {
+    let path = data_path(prefix, shard, num_shards);
+    match moved.iter().find(|(name, _)| *name == path) {
+        Some((_, moved)) => moved.clone(),
+        None => path,
+    }
+}
+
 /// Asks the kernel to back the pages of `out` now, in one call, with transparent huge pages
 /// where it can, instead of one 4 KiB page fault at a time as the read first touches them (a
 /// fresh 64 MiB buffer is 16384 faults otherwise; docs/benchmarks.md has the figures). Only
@@ -255,4 +307,81 @@ pub(super) fn parallel_crc32c(bytes: &[u8]) -> u32 {
 fn combine_crcs(crcs: impl Iterator<Item = (u32, usize)>) -> u32 {
     crcs.reduce(|(crc_a, len_a), (crc_b, len_b)| (crc::combine(crc_a, crc_b, len_b), len_a + len_b))
         .map_or(0, |(crc, _)| crc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::writer::BundleWriter;
+    use super::*;
+
+    /// 3,000 tensors of 4 to 400 bytes (more than three windows), each byte telling which
+    /// tensor it belongs to.
+    fn write(prefix: &Path) -> Vec<Vec<u8>> {
+        let values: Vec<Vec<u8>> = (0..3000u32)
+            .map(|at| vec![at as u8; 4 * (1 + at as usize % 100)])
+            .collect();
+        let mut writer = BundleWriter::create(prefix).unwrap();
+        for (at, bytes) in values.iter().enumerate() {
+            let shape = [bytes.len() as i64];
+            writer
+                .add(&format!("t{at:04}"), DType::UInt8, &shape, bytes)
+                .unwrap();
+        }
+        writer.finish().unwrap();
+        values
+    }
+
+    #[test]
+    fn small_reads_through_the_window_give_every_tensor_in_any_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        let values = write(&prefix);
+        let reader = BundleReader::open(&prefix).unwrap();
+        let n = values.len();
+        // In file order, backwards, and striding across the file.
+        let orders = [
+            (0..n).collect::<Vec<_>>(),
+            (0..n).rev().collect(),
+            (0..n).map(|at| at * 7 % n).collect(),
+        ];
+        for order in orders {
+            for at in order {
+                let mut out = vec![0xAA; values[at].len()];
+                reader.read_into(&format!("t{at:04}"), &mut out).unwrap();
+                assert_eq!(out, values[at], "t{at:04}");
+            }
+        }
+        // A fresh reader's first read fills a window, which serves the reads after it.
+        let reader = BundleReader::open(&prefix).unwrap();
+        for at in [0, 1, 500] {
+            let mut out = vec![0; values[at].len()];
+            reader.read_into(&format!("t{at:04}"), &mut out).unwrap();
+        }
+        let window = reader.windows[0].lock().unwrap();
+        assert!(reader.entry("t0500").unwrap().offset < WINDOW);
+        assert_eq!((window.0, window.1.len() as u64), (0, WINDOW));
+    }
+
+    #[test]
+    fn a_data_file_cut_after_opening_fails_only_the_reads_past_the_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        let values = write(&prefix);
+        let reader = BundleReader::open(&prefix).unwrap();
+        let data = reader.shard_path(0);
+        let cut = reader.entry("t1000").unwrap().offset;
+        let file = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+        file.set_len(cut).unwrap();
+        // The window cannot be read whole: the pieces before the cut are read alone.
+        for at in [0, 999] {
+            let mut out = vec![0; values[at].len()];
+            reader.read_into(&format!("t{at:04}"), &mut out).unwrap();
+            assert_eq!(out, values[at]);
+        }
+        let mut out = vec![0; values[1000].len()];
+        match reader.read_into("t1000", &mut out) {
+            Err(BundleError::Io { path, op, .. }) => assert_eq!((path, op), (data, "read")),
+            other => panic!("{other:?}"),
+        }
+    }
 }
