@@ -518,35 +518,13 @@ fn check_restarts(path: &Path, block: &[u8]) -> Result<usize> {
     Ok(data_end)
 }
 
-/// Decodes the entries of one block (the metaindex and index blocks).
+/// Decodes the entries of one block (the metaindex and index blocks), with
+/// [`walk_block`]'s layout checks (their keys' order is not checked).
 fn parse_block<'a>(path: &Path, block: &'a [u8]) -> Result<Vec<(Vec<u8>, &'a [u8])>> {
-    let corrupt = |detail: &str| BundleError::CorruptIndex {
-        path: path.to_path_buf(),
-        detail: detail.to_string(),
-    };
-    let data_end = check_restarts(path, block)?;
-    let mut rest = &block[..data_end];
-    let mut key: Vec<u8> = Vec::new();
     let mut entries = Vec::new();
-    while !rest.is_empty() {
-        let header = (
-            get_varint(&mut rest),
-            get_varint(&mut rest),
-            get_varint(&mut rest),
-        );
-        let (Some(shared), Some(non_shared), Some(value_len)) = header else {
-            return Err(corrupt("bad entry header"));
-        };
-        let (shared, non_shared, value_len) =
-            (shared as usize, non_shared as usize, value_len as usize);
-        if shared > key.len() || non_shared > rest.len() || value_len > rest.len() - non_shared {
-            return Err(corrupt("entry extends past its block"));
-        }
-        key.truncate(shared);
-        key.extend_from_slice(&rest[..non_shared]);
-        entries.push((key.clone(), &rest[non_shared..non_shared + value_len]));
-        rest = &rest[non_shared + value_len..];
-    }
+    walk_block(path, block, |key, value| {
+        entries.push((key.to_vec(), value))
+    })?;
     Ok(entries)
 }
 
