@@ -291,45 +291,27 @@ mod tests {
 
     #[test]
     fn a_layout_that_does_not_fit_the_keys_is_refused() {
-        let cluster = LocalRendezvous::new(2);
-        let other = cluster.task(1).unwrap();
-        let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
-        other
-            .send(&key("keys"), HostTensor::string_vector(["a", "b"]))
-            .unwrap();
-        other
-            .send(
-                &key("layout"),
-                HostTensor::from_i32s(vec![2], &[0, 2]).unwrap(),
-            )
-            .unwrap();
-        let error = gather::<RendezvousError>(
-            &cluster.task(0).unwrap(),
-            NAMES,
-            || Ok(Vec::new()),
-            |_, _| Ok(()),
-        )
-        .unwrap_err();
+        let error = gather_error(&[0, 2], None);
         assert!(
-            error
-                .to_string()
-                .contains("layout is not a 0 or 1 per value"),
+            error.contains("layout is not a 0 or 1 per value"),
             "{error}"
         );
-        assert!(other.barrier().is_err(), "task 1 was not told");
     }
 
-    /// Task 0's error when task 1 sends `batch` for the keys `a`, `b` (both batched).
-    fn batch_error(batch: HostTensor) -> String {
+    /// Task 0's error when task 1 sends the keys `a`, `b` with `layout` and, when given,
+    /// `batch` as its first batch; task 1 must have been told.
+    fn gather_error(layout: &[i32], batch: Option<HostTensor>) -> String {
         let cluster = LocalRendezvous::new(2);
         let other = cluster.task(1).unwrap();
         let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
         other
             .send(&key("keys"), HostTensor::string_vector(["a", "b"]))
             .unwrap();
-        let layout = HostTensor::from_i32s(vec![2], &[0, 0]).unwrap();
+        let layout = HostTensor::from_i32s(vec![layout.len() as u64], layout).unwrap();
         other.send(&key("layout"), layout).unwrap();
-        other.send(&key("batch0"), batch).unwrap();
+        if let Some(batch) = batch {
+            other.send(&key("batch0"), batch).unwrap();
+        }
         let error = gather::<RendezvousError>(
             &cluster.task(0).unwrap(),
             NAMES,
@@ -339,6 +321,11 @@ mod tests {
         .unwrap_err();
         assert!(other.barrier().is_err(), "task 1 was not told");
         error.to_string()
+    }
+
+    /// [`gather_error`] of `batch` for the keys `a`, `b`, both batched.
+    fn batch_error(batch: HostTensor) -> String {
+        gather_error(&[0, 0], Some(batch))
     }
 
     #[test]
