@@ -51,6 +51,8 @@ step "tests without TensorFlow (clean venv; tests/cli against the saveplan binar
 cargo build --locked --quiet --bin saveplan
 target_dir="$(cargo metadata --format-version 1 --no-deps | "$work/venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 SAVEPLAN_BIN="$target_dir/debug/saveplan" run_pytest "$work/venv" tests/core tests/cli
+# PyTorch and JAX take gigabytes: gone before the next venv grows.
+rm -rf "$work/venv"
 
 step "TensorFlow-judged tests ($tf_venv)"
 if ! "$tf_venv/bin/python" -c 'import tensorflow as tf; assert tf.__version__ == "2.21.0"' 2>/dev/null; then

@@ -22,13 +22,19 @@ target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 example="$target_dir/debug/examples/mpi_rendezvous"
 bin="$target_dir/debug/saveplan"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+all_work="$work"
+trap 'rm -rf "$all_work"' EXIT
 
 passed=0
 failed=0
+# Each scenario works in a folder of its own under $work, removed when it ends: the drills write
+# hundreds of MiB, and CI's disk may be small.
 check() {
-    local name="$1"; shift
+    local name="$1" top="$work"; shift
+    work="$(mktemp -d -p "$top")"
     if "$@"; then passed=$((passed + 1)); echo "ok   $name"; else failed=$((failed + 1)); echo "FAIL $name"; fi
+    rm -rf "$work"
+    work="$top"
 }
 
 scenarios_on() {
