@@ -481,6 +481,13 @@ impl Session {
     /// [`Session::values`] are the whole restore's. Returns whether this process holds them
     /// (task 0, or a session without a cluster, which has nothing to gather).
     pub fn gather(&self) -> Result<bool, SessionError> {
+        self.gather_where(|_| true)
+    }
+
+    /// [`Session::gather`] of the variables `send` keeps alone: the others stay where they
+    /// are (their values written some other way, as `restore --out` writes a large tensor
+    /// in place from the task that holds it).
+    pub fn gather_where(&self, send: impl Fn(&VarKey) -> bool) -> Result<bool, SessionError> {
         let Some(cluster) = self.cluster.as_deref() else {
             return Ok(true);
         };
@@ -495,6 +502,7 @@ impl Session {
                 return Ok(Vec::new());
             }
             (store.keys().into_iter())
+                .filter(|key| send(key))
                 .map(|key| {
                     let value = store.get(&key).map_err(variable_error(&key))?;
                     Ok((vec![key.container, key.shared_name], value))
@@ -521,7 +529,44 @@ impl Session {
     /// whose restored slices do not cover its full shape is an error
     /// ([`SessionError::SlicesDoNotCover`]), never a value with zeros where nothing was read.
     pub fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
-        self.bound.values()
+        self.bound.values_where(|_| true)
+    }
+
+    /// [`Session::values`] of the tensors `keep` takes, by their index in
+    /// [`Session::restored_tensors`]' order.
+    pub fn values_where(
+        &self,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<BTreeMap<String, HostTensor>, SessionError> {
+        self.bound.values_where(keep)
+    }
+
+    /// In a cluster run ([`Session::with_cluster`]) whose restore plan is split by task: for
+    /// each tensor the restore plan reads, in [`Session::restored_tensors`]' order, the first
+    /// task (index into [`Session::tasks`]) whose partition holds every variable of it, or
+    /// `None` when its slices are held by several tasks. The same in every process of the
+    /// cluster (it comes from the plan alone); `None` without a cluster, or for a restore plan
+    /// that runs whole.
+    pub fn restored_owners(&self) -> Option<Vec<Option<usize>>> {
+        self.cluster.as_ref()?;
+        let plans = self.runner.task_plans(Call::Restore)?;
+        let held: Vec<&[VarKey]> = (0..plans.tasks().len())
+            .map(|task| plans.task_variables(task))
+            .collect::<Option<_>>()?;
+        let owners = (self.bound.restored.values())
+            .map(|tensor| {
+                (held.iter()).position(|variables| {
+                    (tensor.parts.iter())
+                        .all(|part| variables.binary_search(&part.variable).is_ok())
+                })
+            })
+            .collect();
+        Some(owners)
+    }
+
+    /// The rendezvous of a cluster run ([`Session::with_cluster`]), if the session has one.
+    pub fn cluster(&self) -> Option<&dyn Rendezvous> {
+        self.cluster.as_deref()
     }
 
     /// Runs `call` with `prefix` through the session's [`Runner`].

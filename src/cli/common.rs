@@ -147,7 +147,11 @@ pub fn restore_to_file_as(
             session.restore_observed(prefix, observer)
         })
     })?;
-    // In a cluster, task 0 gathers every task's values and writes the file alone.
+    // In a cluster, the processes write a local safetensors file together when they all
+    // reach it; else task 0 gathers every task's values and writes the file alone.
+    if names.is_empty() && super::values::in_place::write_in_place(session, out)? {
+        return Ok(());
+    }
     if !session.gather()? {
         return Ok(());
     }

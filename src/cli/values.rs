@@ -3,6 +3,8 @@
 //! between TensorFlow and safetensors dtypes, and what a checkpoint path on the command line
 //! stands for ([`checkpoint_prefix`]).
 
+pub mod in_place;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -167,17 +167,24 @@ impl Bound {
         Ok(())
     }
 
-    /// [`Session::values`](super::Session::values).
-    pub(super) fn values(&self) -> Result<BTreeMap<String, HostTensor>, SessionError> {
+    /// [`Session::values_where`](super::Session::values_where): the values of the restored
+    /// tensors `keep` takes (by index, in key order).
+    pub(super) fn values_where(
+        &self,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<BTreeMap<String, HostTensor>, SessionError> {
         // In key order (`restored` is sorted), so the map is built in bulk, not by searches.
         let mut out = Vec::with_capacity(self.restored.len());
         let slots = self.restored_slots();
         let mut next_slot = 0;
         // One lock for every read.
         let reader = self.variables.reader();
-        for tensor in self.restored.values() {
+        for (index, tensor) in self.restored.values().enumerate() {
             let part_slots = &slots[next_slot..next_slot + tensor.parts.len()];
             next_slot += tensor.parts.len();
+            if !keep(index) {
+                continue;
+            }
             let read = |part: &Part, slot: VarSlot| {
                 let value = reader
                     .get_at(slot)

@@ -384,6 +384,98 @@ fn sessions_as_processes_save_one_sessions_bytes_and_gather_a_restore() {
     assert_eq!(rendezvous.pending(), 0, "every value sent was received");
 }
 
+/// `restored_owners` names, the same in every process, the first task holding every variable
+/// of each restored tensor (none for one sliced across tasks); `gather_where` brings task 0
+/// only the variables asked for. As `restore --out` splits a restore: each task takes the
+/// values it holds whole, task 0 gathers the rest, and the two together are every value.
+#[test]
+fn restored_owners_and_a_partial_gather_split_a_restore_between_tasks() {
+    let device = |task: usize| format!("/job:worker/replica:0/task:{task}/device:CPU:0");
+    let variable = |key: &str, shape: &str, task: usize, slice: &str| {
+        format!(
+            r#"{{"checkpoint_key": "{key}", "dtype": "float32", "shape": {shape}, "device": "{}", "slice_spec": "{slice}"{}}}"#,
+            device(task),
+            match slice {
+                "" => String::new(),
+                _ => format!(r#", "name": "{key}_{task}""#),
+            }
+        )
+    };
+    let text = format!(
+        r#"{{"variables": [{}, {}, {}, {}, {}]}}"#,
+        variable("a", "[3]", 0, ""),
+        variable("b", "[2, 2]", 1, ""),
+        variable("c", "[5]", 2, ""),
+        variable("s", "[2, 2]", 1, "4 2 0,2:-"),
+        variable("s", "[2, 2]", 2, "4 2 2,2:-"),
+    );
+    let spec = SpecFile::parse(&text).unwrap();
+    let values = values_of(&spec);
+    let expected_owners = vec![Some(0), Some(1), Some(2), None];
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+    let whole = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+    assert_eq!(whole.restored_owners(), None, "no cluster, no owners");
+    whole.assign(values.clone()).unwrap();
+    whole.save(&prefix).unwrap();
+
+    let rendezvous = LocalRendezvous::new(3);
+    let parts: Vec<BTreeMap<String, HostTensor>> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..3)
+            .map(|task| {
+                let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
+                let (spec, prefix, expected_owners) = (&spec, &prefix, &expected_owners);
+                scope.spawn(move || {
+                    let options = SessionOptions {
+                        task: Some(task),
+                        ..SessionOptions::default()
+                    };
+                    let session = Session::from_spec(spec, options)
+                        .unwrap()
+                        .with_cluster(view);
+                    session.restore(prefix).unwrap();
+                    let owners = session.restored_owners().expect("a split restore");
+                    assert_eq!(&owners, expected_owners, "task {task}");
+                    let mut mine = session
+                        .values_where(|index| owners[index] == Some(task))
+                        .unwrap();
+                    let owned: BTreeMap<_, _> = (session.restored_tensors().values())
+                        .zip(&owners)
+                        .filter(|(_, owner)| owner.is_some())
+                        .flat_map(|(tensor, _)| tensor.parts.iter().map(|part| &part.variable))
+                        .map(|variable| (variable.clone(), ()))
+                        .collect();
+                    let holds = session
+                        .gather_where(|variable| !owned.contains_key(variable))
+                        .unwrap();
+                    assert_eq!(holds, task == 0, "task {task}");
+                    if holds {
+                        // The tensor no one task holds, gathered; another task's own is not.
+                        mine.extend(
+                            session
+                                .values_where(|index| owners[index].is_none())
+                                .unwrap(),
+                        );
+                        assert!(session.values_where(|index| index == 1).is_err());
+                    }
+                    mine
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|thread| thread.join().unwrap())
+            .collect()
+    });
+    let keys = |part: &BTreeMap<String, HostTensor>| part.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&parts[0]), ["a", "s"]);
+    assert_eq!(keys(&parts[1]), ["b"]);
+    assert_eq!(keys(&parts[2]), ["c"]);
+    let together: BTreeMap<String, HostTensor> = parts.into_iter().flatten().collect();
+    assert_eq!(together, values);
+    assert_eq!(rendezvous.pending(), 0, "every value sent was received");
+}
+
 /// What cannot run as one process of a cluster fails in one line before anything is written,
 /// and tells the other processes: a cluster of the wrong size (every process finds it), a
 /// session compiled for another task, eager mode, a captured write.

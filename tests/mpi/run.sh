@@ -5,8 +5,10 @@
 # over 1 GiB (MPI messages in parts) on 2, then
 # `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
 # (one rank per task: the same files and the same --out as one process), of object specs
-# (tests/mpi/objects*.json: the same files, report, --out and --expect outcome), a wrong number
-# of ranks, one rank failing, and ranks killed at random times during a save.
+# (tests/mpi/objects*.json: the same files, report, --out and --expect outcome), `restore --out`
+# written in place by the ranks (tests/mpi/mixed3.json, big3.json), where a rank cannot reach
+# the file (gathered instead) and on a full disk, a wrong number of ranks, one rank failing,
+# and ranks killed at random times during a save.
 # Needs `mpirun` and an MPI library with its headers (Debian: openmpi-bin libopenmpi-dev) and
 # libclang (bindgen); `.ci/run` installs them. Prints one `N passed, M failed` line.
 set -euo pipefail
@@ -102,6 +104,69 @@ cluster_case() {
 for case in "${!TASKS[@]}"; do
     check "$case: save and restore on ${TASKS[$case]} ranks = one process" cluster_case "$case"
 done
+
+# `restore --out X.safetensors` on a folder every rank reaches: each rank writes the tensors of
+# 64 KiB or more it holds whole in place, task 0 gathers the rest (small ones, and large ones
+# sliced across tasks); the file is the one process's, byte for byte.
+in_place() {
+    local spec="tests/mpi/$1.json" n="$2" dir="$work"
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
+    "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/one.safetensors" || return 1
+    mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/ckpt" \
+        --out "$dir/many.safetensors" --cluster mpi || { echo "the restore failed"; return 1; }
+    cmp "$dir/one.safetensors" "$dir/many.safetensors" || { echo "--out differs"; return 1; }
+    [ "$(stat -c %a "$dir/many.safetensors")" = "$(stat -c %a "$dir/one.safetensors")" ] \
+        || { echo "the modes differ"; return 1; }
+    [ "$(ls -A "$dir" | grep -c '^\.')" -eq 0 ] || { echo "leftovers: $(ls -A "$dir")"; return 1; }
+}
+check "mixed3: restore --out in place on 3 ranks = one process" in_place mixed3 3
+check "big3: restore --out in place on 3 ranks = one process" in_place big3 3
+
+# Where a rank cannot reach task 0's file (here rank 1 sees a folder of its own over --out's,
+# as another host would), every rank falls back to gathering to task 0: the same file.
+not_shared() {
+    local spec=tests/mpi/mixed3.json dir="$work" out
+    mkdir -p "$dir/out"
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
+    "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/one.safetensors" || return 1
+    local args=(restore "$spec" --prefix "$dir/ckpt" --out "$dir/out/many.safetensors" --cluster mpi)
+    out="$(mpirun_ --quiet -n 1 "$bin" "${args[@]}" \
+        : -n 1 unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' "$dir/out" "$bin" "${args[@]}" \
+        : -n 1 "$bin" "${args[@]}" 2>&1)" || { echo "the restore failed: $out"; return 1; }
+    cmp "$dir/one.safetensors" "$dir/out/many.safetensors" || { echo "--out differs"; return 1; }
+    [ "$(ls -A "$dir/out")" = "many.safetensors" ] || { echo "leftovers: $(ls -A "$dir/out")"; return 1; }
+}
+# A rank whose writes fail (the disk fills: --out on a 100 MiB tmpfs, big3's is 192 MiB) fails
+# every rank in one line each, deletes the temporary file and leaves the old --out as it was.
+in_place_fails() {
+    local spec=tests/mpi/big3.json dir="$work" out
+    mkdir -p "$dir/out"
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
+    # In a mount namespace of its own: the tmpfs, the restore, and what it left there.
+    local inner='mount -t tmpfs -o size=100M none "$1" && echo old >"$1/many.safetensors" || exit 99
+        d="$1"; shift; status=0; timeout 300 mpirun --oversubscribe --quiet "$@" || status=$?
+        echo "exit $status"; echo "files: $(ls -A "$d")"; echo "content: $(cat "$d/many.safetensors")"'
+    out="$(unshare -m sh -c "$inner" sh "$dir/out" -n 3 "$bin" restore "$spec" --prefix "$dir/ckpt" \
+        --out "$dir/out/many.safetensors" --cluster mpi 2>&1)"
+    grep -qx "exit [1-9][0-9]*" <<<"$out" || { echo "the restore did not fail: $out"; return 1; }
+    grep -qx "files: many.safetensors" <<<"$out" && grep -qx "content: old" <<<"$out" \
+        || { echo "--out changed or a temporary file is left: $out"; return 1; }
+    grep -q "^error: .*$dir/out/many.safetensors: cannot write: no storage space" <<<"$out" \
+        || { echo "no line says why: $out"; return 1; }
+    if grep -v '^error: ' <<<"$out" | grep -v '^exit \|^files: \|^content: ' | grep -q .; then
+        echo "a line that is not an error: $out"; return 1
+    fi
+}
+# (Both need a mount namespace of their own: root, as CI runs this suite.)
+if unshare -m true 2>/dev/null; then
+    check "restore --out where rank 1 cannot reach the file: gathered, the same file" not_shared
+    check "restore --out in place when the disk fills: every rank fails, no temporary left" in_place_fails
+else
+    echo "skip: restore --out on an unshared folder and on a full disk (unshare -m is not permitted here)"
+fi
 
 # A number of ranks other than the plan's tasks: every rank says so, nothing is written.
 wrong_size() {
