@@ -209,8 +209,9 @@ pub struct ClusterArg {
     /// Run one task of the plan in this process, as one of a cluster: `mpi` under
     /// `mpirun -n N` (N the plan's tasks; for an object spec, those of its devices and
     /// /job:localhost/replica:0/task:0; rank r runs task r in sorted (job, replica, task)
-    /// order; every rank reads the same --values, rank 0 writes --out). Needs a build with
-    /// the cargo feature `mpi`.
+    /// order; every rank reads the same --values; --out is the one-process file, written by
+    /// rank 0, each rank writing its large tensors into a local .safetensors --out they all
+    /// reach). Needs a build with the cargo feature `mpi`.
     #[arg(long, value_name = "KIND", value_enum)]
     cluster: Option<ClusterKind>,
 }
