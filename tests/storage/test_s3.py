@@ -5,7 +5,8 @@ Checks the CLI on s3:// as it works locally (save byte-identical to the local sa
 verify, restore, convert both ways, object specs with `--expect consumed`, a directory and a
 `checkpoint` state file as prefixes), killed saves (kill -9 at random times: the previous
 checkpoint stays whole, no partial checkpoint is visible, the next save cleans up), two
-concurrent writers (one wins, the other fails in one line), and failures in one line within
+concurrent writers (one wins, the other fails in one line), a lookup of one tensor fetching
+that tensor's bytes alone (ranged GETs) where a restore streams the object, and failures in one line within
 seconds (bad credentials, a missing bucket, an unreachable endpoint), and the console example of
 docs/object-stores.md as printed (its own moto server on port 5000). With --cargo-test it also
 runs the Rust suite `cargo test --test it storage::` with SAVEPLAN_TEST_S3 set. The last line
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -172,6 +174,47 @@ def object_specs_save_and_restore_with_expect_consumed():
     for key, body in got.items():
         assert open(os.path.join(TMP, "obj", key.split("/")[-1]), "rb").read() == body, key
     run("restore", spec, "--prefix", url, "--out", os.path.join(TMP, "obj.safetensors"), "--expect", "consumed")
+
+
+def data_gets(call):
+    """The (path, HTTP status) of every GET of a data object moto answers while `call` runs,
+    from its request log (206 a ranged GET, 200 a whole object's)."""
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("werkzeug")
+    kept = (log.handlers[:], log.level, log.propagate)
+    log.handlers, log.propagate = [Collect()], False
+    log.setLevel(logging.INFO)
+    try:
+        call()
+    finally:
+        log.handlers, level, log.propagate = kept
+        log.setLevel(level)
+    gets = []
+    for line in seen:
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        found = re.search(r'"GET (/\S+) HTTP/[0-9.]+" (\d+)', line)
+        if found and ".data-" in found.group(1):
+            gets.append((found.group(1), int(found.group(2))))
+    return gets
+
+
+@check
+def a_lookup_fetches_its_tensor_alone_and_a_restore_reads_ahead():
+    """`inspect --tensor` of one tensor of a 32 MiB checkpoint sends only ranged GETs of its data
+    object (never the whole object); a restore, which reads everything in order, streams it."""
+    spec, values = big_spec(TMP, 8, 4096, 3)  # 8 x 4 MiB in one data object
+    url = "s3://%s/lookup/ckpt" % BUCKET
+    run("save", spec, "--values", values, "--prefix", url)
+    lookup = data_gets(lambda: run("inspect", url, "--tensor", "v005"))
+    assert lookup and all(status == 206 for _, status in lookup), lookup
+    out = os.path.join(TMP, "lookup.safetensors")
+    restore = data_gets(lambda: run("restore", spec, "--prefix", url, "--out", out))
+    assert any(status == 200 for _, status in restore), restore
 
 
 @check
