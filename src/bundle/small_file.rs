@@ -69,8 +69,9 @@ fn split(path: &Path) -> io::Result<(&Path, &str)> {
 }
 
 /// Deletes the temporary files `.<name>.tmp<pid>-<n>` in `dir` whose writer process is gone
-/// (best effort; where it cannot tell, it keeps them).
-fn remove_stale_temps(dir: &Path, name: &str) {
+/// (best effort; where it cannot tell, it keeps them). Writers of other files replaced
+/// through a temporary name of that form call it too (a cluster restore's `--out`).
+pub fn remove_stale_temps(dir: &Path, name: &str) {
     let Ok(entries) = fsops::file_names(dir) else {
         return;
     };

@@ -153,16 +153,26 @@ pub fn restore_to_file_as(
         return Ok(());
     }
     if !session.gather()? {
-        return Ok(());
+        // Task 0 writes `--out`: its failure is every process's.
+        return (session.cluster())
+            .map_or(Ok(()), |cluster| cluster.barrier())
+            .map_err(Into::into);
     }
     let values = session
         .values()?
         .into_iter()
         .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
         .collect();
-    write_values(out, &values)?;
+    let written = write_values(out, &values);
     free_at_exit(values);
-    Ok(())
+    match (session.cluster(), written) {
+        (Some(cluster), Err(err)) => {
+            cluster.abort(&render_error(&err));
+            Err(err)
+        }
+        (Some(cluster), Ok(())) => Ok(cluster.barrier()?),
+        (None, written) => written,
+    }
 }
 
 /// Runs `call` on `session`, then prints (`saveplan: save: traced: <reason>`) every function

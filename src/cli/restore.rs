@@ -31,7 +31,7 @@ use super::common::{
     Cluster, ClusterArg, ModeArgs, free_session_at_exit, in_cluster, restore_to_file,
     restore_to_file_as, spec_session,
 };
-use super::output::{one_line, out};
+use super::output::{one_line, out, render_error};
 use super::values::{checkpoint_prefix, is_safetensors_name, prepare_out, write_values};
 
 /// Arguments of `saveplan restore`.
@@ -218,7 +218,12 @@ fn restore_objects(
         Some(rendezvous) => checkpoint.apply_in(matched, rendezvous)?,
     };
     if lead {
-        write_restored(args, &checkpoint, &keys)?;
+        let written = write_restored(args, &checkpoint, &keys);
+        if let (Err(err), Some(rendezvous)) = (&written, rendezvous) {
+            // The others wait at the barrier below: they fail with this line.
+            rendezvous.abort(&render_error(err));
+        }
+        written?;
     }
     if let Some(rendezvous) = rendezvous {
         // Task 0 wrote `--out` before any process fails an assertion (a process that exits

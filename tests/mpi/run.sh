@@ -108,20 +108,44 @@ done
 # `restore --out X.safetensors` on a folder every rank reaches: each rank writes the tensors of
 # 64 KiB or more it holds whole in place, task 0 gathers the rest (small ones, and large ones
 # sliced across tasks); the file is the one process's, byte for byte.
+# A temporary file that a killed rank 0 left for the same --out (its process gone) is deleted.
 in_place() {
-    local spec="tests/mpi/$1.json" n="$2" dir="$work"
+    local spec="tests/mpi/$1.json" n="$2" dir="$work" name="${3:-many}.safetensors" dead
     python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
     "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
     "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/one.safetensors" || return 1
+    dead="$(sh -c 'echo $$')"
+    echo stale >"$dir/.${name:0:100}.tmp$dead-1"
     mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/ckpt" \
-        --out "$dir/many.safetensors" --cluster mpi || { echo "the restore failed"; return 1; }
-    cmp "$dir/one.safetensors" "$dir/many.safetensors" || { echo "--out differs"; return 1; }
-    [ "$(stat -c %a "$dir/many.safetensors")" = "$(stat -c %a "$dir/one.safetensors")" ] \
+        --out "$dir/$name" --cluster mpi || { echo "the restore failed"; return 1; }
+    cmp "$dir/one.safetensors" "$dir/$name" || { echo "--out differs"; return 1; }
+    [ "$(stat -c %a "$dir/$name")" = "$(stat -c %a "$dir/one.safetensors")" ] \
         || { echo "the modes differ"; return 1; }
     [ "$(ls -A "$dir" | grep -c '^\.')" -eq 0 ] || { echo "leftovers: $(ls -A "$dir")"; return 1; }
 }
 check "mixed3: restore --out in place on 3 ranks = one process" in_place mixed3 3
 check "big3: restore --out in place on 3 ranks = one process" in_place big3 3
+check "a 252-byte --out name: in place on 3 ranks = one process" in_place mixed3 3 "$(printf 'n%.0s' {1..240})"
+
+# Task 0 fails after the others wrote their part (here its rename: --out ends in a slash):
+# every rank exits non-zero, each line printed says why, and no file is left.
+task0_fails_last() {
+    local spec=tests/mpi/mixed3.json dir="$work" out status=0
+    python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
+    "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
+    mkdir -p "$dir/out"
+    out="$(mpirun_ --quiet -n 3 sh -c '"$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?"' sh \
+        "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/out/x.safetensors/" --cluster mpi 2>&1)" \
+        || status=$?
+    [ "$(grep -c "^rank [0-2] exit 1$" <<<"$out")" -eq 3 ] || { echo "not every rank failed: $out"; return 1; }
+    grep -q "^error: $dir/out/x.safetensors/: cannot write: not a directory$" <<<"$out" \
+        || { echo "task 0's line is missing: $out"; return 1; }
+    if grep -v '^rank [0-2] exit ' <<<"$out" | grep -v '^error: ' | grep -q .; then
+        echo "a line that is not an error: $out"; return 1
+    fi
+    [ -z "$(ls -A "$dir/out")" ] || { echo "leftovers: $(ls -A "$dir/out")"; return 1; }
+}
+check "restore --out in place, task 0 fails last: every rank exits 1, nothing left" task0_fails_last
 
 # Where a rank cannot reach task 0's file (here rank 1 sees a folder of its own over --out's,
 # as another host would), every rank falls back to gathering to task 0: the same file.

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use safetensors::tensor::{Dtype, View};
-use saveplan::exec::HostTensor;
 use saveplan::exec::rendezvous::{Rendezvous, RendezvousKey};
+use saveplan::exec::{HostTensor, VarKey};
 use saveplan::session::Session;
 
 use super::{is_safetensors_name, set_new_file_mode, to_safetensors};
@@ -43,6 +43,10 @@ use super::{is_safetensors_name, set_new_file_mode, to_safetensors};
 /// smaller ones travel to task 0 in batches (the gather's own threshold for sending a value
 /// alone).
 pub const IN_PLACE: u64 = 64 << 10;
+
+/// The most of `--out`'s name its temporary file's name keeps: a file name has at most 255
+/// bytes, and `--out`'s may have them all.
+const NAME_KEPT: usize = 100;
 
 /// Writes are gathered into runs of up to this many bytes.
 const RUN: usize = 4 << 20;
@@ -73,16 +77,26 @@ pub fn write_in_place(session: &Session, out: &Path) -> anyhow::Result<bool> {
             .and_then(|()| file.file().sync_data())
             .map_err(|err| cannot_write(out, &err))?;
         drop(mine);
-        let skip: HashSet<_> = (session.restored_tensors().values().enumerate())
-            .filter(|(index, _)| layout.writer[*index].is_some())
-            .flat_map(|(_, tensor)| tensor.parts.iter().map(|part| &part.variable))
-            .collect();
-        if !session.gather_where(|variable| !skip.contains(variable))? {
+        // The variables of the tensors written in place stay; one that a gathered tensor
+        // uses too travels all the same.
+        let variables = |in_place: bool| -> HashSet<_> {
+            (session.restored_tensors().values().enumerate())
+                .filter(|(index, _)| layout.writer[*index].is_some() == in_place)
+                .flat_map(|(_, tensor)| tensor.parts.iter().map(|part| &part.variable))
+                .collect()
+        };
+        let (stay, travel) = (variables(true), variables(false));
+        let sent = |variable: &VarKey| !stay.contains(variable) || travel.contains(variable);
+        if !session.gather_where(sent)? {
+            // Task 0 then writes the rest and renames the file: its failure is every
+            // process's.
+            rendezvous.barrier()?;
             return Ok(true);
         }
         let rest = session.values_where(|index| layout.writer[index].is_none())?;
         (layout.write(file.file(), &rest)).map_err(|err| cannot_write(out, &err))?;
         file.commit(out)?;
+        rendezvous.barrier()?;
         Ok(true)
     })();
     if let Err(err) = &result {
@@ -302,17 +316,25 @@ fn share_file(
     }))
 }
 
-/// Task 0: a new file beside `out`, `.<name>.tmp<pid>-<n>`, holding `layout`'s header at
-/// `layout`'s length.
+/// Task 0: a new file beside `out`, `.<name>.tmp<pid>-<n>` (`<name>` `out`'s name, cut to
+/// [`NAME_KEPT`] bytes), holding `layout`'s header at `layout`'s length. The temporary files
+/// of processes killed while they wrote one for the same `out` (a rank of a cluster that was
+/// ended) are deleted first, as the `checkpoint` state file's are.
 fn create_beside(out: &Path, layout: &Layout) -> anyhow::Result<OutFile> {
     let name = out
         .file_name()
         .with_context(|| format!("{}: not a file name", out.display()))?
         .to_string_lossy();
+    let mut end = name.len().min(NAME_KEPT);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = &name[..end];
     let dir = match out.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    saveplan::bundle::small_file::remove_stale_temps(dir, name);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.subsec_nanos());
