@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # CI for the Python package (called from .ci/run): checks the native module's formatting and
 # clippy, builds `./python` with pip as a user's `pip install ./python` does (pip fetches
-# maturin), installs the wheel into a clean venv with NumPy, ml_dtypes and pytest and runs
+# maturin), installs the wheel into a clean venv with NumPy, ml_dtypes, pytest and JAX and runs
 # the tests that need no TensorFlow (tests/core, and tests/cli, which compares with the
-# `saveplan` binary it builds); then, in a venv of its own and where the disk has room for
-# PyTorch's CUDA wheels, the test in which PyTorch loads what the BERT recipe writes; then
+# `saveplan` binary it builds), all but those marked `pytorch`; then, in a venv of its own
+# and where the disk has room for PyTorch's CUDA wheels, those (docs/python.md's PyTorch
+# recipe, PyTorch loading what the BERT recipe writes); then
 # installs the same wheel into the TensorFlow 2.21 venv the interop suite uses (creating it if
 # needed) and runs the TensorFlow-judged tests (tests/tf). Fails when any pytest run fails or
 # collects nothing.
@@ -40,7 +41,8 @@ PYO3_PYTHON="${PYO3_PYTHON:-python3}" cargo clippy --manifest-path python/Cargo.
 
 step "build the wheel (pip wheel ./python)"
 python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install "${pip_quiet[@]}" numpy ml_dtypes pytest
+# JAX runs docs/python.md's JAX recipe (tests/core/test_docs_examples.py).
+"$work/venv/bin/pip" install "${pip_quiet[@]}" numpy ml_dtypes pytest jax
 "$work/venv/bin/pip" wheel "${pip_quiet[@]}" --no-deps --wheel-dir "$work/wheels" ./python
 wheel="$(ls "$work"/wheels/saveplan-*.whl)"
 echo "$(basename "$wheel")"
@@ -49,23 +51,22 @@ step "tests without TensorFlow (clean venv; tests/cli against the saveplan binar
 "$work/venv/bin/pip" install "${pip_quiet[@]}" "$wheel"
 cargo build --locked --quiet --bin saveplan
 target_dir="$(cargo metadata --format-version 1 --no-deps | "$work/venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-pytorch_test=tests/core/test_recipes.py::test_the_script_writes_a_state_dict_pytorch_loads
-SAVEPLAN_BIN="$target_dir/debug/saveplan" run_pytest "$work/venv" tests/core tests/cli \
-    --deselect "$pytorch_test"
+SAVEPLAN_BIN="$target_dir/debug/saveplan" run_pytest "$work/venv" tests/core tests/cli -m "not pytorch"
 rm -rf "$work/venv"
 
-step "PyTorch loads what the BERT recipe writes (a venv of its own)"
+step "the tests that need PyTorch (a venv of their own)"
 # PyPI's PyTorch comes with its CUDA libraries: about 8 GB installed, more while pip unpacks.
-# On a machine without that much disk the one test that needs it is not run, and says so.
+# On a machine without that much disk the tests marked `pytorch` (docs/python.md's PyTorch
+# recipe, the BERT conversion script) are not run, and the log says so.
 free_gb="$(df -BG --output=avail "$work" | tail -1 | tr -dc 0-9)"
 if [ "$free_gb" -ge 14 ]; then
     python3 -m venv "$work/torch"
     "$work/torch/bin/pip" install "${pip_quiet[@]}" numpy ml_dtypes pytest torch
     "$work/torch/bin/pip" install "${pip_quiet[@]}" "$wheel"
-    run_pytest "$work/torch" "$pytorch_test"
+    run_pytest "$work/torch" tests/core -m pytorch
     rm -rf "$work/torch"
 else
-    echo "python: not run: $pytorch_test (PyTorch needs about 14 GB free while it installs; $free_gb GB free)"
+    echo "python: not run: the tests marked pytorch (PyTorch needs about 14 GB free while it installs; $free_gb GB free)"
 fi
 
 step "TensorFlow-judged tests ($tf_venv)"

@@ -23,7 +23,9 @@ def python_blocks():
                 end = next(i for i in range(start, len(lines)) if lines[i].strip() == "```")
                 reason = MARKER.match(lines[at - 1].strip()) if at > 0 else None
                 name = "%s:%d" % (page.relative_to(ROOT), at + 1)
-                yield pytest.param("\n".join(lines[start:end]), reason and reason.group(1), id=name)
+                code = "\n".join(lines[start:end])
+                marks = [pytest.mark.pytorch] if re.search(r"\bimport\b.*\btorch\b", code) else []
+                yield pytest.param(code, reason and reason.group(1), id=name, marks=marks)
                 at = end
             at += 1
 

@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import saveplan
 
@@ -54,6 +55,7 @@ def test_bert_names_and_kernels(tmp_prefix):
     )
 
 
+@pytest.mark.pytorch
 def test_the_script_writes_a_state_dict_pytorch_loads(tmp_path):
     """The script end to end, as its docstring runs it: PyTorch loads the `.bin` it writes and
     holds the transposed kernels."""
