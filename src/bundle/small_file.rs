@@ -18,25 +18,42 @@ pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
         let put = crate::storage::object::Put::Overwrite;
         return crate::storage::object::put(path, bytes.to_vec(), put).map(|_| ());
     }
-    let (dir, name) = split(path)?;
-    remove_stale_temps(dir, name);
-    // One temporary name per write, so concurrent writers (threads of one process too) never
-    // share one.
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let temp = dir.join(format!(
-        ".{name}.tmp{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
+    let temp = temp_beside(path)?;
     let written = fsops::write_file(&temp, bytes, fsync).and_then(|()| fsops::rename(&temp, path));
     if written.is_err() {
         let _ = fsops::remove_file(&temp);
     }
     written?;
     if fsync {
-        fsops::sync_dir(dir)?;
+        fsops::sync_dir(split(path)?.0)?;
     }
     Ok(())
+}
+
+/// The most of a file's name its temporary file's name keeps: a file name has at most 255
+/// bytes, and the file's may have them all.
+const NAME_KEPT: usize = 100;
+
+/// A new temporary name beside the local file `path`, for a file to be renamed over it:
+/// `.<name>.tmp<pid>-<n>`, `<name>` being `path`'s name cut to 100 bytes (`NAME_KEPT`). The
+/// temporary files of writers of `path` whose process is gone are deleted first. Besides this
+/// module's own writes, a cluster restore's `--out` is written through one.
+pub fn temp_beside(path: &Path) -> io::Result<PathBuf> {
+    let (dir, name) = split(path)?;
+    let mut end = name.len().min(NAME_KEPT);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = &name[..end];
+    remove_stale_temps(dir, name);
+    // One temporary name per write, so concurrent writers (threads of one process too) never
+    // share one.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    Ok(dir.join(format!(
+        ".{name}.tmp{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )))
 }
 
 /// Deletes the file at `path`, durably when `fsync` (its directory synced); a file already
@@ -69,9 +86,8 @@ fn split(path: &Path) -> io::Result<(&Path, &str)> {
 }
 
 /// Deletes the temporary files `.<name>.tmp<pid>-<n>` in `dir` whose writer process is gone
-/// (best effort; where it cannot tell, it keeps them). Writers of other files replaced
-/// through a temporary name of that form call it too (a cluster restore's `--out`).
-pub fn remove_stale_temps(dir: &Path, name: &str) {
+/// (best effort; where it cannot tell, it keeps them).
+fn remove_stale_temps(dir: &Path, name: &str) {
     let Ok(entries) = fsops::file_names(dir) else {
         return;
     };

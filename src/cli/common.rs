@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context as _, bail};
 use saveplan::compile::{Compilation, Form, compile};
-use saveplan::exec::rendezvous::Rendezvous;
+use saveplan::exec::rendezvous::{Rendezvous, settle};
 use saveplan::exec::{Backend, HostTensor, StepEvent};
 use saveplan::session::{
     CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
@@ -152,26 +152,23 @@ pub fn restore_to_file_as(
     if names.is_empty() && super::values::in_place::write_in_place(session, out)? {
         return Ok(());
     }
-    if !session.gather()? {
-        // Task 0 writes `--out`: its failure is every process's.
-        return (session.cluster())
-            .map_or(Ok(()), |cluster| cluster.barrier())
-            .map_err(Into::into);
-    }
-    let values = session
-        .values()?
-        .into_iter()
-        .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
-        .collect();
-    let written = write_values(out, &values);
-    free_at_exit(values);
-    match (session.cluster(), written) {
-        (Some(cluster), Err(err)) => {
-            cluster.abort(&render_error(&err));
-            Err(err)
-        }
-        (Some(cluster), Ok(())) => Ok(cluster.barrier()?),
-        (None, written) => written,
+    let written = match session.gather()? {
+        false => Ok(()),
+        true => (|| {
+            let values = session
+                .values()?
+                .into_iter()
+                .map(|(key, value)| (names.get(&key).cloned().unwrap_or(key), value))
+                .collect();
+            let written = write_values(out, &values);
+            free_at_exit(values);
+            written
+        })(),
+    };
+    // Task 0 writes `--out`: its failure is every process's.
+    match session.cluster() {
+        Some(cluster) => settle(cluster, written, render_error),
+        None => written,
     }
 }
 

@@ -23,6 +23,7 @@ use saveplan::checkpoint::{
     Assertion, Checkpoint, ObjectSpec, RestoreKind, SAVE_COUNTER_KEY, full_name_keys,
     is_object_based,
 };
+use saveplan::exec::rendezvous::settle;
 use saveplan::exec::{BundleIo, OpenedBundleIo};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
@@ -217,18 +218,15 @@ fn restore_objects(
         None => checkpoint.apply(matched)?,
         Some(rendezvous) => checkpoint.apply_in(matched, rendezvous)?,
     };
-    if lead {
-        let written = write_restored(args, &checkpoint, &keys);
-        if let (Err(err), Some(rendezvous)) = (&written, rendezvous) {
-            // The others wait at the barrier below: they fail with this line.
-            rendezvous.abort(&render_error(err));
-        }
-        written?;
-    }
-    if let Some(rendezvous) = rendezvous {
-        // Task 0 wrote `--out` before any process fails an assertion (a process that exits
-        // 1 has `mpirun` end the others).
-        rendezvous.barrier()?;
+    let written = match lead {
+        true => write_restored(args, &checkpoint, &keys),
+        false => Ok(()),
+    };
+    match rendezvous {
+        // Task 0 wrote `--out` (or failed, and every process with it) before any process
+        // fails an assertion (a process that exits 1 has `mpirun` end the others).
+        Some(rendezvous) => settle(rendezvous, written, render_error)?,
+        None => written?,
     }
     if let Some(expect) = args.expect {
         let assertion = match expect {

@@ -33,20 +33,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use safetensors::tensor::{Dtype, View};
-use saveplan::exec::rendezvous::{Rendezvous, RendezvousKey};
+use saveplan::exec::rendezvous::{Rendezvous, RendezvousKey, settle};
 use saveplan::exec::{HostTensor, VarKey};
 use saveplan::session::Session;
 
 use super::{is_safetensors_name, set_new_file_mode, to_safetensors};
+use crate::cli::output::render_error;
 
 /// Tensors of this many bytes or more are written in place by the process holding them;
 /// smaller ones travel to task 0 in batches (the gather's own threshold for sending a value
 /// alone).
 pub const IN_PLACE: u64 = 64 << 10;
-
-/// The most of `--out`'s name its temporary file's name keeps: a file name has at most 255
-/// bytes, and `--out`'s may have them all.
-const NAME_KEPT: usize = 100;
 
 /// Writes are gathered into runs of up to this many bytes.
 const RUN: usize = 4 << 20;
@@ -87,32 +84,26 @@ pub fn write_in_place(session: &Session, out: &Path) -> anyhow::Result<bool> {
         };
         let (stay, travel) = (variables(true), variables(false));
         let sent = |variable: &VarKey| !stay.contains(variable) || travel.contains(variable);
-        if !session.gather_where(sent)? {
-            // Task 0 then writes the rest and renames the file: its failure is every
-            // process's.
-            rendezvous.barrier()?;
-            return Ok(true);
+        if session.gather_where(sent)? {
+            let rest = session.values_where(|index| layout.writer[index].is_none())?;
+            (layout.write(file.file(), &rest)).map_err(|err| cannot_write(out, &err))?;
+            file.commit(out)?;
         }
-        let rest = session.values_where(|index| layout.writer[index].is_none())?;
-        (layout.write(file.file(), &rest)).map_err(|err| cannot_write(out, &err))?;
-        file.commit(out)?;
-        rendezvous.barrier()?;
         Ok(true)
     })();
-    if let Err(err) = &result {
-        rendezvous.abort(&crate::cli::output::render_error(err));
-    }
-    result
+    // Task 0 writes the rest and renames the file last: its failure is every process's. (A
+    // fallback, decided alike everywhere, meets at the barrier too.)
+    settle(rendezvous, result, render_error)
 }
 
 /// Where each restored tensor goes in the file, and who writes it.
-struct Layout {
+struct Layout<'k> {
     /// The file's first bytes: the header's length and the header.
     header: Vec<u8>,
     /// The file's length.
     len: u64,
-    /// Each restored tensor's offset in the file (in `restored_tensors` order).
-    offsets: BTreeMap<String, u64>,
+    /// Each restored tensor's offset in the file, by key.
+    offsets: BTreeMap<&'k str, u64>,
     /// The task writing each restored tensor in place; `None` for those task 0 gathers.
     writer: Vec<Option<usize>>,
 }
@@ -139,39 +130,36 @@ impl View for &Described {
     }
 }
 
-impl Layout {
+impl Layout<'_> {
     /// The layout of the restored tensors of `session`, or `None` when one has no known
     /// shape or no safetensors type, or none is written in place.
-    fn of(session: &Session) -> anyhow::Result<Option<Layout>> {
+    fn of(session: &Session) -> anyhow::Result<Option<Layout<'_>>> {
         let tensors = session.restored_tensors();
-        // Which tensors are large enough first: a restore of many small ones stops here.
-        let mut large = Vec::with_capacity(tensors.len());
+        // Each tensor's dtype and length first: a restore of many small ones stops here.
+        let mut sized = Vec::with_capacity(tensors.len());
         for tensor in tensors.values() {
             let (Some(dtype), Some(shape)) = (to_safetensors(tensor.dtype), &tensor.shape) else {
                 return Ok(None);
             };
             let len = shape.iter().product::<u64>() * dtype.bitsize() as u64 / 8;
-            large.push(len >= IN_PLACE);
+            sized.push((dtype, len as usize));
         }
-        if !large.contains(&true) {
+        if sized.iter().all(|&(_, len)| (len as u64) < IN_PLACE) {
             return Ok(None);
         }
         let Some(owners) = session.restored_owners() else {
             return Ok(None);
         };
-        let writer: Vec<Option<usize>> = (owners.into_iter().zip(large))
-            .map(|(owner, large)| owner.filter(|_| large))
+        let writer: Vec<Option<usize>> = (owners.into_iter().zip(&sized))
+            .map(|(owner, &(_, len))| owner.filter(|_| len as u64 >= IN_PLACE))
             .collect();
         if writer.iter().all(Option::is_none) {
             return Ok(None);
         }
-        let described: Vec<(&str, Described)> = (tensors.values())
-            .map(|tensor| {
-                let dtype = to_safetensors(tensor.dtype).expect("checked above");
-                let shape: Vec<usize> = (tensor.shape.iter().flatten())
-                    .map(|&dim| dim as usize)
-                    .collect();
-                let len = shape.iter().product::<usize>() * dtype.bitsize() / 8;
+        let described: Vec<(&str, Described)> = (tensors.values().zip(sized))
+            .map(|(tensor, (dtype, len))| {
+                let shape = (tensor.shape.iter().flatten()).map(|&dim| dim as usize);
+                let shape = shape.collect();
                 (tensor.key.as_str(), Described { dtype, shape, len })
             })
             .collect();
@@ -179,7 +167,10 @@ impl Layout {
     }
 
     /// The layout of the `described` tensors (sorted by key), with their `writer`s.
-    fn new(described: &[(&str, Described)], writer: Vec<Option<usize>>) -> anyhow::Result<Layout> {
+    fn new<'k>(
+        described: &[(&'k str, Described)],
+        writer: Vec<Option<usize>>,
+    ) -> anyhow::Result<Layout<'k>> {
         let header = safetensors::tensor::serialize(
             described.iter().map(|(key, tensor)| (*key, tensor)),
             None,
@@ -191,7 +182,7 @@ impl Layout {
         let mut offset = header.len() as u64;
         let mut offsets = BTreeMap::new();
         for (key, tensor) in order {
-            offsets.insert((*key).to_owned(), offset);
+            offsets.insert(*key, offset);
             offset += tensor.len as u64;
         }
         Ok(Layout {
@@ -208,7 +199,7 @@ impl Layout {
         for (key, value) in values {
             // A tensor of the plan's safetensors dtype has its bytes: `Layout::of` checked.
             let bytes = value.bytes().unwrap_or_default();
-            pieces.push((self.offsets[key], bytes));
+            pieces.push((self.offsets[key.as_str()], bytes));
         }
         pieces.sort_unstable_by_key(|&(offset, _)| offset);
         let mut run: Vec<u8> = Vec::new();
@@ -316,34 +307,15 @@ fn share_file(
     }))
 }
 
-/// Task 0: a new file beside `out`, `.<name>.tmp<pid>-<n>` (`<name>` `out`'s name, cut to
-/// [`NAME_KEPT`] bytes), holding `layout`'s header at `layout`'s length. The temporary files
-/// of processes killed while they wrote one for the same `out` (a rank of a cluster that was
-/// ended) are deleted first, as the `checkpoint` state file's are.
+/// Task 0: a new file beside `out` (`bundle::small_file::temp_beside`: the temporary files
+/// that ranks killed while writing the same `out` left are deleted first), holding `layout`'s
+/// header at `layout`'s length.
 fn create_beside(out: &Path, layout: &Layout) -> anyhow::Result<OutFile> {
-    let name = out
-        .file_name()
-        .with_context(|| format!("{}: not a file name", out.display()))?
-        .to_string_lossy();
-    let mut end = name.len().min(NAME_KEPT);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    let name = &name[..end];
-    let dir = match out.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    saveplan::bundle::small_file::remove_stale_temps(dir, name);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos());
-    let path = dir.join(format!(".{name}.tmp{}-{nanos}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
+    let cannot = |err| cannot_write(out, &err);
+    let path = saveplan::bundle::small_file::temp_beside(out).map_err(cannot)?;
+    let file = (std::fs::OpenOptions::new().write(true).create_new(true))
         .open(&path)
-        .map_err(|err| cannot_write(out, &err))?;
+        .map_err(cannot)?;
     let file = OutFile {
         file,
         path,
@@ -351,7 +323,7 @@ fn create_beside(out: &Path, layout: &Layout) -> anyhow::Result<OutFile> {
     };
     (file.file.set_len(layout.len))
         .and_then(|()| file.file.write_all_at(&layout.header, 0))
-        .map_err(|err| cannot_write(out, &err))?;
+        .map_err(cannot)?;
     Ok(file)
 }
 

@@ -174,11 +174,7 @@ where
         }
         Ok(())
     })();
-    if let Err(err) = &gathered {
-        rendezvous.abort(&error_line(err));
-    }
-    gathered?;
-    rendezvous.barrier()?;
+    super::settle(rendezvous, gathered, |err| error_line(err))?;
     Ok(task == 0)
 }
 

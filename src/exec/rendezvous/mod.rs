@@ -219,6 +219,27 @@ impl ClusterRun<'_> {
     }
 }
 
+/// Ends one step every task of a cluster takes together, with this task's `outcome`: an
+/// error aborts the rendezvous with its line (`line`), so that every task fails with it; a
+/// success meets the other tasks at a barrier, so that this task fails too if another's part
+/// of the step failed (task 0 writing a file the others wrote into, say).
+pub fn settle<T, E: From<RendezvousError>>(
+    rendezvous: &dyn Rendezvous,
+    outcome: Result<T, E>,
+    line: impl FnOnce(&E) -> String,
+) -> Result<T, E> {
+    match outcome {
+        Err(err) => {
+            rendezvous.abort(&line(&err));
+            Err(err)
+        }
+        Ok(value) => {
+            rendezvous.barrier()?;
+            Ok(value)
+        }
+    }
+}
+
 /// Checks that `key` is a send of task `caller` to a task of a cluster of `n_tasks`, and that
 /// `value` can leave its process (a resource handle names a variable of its own task's store).
 pub(crate) fn check_send(
@@ -275,5 +296,43 @@ mod tests {
     #[allow(dead_code)]
     fn object_safe(rendezvous: &dyn Rendezvous) -> usize {
         rendezvous.task() + rendezvous.n_tasks()
+    }
+
+    /// A step task 0 fails after the others succeeded fails them too, with task 0's line; a
+    /// step every task succeeds in returns each one's value.
+    #[test]
+    fn settle_fails_every_task_with_the_failing_ones_line() {
+        let line = |err: &RendezvousError| err.to_string();
+        for fails in [false, true] {
+            let rendezvous = LocalRendezvous::new(3);
+            let outcomes: Vec<Result<usize, RendezvousError>> = std::thread::scope(|scope| {
+                let running: Vec<_> = (0..3)
+                    .map(|task| {
+                        let view = rendezvous.task(task).unwrap();
+                        scope.spawn(move || {
+                            let outcome = match (task, fails) {
+                                (0, true) => Err(RendezvousError::Transport("disk full".into())),
+                                _ => Ok(task),
+                            };
+                            settle(&view, outcome, line)
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|thread| thread.join().unwrap())
+                    .collect()
+            });
+            for (task, outcome) in outcomes.into_iter().enumerate() {
+                match (fails, outcome) {
+                    (false, Ok(value)) => assert_eq!(value, task),
+                    (true, Err(RendezvousError::Aborted { task: 0, reason })) if task > 0 => {
+                        assert!(reason.contains("disk full"), "{reason}");
+                    }
+                    (true, Err(RendezvousError::Transport(_))) if task == 0 => {}
+                    (fails, outcome) => panic!("task {task} (task 0 fails: {fails}): {outcome:?}"),
+                }
+            }
+        }
     }
 }
