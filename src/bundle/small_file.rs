@@ -72,12 +72,13 @@ pub fn remove(path: &Path, fsync: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// The directory (`.` for a bare name) and the UTF-8 file name of `path`.
-fn split(path: &Path) -> io::Result<(&Path, &str)> {
+/// `path`'s folder (`.` for a bare name) and its file name, as text (a name that is not
+/// UTF-8 with its bad bytes replaced: the temporary name only needs to be recognizable).
+fn split(path: &Path) -> io::Result<(&Path, std::borrow::Cow<'_, str>)> {
     let name = path
         .file_name()
-        .and_then(|name| name.to_str())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a UTF-8 file name"))?;
+        .map(|name| name.to_string_lossy())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -147,6 +148,22 @@ mod tests {
         replace_whole(&path, b"new", true).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         assert!(!dead.exists() && live.exists() && other.exists());
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_gets_a_temporary_name_and_its_dead_writers_are_removed() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        let dead = dir.path().join(format!(".caf\u{FFFD}.tmp{}-1", dead_pid()));
+        std::fs::write(&dead, b"left").unwrap();
+        let temp = temp_beside(&path).unwrap();
+        assert!(!dead.exists());
+        let name = temp.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(".caf\u{FFFD}.tmp"), "{name}");
+        replace_whole(&path, b"new", true).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -111,11 +111,13 @@ done
 # A temporary file that a killed rank 0 left for the same --out (its process gone) is deleted.
 in_place() {
     local spec="tests/mpi/$1.json" n="$2" dir="$work" name="${3:-many}.safetensors" dead
+    # The temporary name keeps the name as text (a byte that is not UTF-8 becomes U+FFFD).
+    local stale="${4:-${name:0:100}}"
     python3 tests/mpi/values.py "$spec" "$dir/values.safetensors" 1 || return 1
     "$bin" save "$spec" --values "$dir/values.safetensors" --prefix "$dir/ckpt" || return 1
     "$bin" restore "$spec" --prefix "$dir/ckpt" --out "$dir/one.safetensors" || return 1
     dead="$(sh -c 'echo $$')"
-    echo stale >"$dir/.${name:0:100}.tmp$dead-1"
+    echo stale >"$dir/.$stale.tmp$dead-1"
     mpirun_ --quiet -n "$n" "$bin" restore "$spec" --prefix "$dir/ckpt" \
         --out "$dir/$name" --cluster mpi || { echo "the restore failed"; return 1; }
     cmp "$dir/one.safetensors" "$dir/$name" || { echo "--out differs"; return 1; }
@@ -126,6 +128,8 @@ in_place() {
 check "mixed3: restore --out in place on 3 ranks = one process" in_place mixed3 3
 check "big3: restore --out in place on 3 ranks = one process" in_place big3 3
 check "a 252-byte --out name: in place on 3 ranks = one process" in_place mixed3 3 "$(printf 'n%.0s' {1..240})"
+check "an --out name that is not UTF-8: in place on 3 ranks = one process" \
+    in_place mixed3 3 "$(printf 'caf\xe9')" "$(printf 'caf\xef\xbf\xbd.safetensors')"
 
 # Task 0 fails after the others wrote their part (here its rename: --out ends in a slash):
 # every rank exits non-zero, each line printed says why, and no file is left.

@@ -27,7 +27,9 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -270,12 +272,10 @@ fn share_file(
     let is_set = |value: HostTensor| value.bytes() == Some(&1i32.to_le_bytes()[..]);
     if task == 0 {
         let file = create_beside(out, layout)?;
-        let path = file.path.to_string_lossy().into_owned();
+        // The name's bytes as they are: a name need not be UTF-8.
+        let path = file.path.as_os_str().as_bytes();
         for dst in 1..n_tasks {
-            rendezvous.send(
-                &key(0, dst, "file"),
-                HostTensor::string_vector([path.as_str()]),
-            )?;
+            rendezvous.send(&key(0, dst, "file"), HostTensor::string_vector([path]))?;
         }
         let mut shared = true;
         for src in 1..n_tasks {
@@ -288,7 +288,7 @@ fn share_file(
     }
     let path = rendezvous.recv(&key(0, task, "file"))?;
     let path = match path.strings() {
-        Some([path]) => PathBuf::from(String::from_utf8_lossy(path).into_owned()),
+        Some([path]) => PathBuf::from(OsStr::from_bytes(path)),
         _ => anyhow::bail!("task 0 sent no file name for --out"),
     };
     // Task 0's file, if this process reaches it: its name is new, and its length is the one
