@@ -339,7 +339,152 @@ fn cannot_write(out: &Path, err: &std::io::Error) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use saveplan::exec::rendezvous::LocalRendezvous;
+    use saveplan::session::SessionOptions;
+    use saveplan::trace::spec::SpecFile;
+
     use super::*;
+    use crate::cli::common::restore_to_file;
+
+    /// A spec over 3 tasks: tensors of 64 KiB on tasks 0 and 1 (written in place), a small
+    /// one on task 2 and one of 128 KiB sliced by rows across tasks 1 and 2 (both gathered),
+    /// saved by one process at `prefix` with values that differ from key to key.
+    fn saved_three_task_spec(prefix: &Path) -> SpecFile {
+        let device = |task: usize| format!("/job:worker/replica:0/task:{task}/device:CPU:0");
+        let variable = |key: &str, shape: &str, task: usize, slice: &str| {
+            let name = match slice {
+                "" => String::new(),
+                _ => format!(r#", "name": "{key}_{task}""#),
+            };
+            format!(
+                r#"{{"checkpoint_key": "{key}", "dtype": "float32", "shape": {shape}, "device": "{}", "slice_spec": "{slice}"{name}}}"#,
+                device(task)
+            )
+        };
+        let text = format!(
+            r#"{{"variables": [{}, {}, {}, {}, {}]}}"#,
+            variable("big0", "[128, 128]", 0, ""),
+            variable("big1", "[256, 64]", 1, ""),
+            variable("small", "[3]", 2, ""),
+            variable("rows", "[128, 128]", 1, "256 128 0,128:-"),
+            variable("rows", "[128, 128]", 2, "256 128 128,128:-"),
+        );
+        let spec = SpecFile::parse(&text).expect("the spec");
+        let full: [(&str, &[u64]); 4] = [
+            ("big0", &[128, 128]),
+            ("big1", &[256, 64]),
+            ("small", &[3]),
+            ("rows", &[256, 128]),
+        ];
+        let values = (full.iter().enumerate())
+            .map(|(number, (key, shape))| {
+                let n = shape.iter().product::<u64>() as usize;
+                let elements: Vec<f32> = (0..n).map(|i| (i * 4 + number) as f32).collect();
+                let value = HostTensor::from_f32s(shape.to_vec(), &elements).expect("a tensor");
+                (key.to_string(), value)
+            })
+            .collect();
+        let one = Session::from_spec(&spec, SessionOptions::default()).expect("a session");
+        one.assign(values).expect("the values");
+        one.save(&prefix.to_string_lossy()).expect("the save");
+        spec
+    }
+
+    /// Runs `each` as task 0, 1 and 2 of a cluster of threads meeting through a
+    /// `LocalRendezvous`, each with its own session of `spec` restored from `prefix`.
+    fn in_three_tasks<T: Send>(
+        spec: &SpecFile,
+        prefix: &Path,
+        each: impl Fn(usize, &Session) -> T + Sync,
+    ) -> Vec<T> {
+        let rendezvous = LocalRendezvous::new(3);
+        std::thread::scope(|scope| {
+            let running: Vec<_> = (0..3)
+                .map(|task| {
+                    let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
+                    let each = &each;
+                    scope.spawn(move || {
+                        let options = SessionOptions {
+                            task: Some(task),
+                            ..SessionOptions::default()
+                        };
+                        let session = Session::from_spec(spec, options)
+                            .expect("a session")
+                            .with_cluster(view);
+                        session
+                            .restore(&prefix.to_string_lossy())
+                            .expect("restored");
+                        each(task, &session)
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|task| task.join().unwrap())
+                .collect()
+        })
+    }
+
+    /// Three tasks write `--out` together, each its own large tensors, task 0 the gathered
+    /// rest: the file of one process, byte for byte and with its mode, and no temporary file
+    /// left beside it.
+    #[test]
+    fn three_tasks_write_the_file_one_process_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        let spec = saved_three_task_spec(&prefix);
+        let one_out = dir.path().join("one.safetensors");
+        let one = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+        restore_to_file(&one, &prefix, &one_out).unwrap();
+        let out = dir.path().join("many.safetensors");
+        let layouts = in_three_tasks(&spec, &prefix, |_, session| {
+            let writer = Layout::of(session).unwrap().expect("a layout").writer;
+            (writer, write_in_place(session, &out).unwrap())
+        });
+        for (task, (writer, in_place)) in layouts.iter().enumerate() {
+            assert!(in_place, "task {task} fell back to the gather");
+            // big0 by task 0, big1 by task 1; rows (sliced) and small gathered.
+            assert_eq!(writer, &vec![Some(0), Some(1), None, None], "task {task}");
+        }
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&one_out).unwrap()
+        );
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions();
+        assert_eq!(mode(&out), mode(&one_out));
+        let hidden: Vec<_> = (std::fs::read_dir(dir.path()).unwrap())
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with('.'))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
+    }
+
+    /// Task 0's last step failing (its rename: `--out` ends in a slash) fails every task with
+    /// task 0's line, and leaves no file.
+    #[test]
+    fn task_0_failing_last_fails_every_task_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("ckpt");
+        let spec = saved_three_task_spec(&prefix);
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let out = PathBuf::from(format!("{}/out/x.safetensors/", dir.path().display()));
+        let results = in_three_tasks(&spec, &prefix, |_, session| {
+            write_in_place(session, &out).map_err(|err| format!("{err:#}"))
+        });
+        for (task, result) in results.iter().enumerate() {
+            let err = result.as_ref().expect_err("every task fails");
+            assert!(
+                err.contains("x.safetensors/: cannot write"),
+                "task {task}: {err}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("out")).unwrap().count(),
+            0
+        );
+    }
 
     /// The header and offsets made without the bytes are the safetensors crate's own, for
     /// tensors of several dtypes (whose order the crate sorts by alignment first) and sizes.
