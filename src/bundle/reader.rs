@@ -170,23 +170,16 @@ impl BundleReader {
     /// [`BundleReader::open`], fetching the data objects ahead when `ahead`.
     fn open_reading(prefix: &Path, ahead: bool) -> Result<BundleReader> {
         if crate::storage::is_url(prefix) {
-            // An object store: the index alone (one GET), then the data objects' GETs while it
-            // decodes, read in order. A save replacing a checkpoint deletes its index before it
-            // overwrites anything and puts the new one last ([`super::remote`]), so an index
-            // found is read with the data beside it; where there is none, the journal names the
-            // previous checkpoint's backups. With no journal either, a save may have committed
-            // in between: the index is read once more.
-            let index = crate::storage::read(&index_path(prefix));
-            let missing = matches!(&index, Err(err) if err.kind() == std::io::ErrorKind::NotFound);
-            if !missing {
-                return BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead);
-            }
+            // An object store: the journal and the index fetched together (two GETs at once;
+            // with no journal, the index fetched is the one to read), then the data objects'
+            // GETs while the index decodes, read in order.
             let journal = super::remote_view::journal_path(prefix);
-            return match super::remote_view::view_of(prefix, crate::storage::read(&journal))? {
+            let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
+            return match super::remote_view::view_of(prefix, journal)? {
                 Some((index, moved)) => {
                     BundleReader::open_view(prefix, Some(&index), moved, None, ahead)
                 }
-                None => BundleReader::open_view(prefix, None, Vec::new(), None, ahead),
+                None => BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead),
             };
         }
         for _ in 0..OPEN_ATTEMPTS {

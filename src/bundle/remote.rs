@@ -16,16 +16,13 @@
 //!   At a new prefix the index is a conditional put (`PutMode::Create`): its landing is the
 //!   commit point, and a second writer's index fails. At an existing prefix, the old index and
 //!   data objects are first copied (in the store) to backups `….old-<id>`, then a journal
-//!   `<prefix>.merging` naming them is put and the old index deleted; readers that find no
-//!   index read the backups the journal names (the old checkpoint, whole) while the new data
-//!   is put over the old names; the new index, put last (`PutMode::Create`), is the commit
-//!   point, then the journal and the backups are deleted. A reader finding an index reads
-//!   it with the data beside it: one GET, the journal read only when there is no index.
-//! - **Recovery** (each save, under the lease): a journal left by a killed save is finished:
-//!   with no index at the prefix it is rolled back (backups copied over the final names, the
-//!   index last), with one it is whole (the old one, not yet deleted, or the new one, landed)
-//!   and kept; then the journal is deleted, and every leftover of the prefix (backups, data
-//!   objects no index names, stray parts) is deleted.
+//!   `<prefix>.merging` naming them is put; readers that find the journal read the backups
+//!   (the old checkpoint, whole) while the new data and index are put over the old names; the
+//!   journal's deletion is the commit point, then the backups are deleted.
+//! - **Recovery** (each save, under the lease): a journal left by a killed save is rolled back
+//!   (backups copied over the final names, the index last; then the journal and backups
+//!   deleted), and every leftover of the prefix (backups, data objects no index names, stray
+//!   parts) is deleted.
 //! - **Lease** ([`Lease`]): `<prefix>.lock`, put with `PutMode::Create`, holds its owner (host,
 //!   pid) and an expiry; a second writer fails in one line while it is live, and takes it over
 //!   (conditional on its entity tag) once expired, or at once when its owner is a process of
@@ -182,13 +179,10 @@ pub(crate) fn publish(local: &Path, url: &Path, streamed: Option<object::Upload>
             }
             object::put(&journal, text.into_bytes(), Put::Create)
                 .map_err(url_io(&journal, "write journal"))?;
-            // Readers finding no index read the backups the journal names: the old index
-            // goes before anything is overwritten.
-            object::delete(&index).map_err(url_io(&index, "delete"))?;
             upload_data()?;
-            // Committed: the new index landing is the commit point, as for a new prefix.
-            object::put(&index, index_bytes, Put::Create).map_err(url_io(&index, "commit"))?;
-            object::delete(&journal).map_err(url_io(&journal, "delete"))?;
+            object::put(&index, index_bytes, Put::Overwrite).map_err(url_io(&index, "write"))?;
+            // Committed: from here on readers read the new checkpoint.
+            object::delete(&journal).map_err(url_io(&journal, "commit"))?;
             let new: Vec<PathBuf> = (0..num_shards)
                 .map(|shard| data_path(url, shard, num_shards))
                 .collect();
@@ -252,24 +246,25 @@ fn is_shard_name(rest: &str) -> bool {
             .all(|b| b.is_ascii_digit())
 }
 
-/// Finishes a journal left at URL `prefix` by a killed save, then deletes the prefix's
-/// leftovers; returns what was deleted. Callers hold the lease. With an index at the prefix
-/// the save stopped before it deleted the old one or after the new one landed: either is
-/// whole, and only the journal and the backups go. Without one, the backups are copied back.
+/// Rolls back a journal left at URL `prefix` by a killed save, then deletes the prefix's
+/// leftovers; returns what was deleted. Callers hold the lease.
 pub(crate) fn recover(prefix: &Path) -> Result<(super::Recovered, Vec<PathBuf>)> {
     let journal = journal_path(prefix);
-    let index = index_path(prefix);
     let mut merge = super::Recovered::Clean;
-    // One listing tells whether there is a journal, whether there is an index and what is
-    // left over; a roll back changes the objects, so they are listed again after it.
+    // One listing tells whether there is a journal and what is left over; the journal's
+    // roll back changes the objects, so they are listed again after it.
     let mut listed = object::list(prefix).map_err(url_io(prefix, "list"))?;
     let has_journal = listed.iter().any(|(path, _)| *path == journal);
-    let has_index = listed.iter().any(|(path, _)| *path == index);
-    if has_journal && has_index {
-        object::delete(&journal).map_err(url_io(&journal, "delete"))?;
-        merge = super::Recovered::Completed;
-        listed.retain(|(path, _)| *path != journal);
-    } else if let Some(bytes) = has_journal.then(|| storage::read(&journal).ok()).flatten() {
+    // A journal that cannot be read stops the recovery: taken for none, its backups (the
+    // only copy of the previous checkpoint once new data is put) would go as leftovers.
+    let bytes = match has_journal.then(|| storage::read(&journal)) {
+        Some(Err(err)) if err.kind() != std::io::ErrorKind::NotFound => {
+            return Err(BundleError::io(&journal, "read", err));
+        }
+        Some(read) => read.ok(),
+        None => None,
+    };
+    if let Some(bytes) = bytes {
         for (from, backup) in parse_journal(&journal, &bytes)? {
             if object::head(&backup)
                 .map_err(url_io(&backup, "look up"))?

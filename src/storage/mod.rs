@@ -118,6 +118,16 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     }
 }
 
+/// The whole contents of `first` and `second`, each as [`read`] gives it; two objects are
+/// fetched at once (two GETs in flight), files one after the other.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    if is_url(first) && is_url(second) {
+        object::read_pair(first, second)
+    } else {
+        (read(first), read(second))
+    }
+}
+
 /// The whole content of `path` as UTF-8 text.
 pub fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(read(path)?)

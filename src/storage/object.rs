@@ -385,6 +385,17 @@ pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     .map_err(|err| convert(&url, "read", err))
 }
 
+/// The whole objects at URLs `first` and `second`, their GETs sent together.
+pub fn read_pair(first: &Path, second: &Path) -> (io::Result<Vec<u8>>, io::Result<Vec<u8>>) {
+    let (first, second) = (resolve(first), resolve(second));
+    let get = |resolved: io::Result<(Arc<dyn ObjectStore>, Key, String)>| async move {
+        let (store, key, url) = resolved?;
+        let got = async { store.get(&key).await?.bytes().await }.await;
+        got.map(Vec::from).map_err(|err| convert(&url, "read", err))
+    };
+    block(futures::future::join(get(first), get(second)))
+}
+
 /// The object at URL `path`, or `None` when there is none.
 pub fn head(path: &Path) -> io::Result<Option<Meta>> {
     let (store, key, url) = resolve(path)?;
