@@ -271,3 +271,67 @@ fn a_crash_at_any_file_operation_leaves_the_old_or_the_new_checkpoint() {
     // Shown with `--nocapture`.
     eprintln!("{}", figures.join("\n"));
 }
+
+/// The objects whose names start with URL `prefix`'s, by what follows it.
+#[cfg(feature = "object-store")]
+fn object_listing(prefix: &Path) -> BTreeSet<String> {
+    let text = prefix.to_string_lossy().into_owned();
+    (crate::storage::object::list(prefix).unwrap().into_iter())
+        .map(|(path, _)| path.to_string_lossy()[text.len()..].to_owned())
+        .collect()
+}
+
+/// A replacement of the checkpoint at an object-store prefix (`memory://`) stopped at any
+/// storage operation (each put, copy and delete goes through the failpoint), once or for
+/// good, from one data object to one, three to one and one to three: a reader then reads the
+/// old checkpoint or the new one, whole, and the new one whenever the save said it succeeded;
+/// the next save's recovery keeps what the reader read; then only the checkpoint's own
+/// objects are left. (The lease of a save stopped for good is deleted by hand, as the next
+/// save takes over a dead process's.)
+#[cfg(feature = "object-store")]
+#[test]
+fn a_replacement_in_an_object_store_stopped_anywhere_is_read_whole_and_recovered_to() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let lease = |prefix: &Path| PathBuf::from(format!("{}.lock", prefix.display()));
+    let shapes = [
+        (Shape::Direct, Shape::Direct),
+        (Shape::Sharded(3), Shape::Direct),
+        (Shape::Direct, Shape::Sharded(3)),
+    ];
+    for (old, new) in shapes {
+        for for_good in [false, true] {
+            let mut stopped = 0;
+            for allowed in 0.. {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let prefix = PathBuf::from(format!("memory://crash/{n}/ckpt"));
+                save(&prefix, old, 1.0, NO_FSYNC).unwrap();
+                match for_good {
+                    true => failpoint::arm(allowed),
+                    false => failpoint::fail_once(allowed),
+                }
+                let result = save(&prefix, new, 2.0, NO_FSYNC);
+                if !failpoint::disarm() {
+                    result.unwrap();
+                    assert_eq!(version(&prefix), 2.0);
+                    break;
+                }
+                stopped += 1;
+                let _ = crate::storage::object::delete(&lease(&prefix));
+                let context = format!("{old:?} -> {new:?}, stopped at {allowed}: {result:?}");
+                let read = version(&prefix);
+                assert!(result.is_err() || read == 2.0, "{context}: read {read}");
+                drop(SaveLock::acquire(&prefix).unwrap());
+                assert_eq!(version(&prefix), read, "{context}: recovery changed it");
+                let shape = if read == 2.0 { new } else { old };
+                let n_files = shape.data_files();
+                let mut own: BTreeSet<String> = (0..n_files)
+                    .map(|shard| format!(".data-{shard:05}-of-{n_files:05}"))
+                    .collect();
+                own.insert(".index".into());
+                assert_eq!(object_listing(&prefix), own, "{context}");
+            }
+            assert!(stopped > 5, "{old:?} -> {new:?}: {stopped} operations");
+        }
+    }
+}
