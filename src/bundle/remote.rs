@@ -22,7 +22,7 @@
 //! - **Recovery** (each save, under the lease): a journal left by a killed save is rolled back
 //!   (backups copied over the final names, the index last; then the journal and backups
 //!   deleted), and every leftover of the prefix (backups, data objects no index names, stray
-//!   parts) is deleted.
+//!   parts) is deleted. A journal that cannot be read stops it, nothing deleted.
 //! - **Lease** ([`Lease`]): `<prefix>.lock`, put with `PutMode::Create`, holds its owner (host,
 //!   pid) and an expiry; a second writer fails in one line while it is live, and takes it over
 //!   (conditional on its entity tag) once expired, or at once when its owner is a process of
