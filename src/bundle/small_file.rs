@@ -35,9 +35,10 @@ pub fn replace_whole(path: &Path, bytes: &[u8], fsync: bool) -> io::Result<()> {
 const NAME_KEPT: usize = 100;
 
 /// A new temporary name beside the local file `path`, for a file to be renamed over it:
-/// `.<name>.tmp<pid>-<n>`, `<name>` being `path`'s name cut to 100 bytes (`NAME_KEPT`). The
-/// temporary files of writers of `path` whose process is gone are deleted first. Besides this
-/// module's own writes, a cluster restore's `--out` is written through one.
+/// `.<name>.tmp<pid>-<n>`, `<name>` being `path`'s name as text (U+FFFD for a byte that is
+/// not UTF-8) cut to 100 bytes (`NAME_KEPT`). The temporary files of writers of `path` whose
+/// process is gone are deleted first. Besides this module's own writes, a cluster restore's
+/// `--out` is written through one.
 pub fn temp_beside(path: &Path) -> io::Result<PathBuf> {
     let (dir, name) = split(path)?;
     let mut end = name.len().min(NAME_KEPT);
