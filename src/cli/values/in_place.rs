@@ -346,7 +346,6 @@ mod tests {
     use saveplan::trace::spec::SpecFile;
 
     use super::*;
-    use crate::cli::common::restore_to_file;
 
     /// A spec over 3 tasks: tensors of 64 KiB on tasks 0 and 1 (written in place), a small
     /// one on task 2 and one of 128 KiB sliced by rows across tasks 1 and 2 (both gathered),
@@ -437,7 +436,8 @@ mod tests {
         let spec = saved_three_task_spec(&prefix);
         let one_out = dir.path().join("one.safetensors");
         let one = Session::from_spec(&spec, SessionOptions::default()).unwrap();
-        restore_to_file(&one, &prefix, &one_out).unwrap();
+        one.restore(&prefix.to_string_lossy()).unwrap();
+        super::super::write_values(&one_out, &one.values().unwrap()).unwrap();
         let out = dir.path().join("many.safetensors");
         let layouts = in_three_tasks(&spec, &prefix, |_, session| {
             let writer = Layout::of(session).unwrap().expect("a layout").writer;
