@@ -175,6 +175,13 @@ impl BundleReader {
             // GETs while the index decodes, read in order.
             let journal = super::remote_view::journal_path(prefix);
             let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
+            // Both failing (bad credentials, no bucket), the index's error is the one said:
+            // the checkpoint the caller named, not its journal.
+            if let (Err(journal_err), Err(_)) = (&journal, &index)
+                && journal_err.kind() != std::io::ErrorKind::NotFound
+            {
+                return BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead);
+            }
             return match super::remote_view::view_of(prefix, journal)? {
                 Some((index, moved)) => {
                     BundleReader::open_view(prefix, Some(&index), moved, None, ahead)

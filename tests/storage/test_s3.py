@@ -383,6 +383,7 @@ def failures_are_one_line_within_seconds():
     assert repeated_word("x: read: read: denied") == "read"
     line, took = timed_failure(["inspect", "s3://%s/run/ckpt" % BUCKET], s3_env(AUTH_PORT))
     assert "access denied" in line and line.count("s3://") == 1, line
+    assert "s3://%s/run/ckpt.index: read: access denied" % BUCKET in line, line
     RESULTS.append("bad credentials: %.2f s: %s" % (took, line))
 
 
