@@ -347,45 +347,25 @@ mod tests {
 
     use super::*;
 
-    /// A spec over 3 tasks: tensors of 64 KiB on tasks 0 and 1 (written in place), a small
-    /// one on task 2 and one of 128 KiB sliced by rows across tasks 1 and 2 (both gathered),
-    /// saved by one process at `prefix` with values that differ from key to key.
+    /// The MPI suite's in-place spec (`tests/mpi/mixed3.json`: four dtypes, tensors of 64 KiB
+    /// and more on each of 3 tasks, small ones, and two large ones sliced across tasks, one by
+    /// rows, one by columns), saved by one process at `prefix`, every value's bytes differing
+    /// from key to key.
     fn saved_three_task_spec(prefix: &Path) -> SpecFile {
-        let device = |task: usize| format!("/job:worker/replica:0/task:{task}/device:CPU:0");
-        let variable = |key: &str, shape: &str, task: usize, slice: &str| {
-            let name = match slice {
-                "" => String::new(),
-                _ => format!(r#", "name": "{key}_{task}""#),
-            };
-            format!(
-                r#"{{"checkpoint_key": "{key}", "dtype": "float32", "shape": {shape}, "device": "{}", "slice_spec": "{slice}"{name}}}"#,
-                device(task)
-            )
-        };
-        let text = format!(
-            r#"{{"variables": [{}, {}, {}, {}, {}]}}"#,
-            variable("big0", "[128, 128]", 0, ""),
-            variable("big1", "[256, 64]", 1, ""),
-            variable("small", "[3]", 2, ""),
-            variable("rows", "[128, 128]", 1, "256 128 0,128:-"),
-            variable("rows", "[128, 128]", 2, "256 128 128,128:-"),
-        );
-        let spec = SpecFile::parse(&text).expect("the spec");
-        let full: [(&str, &[u64]); 4] = [
-            ("big0", &[128, 128]),
-            ("big1", &[256, 64]),
-            ("small", &[3]),
-            ("rows", &[256, 128]),
-        ];
-        let values = (full.iter().enumerate())
-            .map(|(number, (key, shape))| {
-                let n = shape.iter().product::<u64>() as usize;
-                let elements: Vec<f32> = (0..n).map(|i| (i * 4 + number) as f32).collect();
-                let value = HostTensor::from_f32s(shape.to_vec(), &elements).expect("a tensor");
-                (key.to_string(), value)
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mixed3.json");
+        let spec = SpecFile::parse(&std::fs::read_to_string(path).unwrap()).expect("the spec");
+        let one = Session::from_spec(&spec, SessionOptions::default()).expect("a session");
+        // Each checkpoint tensor whole, as the plan has it (a sliced one at its full shape).
+        let values = (one.restored_tensors().values().enumerate())
+            .map(|(number, tensor)| {
+                let shape = tensor.shape.clone().expect("a known shape");
+                let element = tensor.dtype.element_size().expect("a fixed-size dtype");
+                let len = shape.iter().product::<u64>() as usize * element;
+                let bytes = (0..len).map(|i| (i * 7 + number) as u8).collect();
+                let value = HostTensor::from_bytes(tensor.dtype, shape, bytes).expect("a tensor");
+                (tensor.key.clone(), value)
             })
             .collect();
-        let one = Session::from_spec(&spec, SessionOptions::default()).expect("a session");
         one.assign(values).expect("the values");
         one.save(&prefix.to_string_lossy()).expect("the save");
         spec
@@ -445,8 +425,11 @@ mod tests {
         });
         for (task, (writer, in_place)) in layouts.iter().enumerate() {
             assert!(in_place, "task {task} fell back to the gather");
-            // big0 by task 0, big1 by task 1; rows (sliced) and small gathered.
-            assert_eq!(writer, &vec![Some(0), Some(1), None, None], "task {task}");
+            // In key order: big/h1, big/w0, big/w1, big/w2 by their tasks (1, 0, 1, 2); the
+            // sliced and small ones gathered.
+            let mut expected = vec![Some(1), Some(0), Some(1), Some(2)];
+            expected.resize(expected.len() + 2 + 9, None);
+            assert_eq!(writer, &expected, "task {task}");
         }
         assert_eq!(
             std::fs::read(&out).unwrap(),
