@@ -293,7 +293,6 @@ fn object_listing(prefix: &Path) -> BTreeSet<String> {
 fn a_replacement_in_an_object_store_stopped_anywhere_is_read_whole_and_recovered_to() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let lease = |prefix: &Path| PathBuf::from(format!("{}.lock", prefix.display()));
     let shapes = [
         (Shape::Direct, Shape::Direct),
         (Shape::Sharded(3), Shape::Direct),
@@ -317,7 +316,7 @@ fn a_replacement_in_an_object_store_stopped_anywhere_is_read_whole_and_recovered
                     break;
                 }
                 stopped += 1;
-                let _ = crate::storage::object::delete(&lease(&prefix));
+                let _ = crate::storage::object::delete(&super::lock::lock_path(&prefix));
                 let context = format!("{old:?} -> {new:?}, stopped at {allowed}: {result:?}");
                 let read = version(&prefix);
                 assert!(result.is_err() || read == 2.0, "{context}: read {read}");

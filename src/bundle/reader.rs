@@ -177,9 +177,7 @@ impl BundleReader {
             let (journal, index) = crate::storage::read_pair(&journal, &index_path(prefix));
             // Both failing (bad credentials, no bucket), the index's error is the one said:
             // the checkpoint the caller named, not its journal.
-            if let (Err(journal_err), Err(_)) = (&journal, &index)
-                && journal_err.kind() != std::io::ErrorKind::NotFound
-            {
+            if journal.is_err() && index.is_err() {
                 return BundleReader::open_view(prefix, None, Vec::new(), Some(index), ahead);
             }
             return match super::remote_view::view_of(prefix, journal)? {

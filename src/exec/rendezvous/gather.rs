@@ -174,7 +174,7 @@ where
         }
         Ok(())
     })();
-    super::settle(rendezvous, gathered, |err| error_line(err))?;
+    super::settle(rendezvous, gathered, error_line)?;
     Ok(task == 0)
 }
 
