@@ -10,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 MARKER = re.compile(r"<!-- docs-examples: not run: (.*) -->")
+# `import torch`, `import numpy as np, torch`, `from torch import nn`, `import torch.nn`.
+USES_TORCH = re.compile(r"^\s*(?:import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*torch\b|from\s+torch\b)", re.M)
 
 
 def python_blocks():
@@ -24,7 +26,7 @@ def python_blocks():
                 reason = MARKER.match(lines[at - 1].strip()) if at > 0 else None
                 name = "%s:%d" % (page.relative_to(ROOT), at + 1)
                 code = "\n".join(lines[start:end])
-                marks = [pytest.mark.pytorch] if re.search(r"\bimport\b.*\btorch\b", code) else []
+                marks = [pytest.mark.pytorch] if USES_TORCH.search(code) else []
                 yield pytest.param(code, reason and reason.group(1), id=name, marks=marks)
                 at = end
             at += 1
