@@ -168,6 +168,18 @@ mod tests {
     }
 
     #[test]
+    fn a_path_without_a_file_name_is_refused() {
+        for path in ["/", "a/.."] {
+            let err = temp_beside(Path::new(path)).expect_err(path);
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{path}");
+            assert!(
+                replace_whole(Path::new(path), b"x", false).is_err(),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
     fn a_crash_at_any_step_leaves_the_old_file_or_the_new_one() {
         let mut outcomes = std::collections::BTreeSet::new();
         for allowed in 0.. {
