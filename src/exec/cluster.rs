@@ -19,10 +19,10 @@
 //! rendezvous; the others stop, and the error returned is the failing task's own, with the
 //! task named.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use saveplan_ir::device::DeviceSpec;
-use saveplan_ir::{AttrValue, Module, Op, TensorName, Verified, verify_module};
+use saveplan_ir::{AttrValue, Graph, Module, Op, TensorName, Verified, verify_module};
 
 use super::backend::Backend;
 use super::error::ExecError;
@@ -90,6 +90,7 @@ impl TaskPlans {
             targets: targets.iter().map(|&target| target.to_owned()).collect(),
             feeds: feeds.iter().map(|&feed| feed.to_owned()).collect(),
             client: None,
+            only,
         };
         let parts =
             partition(module, &options).map_err(|err| ExecError::Partition(Box::new(err)))?;
@@ -100,19 +101,15 @@ impl TaskPlans {
                 .map_or(parts.client, |part| part.task.clone());
             return TaskPlans::whole(module, targets, feeds, backend, cluster_task(&task));
         }
-        // Which task each original op went to, for the targets.
-        let mut task_of_op: FxHashMap<&str, usize> = FxHashMap::default();
-        for (index, part) in parts.partitions.iter().enumerate() {
-            task_of_op.extend(part.original_ops().map(|name| (name, index)));
-        }
+        let graph = &module.module().graph;
         let mut local_targets: Vec<Vec<&str>> = vec![Vec::new(); parts.partitions.len()];
         let mut fetches = Vec::new();
         for &target in targets {
             let name = TensorName::parse(target).map_err(|_| ExecError::BadTensorName {
                 name: target.to_owned(),
             })?;
-            let task = *task_of_op
-                .get(name.op)
+            let task = (graph.find(name.op))
+                .and_then(|id| parts.task_of[id.index()])
                 .ok_or_else(|| ExecError::UnknownOp {
                     name: name.op.to_owned(),
                 })?;
@@ -121,6 +118,7 @@ impl TaskPlans {
                 fetches.push(task);
             }
         }
+        let variables = variables_by_task(graph, &parts.task_of, parts.partitions.len());
         // A task's plan fetches its own tensor targets first, in the whole plan's order, so
         // fetch `k` of a task is its `k`-th tensor target whatever op targets follow.
         for targets in &mut local_targets {
@@ -128,47 +126,53 @@ impl TaskPlans {
                 TensorName::parse(target).map_or(true, |name| name.output.is_none())
             });
         }
-        let compile_part = |(index, (part, targets)): (usize, (&Partition, &Vec<&str>))| {
-            let variables = Some(variables_of(&part.module));
-            if only.is_some_and(|only| only != index) {
-                return Ok(TaskPlan {
-                    executor: None,
+        let compile_part =
+            |index: usize, part: &Partition, targets: &Vec<&str>, variables: Vec<VarKey>| {
+                let variables = Some(variables);
+                if only.is_some_and(|only| only != index) {
+                    return Ok(TaskPlan {
+                        executor: None,
+                        variables,
+                        feeds: Vec::new(),
+                    });
+                }
+                let mut wanted: Vec<&str> = targets.clone();
+                // Every send runs: another task waits for it.
+                wanted.extend(part.sends.iter().map(|edge| edge.send_op.as_str()));
+                let recv_feeds: Vec<String> = (part.feeds.iter())
+                    .map(|feed| format!("{}:0", feed.recv_op))
+                    .collect();
+                let recv_feeds: Vec<&str> = recv_feeds.iter().map(String::as_str).collect();
+                let feeds = (part.feeds.iter())
+                    .map(|feed| {
+                        (feeds.iter())
+                            .position(|&given| same_tensor(given, &feed.tensor))
+                            .ok_or_else(|| ExecError::UnknownOp {
+                                name: feed.tensor.clone(),
+                            })
+                    })
+                    .collect::<Result<Vec<usize>, ExecError>>()?;
+                let in_task = |err| ExecError::Task {
+                    task: part.task.to_string(),
+                    source: Box::new(err),
+                };
+                let verified = verify_module(&part.module)
+                    .map_err(|err| in_task(ExecError::InvalidPartition(err)))?;
+                let plan =
+                    CompiledPlan::compile(verified, &wanted, &recv_feeds).map_err(in_task)?;
+                Ok(TaskPlan {
+                    executor: Some(Executor::lazy(plan, backend)?),
                     variables,
-                    feeds: Vec::new(),
-                });
-            }
-            let mut wanted: Vec<&str> = targets.clone();
-            // Every send runs: another task waits for it.
-            wanted.extend(part.sends.iter().map(|edge| edge.send_op.as_str()));
-            let recv_feeds: Vec<String> = (part.feeds.iter())
-                .map(|feed| format!("{}:0", feed.recv_op))
-                .collect();
-            let recv_feeds: Vec<&str> = recv_feeds.iter().map(String::as_str).collect();
-            let feeds = (part.feeds.iter())
-                .map(|feed| {
-                    (feeds.iter())
-                        .position(|&given| same_tensor(given, &feed.tensor))
-                        .ok_or_else(|| ExecError::UnknownOp {
-                            name: feed.tensor.clone(),
-                        })
+                    feeds,
                 })
-                .collect::<Result<Vec<usize>, ExecError>>()?;
-            let in_task = |err| ExecError::Task {
-                task: part.task.to_string(),
-                source: Box::new(err),
             };
-            let verified = verify_module(&part.module)
-                .map_err(|err| in_task(ExecError::InvalidPartition(err)))?;
-            let plan = CompiledPlan::compile(verified, &wanted, &recv_feeds).map_err(in_task)?;
-            Ok(TaskPlan {
-                executor: Some(Executor::lazy(plan, backend)?),
-                variables,
-                feeds,
-            })
-        };
         // Each partition on a pool thread; errors in task order, whichever ends first.
-        let plans = (parts.partitions.par_iter().zip(&local_targets).enumerate())
-            .map(compile_part)
+        let plans = (parts.partitions.par_iter().zip(&local_targets))
+            .zip(variables)
+            .enumerate()
+            .map(|(index, ((part, targets), variables))| {
+                compile_part(index, part, targets, variables)
+            })
             .collect::<Vec<Result<TaskPlan, ExecError>>>()
             .into_iter()
             .collect::<Result<Vec<TaskPlan>, ExecError>>()?;
@@ -352,27 +356,29 @@ impl TaskPlans {
     }
 }
 
-/// The variables `module`'s `VarHandleOp`s name (an empty `shared_name` is the op's name),
-/// sorted, once each.
-fn variables_of(module: &Module) -> Vec<VarKey> {
-    let graph = &module.graph;
+/// Per partition (`task_of`: the partition of each op of `graph`), the variables its
+/// `VarHandleOp`s name (an empty `shared_name` is the op's name), sorted, once each.
+fn variables_by_task(graph: &Graph, task_of: &[Option<usize>], n_tasks: usize) -> Vec<Vec<VarKey>> {
     let text = |node: &saveplan_ir::OpNode, attr: &str| match node.attrs.get(attr) {
         Some(AttrValue::S(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
         _ => String::new(),
     };
-    let mut keys: Vec<VarKey> = (graph.ops().into_iter())
-        .map(|id| graph.op(id))
-        .filter(|node| node.op == Op::VarHandleOp)
-        .map(|node| {
-            let shared_name = match text(node, "shared_name") {
-                name if name.is_empty() => node.name.clone(),
-                name => name,
-            };
-            VarKey::new(text(node, "container"), shared_name)
-        })
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
+    let mut keys: Vec<Vec<VarKey>> = vec![Vec::new(); n_tasks];
+    for id in graph.ops() {
+        let node = graph.op(id);
+        let Some(task) = task_of[id.index()].filter(|_| node.op == Op::VarHandleOp) else {
+            continue;
+        };
+        let shared_name = match text(node, "shared_name") {
+            name if name.is_empty() => node.name.clone(),
+            name => name,
+        };
+        keys[task].push(VarKey::new(text(node, "container"), shared_name));
+    }
+    for keys in &mut keys {
+        keys.sort_unstable();
+        keys.dedup();
+    }
     keys
 }
 

@@ -6,10 +6,13 @@
 //! and control input, within a task as it was, across tasks through the pair cut for it (one
 //! pair per tensor and receiving task, one per op and receiving task for control edges).
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 use saveplan_ir::signature::flat_output;
 use saveplan_ir::{
-    AttrValue, Attrs, DType, Graph, Module, Op, OpId, Port, Shape, Tensor, TensorName, TensorValues,
+    AttrValue, Attrs, DType, Graph, Module, Op, OpId, OpNode, Port, Shape, Tensor, TensorName,
+    TensorValues,
 };
 
 use super::place::{Placer, in_host_memory, output_dtype};
@@ -53,19 +56,35 @@ pub(super) fn partition(
     for (part, &task) in order.iter().enumerate() {
         part_of[task as usize] = part;
     }
+    // With `only`, the other parts are counted and cut but not built.
+    let built = |part: usize| options.only.is_none_or(|only| only == part);
     let mut sizes = vec![0usize; order.len()];
     for placed in &placed {
         sizes[part_of[placed.task as usize]] += 1;
     }
-    let mut parts: Vec<Part> = (order.iter().zip(sizes))
-        .map(|(&task, size)| Part::new(placer.tasks[task as usize].clone(), size))
+    let mut parts: Vec<Part> = (order.iter().zip(sizes).enumerate())
+        .map(|(part, (&task, size))| {
+            Part::new(
+                placer.tasks[task as usize].clone(),
+                if built(part) { size } else { 0 },
+                built(part),
+            )
+        })
         .collect();
 
     // Pass 1: every kept op in its task's graph, under its own name.
-    let mut new_ids: Vec<Option<(usize, OpId)>> = vec![None; graph.id_bound()];
+    let mut new_ids: Vec<Option<(usize, Option<OpId>)>> = vec![None; graph.id_bound()];
+    let mut task_of: Vec<Option<usize>> = vec![None; graph.id_bound()];
+    let mut device_of: Vec<Option<Arc<str>>> = vec![None; graph.id_bound()];
     for (&id, placed) in kept_ops.iter().zip(&placed) {
-        let node = graph.op(id);
         let part = part_of[placed.task as usize];
+        task_of[id.index()] = Some(part);
+        device_of[id.index()] = Some(placed.device.clone());
+        if !parts[part].built {
+            new_ids[id.index()] = Some((part, None));
+            continue;
+        }
+        let node = graph.op(id);
         let target = &mut parts[part].graph;
         let new = target.add_op(
             node.name.clone(),
@@ -76,69 +95,140 @@ pub(super) fn partition(
         let mut op = target.op_mut(new);
         *op.debug_info() = node.debug_info.clone();
         *op.experimental_type() = node.experimental_type.clone();
-        new_ids[id.index()] = Some((part, new));
+        new_ids[id.index()] = Some((part, Some(new)));
     }
     for part in &mut parts {
         part.n_original = part.graph.len();
     }
 
-    // Pass 2: the client's receive of each fed tensor its run uses.
-    let mut feed_recvs: Vec<Option<(usize, OpId)>> = vec![None; feeds.len()];
+    // Pass 2: the client's receive of each fed tensor its run uses, named (in every part,
+    // built or not) clear of the client's ops and of the receives named before it.
+    let mut feed_recvs: Vec<Option<FeedRecv>> = vec![None; feeds.len()];
     if let Some(client_task) = client_task {
         let part = part_of[client_task as usize];
         let device = placer.device(client_task, "CPU", 0);
+        let mut names: Vec<String> = Vec::new();
         for (index, feed) in feeds.iter().enumerate().filter(|(index, _)| used[*index]) {
             let node = graph.op(feed.op);
             let dtype = output_dtype(node, feed.output).ok_or(PartitionError::UnknownDtype {
                 op: node.name.clone(),
                 output: feed.output,
             })?;
-            let tensor = format!("{}:{}", node.name, feed.output);
-            let mut attrs = Attrs::new();
-            attrs.insert("client_terminated", AttrValue::B(true));
-            attrs.insert("recv_device", AttrValue::s(&*device));
-            attrs.insert("send_device", AttrValue::s(&*device));
-            attrs.insert("send_device_incarnation", AttrValue::I(INCARNATION));
-            attrs.insert("tensor_name", AttrValue::s(tensor.as_str()));
-            attrs.insert("tensor_type", AttrValue::Type(dtype));
-            let target = &mut parts[part].graph;
-            let name = target.unused_name(&format!("_recv_{}_{}", node.name, feed.output));
-            let recv = target.add_op(name.clone(), Op::Other("_Recv".into()), &*device, attrs)?;
-            parts[part].feeds.push(Feed {
-                tensor,
-                recv_op: name,
+            let taken = |name: &str| {
+                graph
+                    .find(name)
+                    .is_some_and(|id| task_of[id.index()] == Some(part))
+                    || names.iter().any(|taken| taken == name)
+            };
+            let base = format!("_recv_{}_{}", node.name, feed.output);
+            let mut name = base.clone();
+            let mut suffix = 0;
+            while taken(&name) {
+                suffix += 1;
+                name = format!("{base}_{suffix}");
+            }
+            names.push(name.clone());
+            let mut recv = None;
+            if parts[part].built {
+                let tensor = format!("{}:{}", node.name, feed.output);
+                let mut attrs = Attrs::new();
+                attrs.insert("client_terminated", AttrValue::B(true));
+                attrs.insert("recv_device", AttrValue::s(&*device));
+                attrs.insert("send_device", AttrValue::s(&*device));
+                attrs.insert("send_device_incarnation", AttrValue::I(INCARNATION));
+                attrs.insert("tensor_name", AttrValue::s(tensor.as_str()));
+                attrs.insert("tensor_type", AttrValue::Type(dtype));
+                let target = &mut parts[part].graph;
+                recv = Some(target.add_op(
+                    name.clone(),
+                    Op::Other("_Recv".into()),
+                    &*device,
+                    attrs,
+                )?);
+                parts[part].feeds.push(Feed {
+                    tensor,
+                    recv_op: name.clone(),
+                    dtype,
+                });
+            }
+            feed_recvs[index] = Some(FeedRecv {
+                part,
+                recv,
+                name,
                 dtype,
             });
-            feed_recvs[index] = Some((part, recv));
         }
     }
 
-    // Pass 3: the edges.
-    let mut cutter = Cutter::default();
-    for &dst in &kept_ops {
+    let client_device: Arc<str> = match client_task {
+        Some(task) => placer.device(task, "CPU", 0),
+        None => Arc::from(""),
+    };
+
+    // Pass 3: the edges. A pair between two parts not built is only counted (its number
+    // names the pairs cut after it); an edge within a part not built is skipped.
+    let mut cutter = Cutter {
+        source: graph,
+        task_of: &task_of,
+        next_name: 0,
+        next_edge: 0,
+        data: FxHashMap::default(),
+        control: FxHashMap::default(),
+    };
+    for (&dst, placed) in kept_ops.iter().zip(&placed) {
         let Some((dst_part, dst_new)) = new_ids[dst.index()] else {
             continue;
         };
+        let dst_end = End {
+            part: dst_part,
+            name: &graph.op(dst).name,
+            device: &placed.device,
+        };
         for (slot, input) in graph.inputs_iter(dst) {
             let output = output_of(graph, dst, slot, &input)?;
+            let node = graph.op(input.src);
             let source = match fed.get(&(input.src, output)) {
-                Some(&feed) => feed_recvs[feed].map(|(part, recv)| (part, recv, 0)),
-                None => new_ids[input.src.index()].map(|(part, new)| (part, new, output)),
+                Some(&feed) => feed_recvs[feed].as_ref().map(|recv| SourceEnd {
+                    part: recv.part,
+                    op: recv.recv,
+                    output: 0,
+                    label: &recv.name,
+                    node,
+                    device: &client_device,
+                    dtype: Some(recv.dtype),
+                    tensor: (input.src, output),
+                }),
+                None => new_ids[input.src.index()].map(|(part, new)| SourceEnd {
+                    part,
+                    op: new,
+                    output,
+                    label: &node.name,
+                    node,
+                    device: device_of[input.src.index()]
+                        .as_ref()
+                        .unwrap_or(&client_device),
+                    dtype: None,
+                    tensor: (input.src, output),
+                }),
             };
             // Pruning kept every input that is not fed, and every fed one has its receive.
-            let Some((src_part, src_new, output)) = source else {
+            let Some(src_end) = source else {
                 continue;
             };
-            if src_part == dst_part {
-                parts[dst_part]
-                    .graph
-                    .connect(src_new, Port::Index(output), dst_new, slot)?;
-            } else {
-                let recv =
-                    cutter.data(&mut parts, (src_part, src_new, output), (dst_part, dst_new))?;
-                parts[dst_part]
-                    .graph
-                    .connect(recv, Port::Index(0), dst_new, slot)?;
+            if src_end.part == dst_part {
+                if let (Some(src_new), Some(dst_new)) = (src_end.op, dst_new) {
+                    (parts[dst_part].graph).connect(
+                        src_new,
+                        Port::Index(src_end.output),
+                        dst_new,
+                        slot,
+                    )?;
+                }
+                continue;
+            }
+            let recv = cutter.data(&mut parts, src_end, &dst_end)?;
+            if let (Some(recv), Some(dst_new)) = (recv, dst_new) {
+                (parts[dst_part].graph).connect(recv, Port::Index(0), dst_new, slot)?;
             }
         }
         for src in graph.control_inputs(dst) {
@@ -146,9 +236,23 @@ pub(super) fn partition(
                 continue;
             };
             if src_part == dst_part {
-                parts[dst_part].graph.add_control(src_new, dst_new);
-            } else {
-                let after = cutter.control(&mut parts, (src_part, src_new), (dst_part, dst_new))?;
+                if let (Some(src_new), Some(dst_new)) = (src_new, dst_new) {
+                    parts[dst_part].graph.add_control(src_new, dst_new);
+                }
+                continue;
+            }
+            let src_end = SourceEnd {
+                part: src_part,
+                op: src_new,
+                output: 0,
+                label: &graph.op(src).name,
+                node: graph.op(src),
+                device: device_of[src.index()].as_ref().unwrap_or(&client_device),
+                dtype: Some(DType::Float),
+                tensor: (src, 0),
+            };
+            let after = cutter.control(&mut parts, src_end, &dst_end)?;
+            if let (Some(after), Some(dst_new)) = (after, dst_new) {
                 parts[dst_part].graph.add_control(after, dst_new);
             }
         }
@@ -170,12 +274,18 @@ pub(super) fn partition(
             feeds: part.feeds,
         })
         .collect();
-    Ok(Partitions { client, partitions })
+    Ok(Partitions {
+        client,
+        partitions,
+        task_of,
+    })
 }
 
-/// A partition being built.
+/// A partition being built, or only counted (`built` false: [`PartitionOptions::only`]
+/// names another).
 struct Part {
     task: super::Task,
+    built: bool,
     graph: Graph,
     n_original: usize,
     sends: Vec<CrossEdge>,
@@ -186,9 +296,10 @@ struct Part {
 impl Part {
     /// An empty part for `task`, with room for `n_ops` ops of the source graph and their
     /// edges.
-    fn new(task: super::Task, n_ops: usize) -> Part {
+    fn new(task: super::Task, n_ops: usize, built: bool) -> Part {
         Part {
             task,
+            built,
             graph: Graph::with_capacity(n_ops, 2 * n_ops),
             n_original: 0,
             sends: Vec::new(),
@@ -196,6 +307,40 @@ impl Part {
             feeds: Vec::new(),
         }
     }
+}
+
+/// The client's receive of a fed tensor: its part, the op when the part is built, its name
+/// and dtype.
+#[derive(Clone)]
+struct FeedRecv {
+    part: usize,
+    recv: Option<OpId>,
+    name: String,
+    dtype: DType,
+}
+
+/// The source of an edge that crosses parts.
+struct SourceEnd<'a> {
+    part: usize,
+    /// The op in its part (`None` when the part is not built) and the output read.
+    op: Option<OpId>,
+    output: u32,
+    /// The name the pair is labelled with: the op's, or the fed tensor's receive's.
+    label: &'a str,
+    /// The source graph's op, whose output's dtype is sent unless `dtype` is given.
+    node: &'a OpNode,
+    /// The device the source runs on.
+    device: &'a Arc<str>,
+    dtype: Option<DType>,
+    /// The tensor in the source graph (op, output): one pair per tensor and part.
+    tensor: (OpId, u32),
+}
+
+/// The destination of an edge that crosses parts.
+struct End<'a> {
+    part: usize,
+    name: &'a str,
+    device: &'a Arc<str>,
 }
 
 /// A fed tensor, resolved.
@@ -275,122 +420,133 @@ fn prune(
 }
 
 /// The pairs cut so far, and the counters that name them.
-#[derive(Default)]
-struct Cutter {
+struct Cutter<'g> {
+    /// The source graph, and the part each of its kept ops went to.
+    source: &'g Graph,
+    task_of: &'g [Option<usize>],
     /// The `<n>` of the next added op's name (`<op>_S<n>`).
     next_name: u64,
     /// The `<n>` of the next edge's `tensor_name` (`edge_<n>_<op>`).
     next_edge: u64,
-    /// The receive of each tensor already sent: (source part, op, output, destination part).
-    data: FxHashMap<(usize, OpId, u32, usize), OpId>,
-    /// The `Identity` after each control edge already cut: (source part, op, destination part).
-    control: FxHashMap<(usize, OpId, usize), OpId>,
+    /// The receive of each tensor already sent: (source op, output, destination part).
+    data: FxHashMap<(OpId, u32, usize), Option<OpId>>,
+    /// The `Identity` after each control edge already cut: (source op, destination part).
+    control: FxHashMap<(OpId, usize), Option<OpId>>,
 }
 
-impl Cutter {
-    /// A fresh name `<base><infix><n>` in `graph`.
-    fn name(&mut self, graph: &Graph, base: &str, infix: &str) -> String {
+impl Cutter<'_> {
+    /// A fresh name `<base><infix><n>` in part `part`: clear of the source graph's ops placed
+    /// there. That is every name the part can hold: the added ops' names end in `S<n>`
+    /// (`n` unique) and the feeds' receives' in `_<output>`, so they never meet. A part not
+    /// built gets the name it would have had.
+    fn name(&mut self, part: usize, base: &str, infix: &str) -> String {
         loop {
             let name = format!("{base}{infix}{}", self.next_name);
             self.next_name += 1;
-            if graph.find(&name).is_none() {
+            let taken =
+                (self.source.find(&name)).is_some_and(|id| self.task_of[id.index()] == Some(part));
+            if !taken {
                 return name;
             }
         }
     }
 
-    /// The receive, in the destination's part, of output `output` of `src`.
+    /// The receive, in the destination's part, of the tensor `src` names (`None` when that
+    /// part is not built).
     fn data(
         &mut self,
         parts: &mut [Part],
-        (src_part, src, output): (usize, OpId, u32),
-        (dst_part, dst): (usize, OpId),
-    ) -> Result<OpId, PartitionError> {
-        if let Some(&recv) = self.data.get(&(src_part, src, output, dst_part)) {
+        src: SourceEnd<'_>,
+        dst: &End<'_>,
+    ) -> Result<Option<OpId>, PartitionError> {
+        let key = (src.tensor.0, src.tensor.1, dst.part);
+        if let Some(&recv) = self.data.get(&key) {
             return Ok(recv);
         }
-        let node = parts[src_part].graph.op(src);
-        let dtype = output_dtype(node, output).ok_or_else(|| PartitionError::UnknownDtype {
-            op: node.name.clone(),
-            output,
-        })?;
-        let name = node.name.clone();
-        let kind = CrossKind::Data {
-            op: name.clone(),
-            output,
+        let dtype = match src.dtype {
+            Some(dtype) => dtype,
+            None => output_dtype(src.node, src.tensor.1).ok_or_else(|| {
+                PartitionError::UnknownDtype {
+                    op: src.label.to_owned(),
+                    output: src.tensor.1,
+                }
+            })?,
         };
-        let recv = self.pair(
-            parts,
-            (src_part, src, output),
-            &name,
-            dtype,
-            kind,
-            (dst_part, dst),
-        )?;
-        self.data.insert((src_part, src, output, dst_part), recv);
+        let kind = CrossKind::Data {
+            op: src.label.to_owned(),
+            output: src.output,
+        };
+        let from = (src.part, src.op, src.output, src.device);
+        let recv = self.pair(parts, from, src.label, dtype, kind, dst)?;
+        self.data.insert(key, recv);
         Ok(recv)
     }
 
     /// The op, in the destination's part, that runs once `src` has run: the `Identity` of
-    /// the received dummy constant.
+    /// the received dummy constant (`None` when that part is not built).
     fn control(
         &mut self,
         parts: &mut [Part],
-        (src_part, src): (usize, OpId),
-        (dst_part, dst): (usize, OpId),
-    ) -> Result<OpId, PartitionError> {
-        if let Some(&after) = self.control.get(&(src_part, src, dst_part)) {
+        src: SourceEnd<'_>,
+        dst: &End<'_>,
+    ) -> Result<Option<OpId>, PartitionError> {
+        let key = (src.tensor.0, dst.part);
+        if let Some(&after) = self.control.get(&key) {
             return Ok(after);
         }
-        let source = &mut parts[src_part].graph;
-        let node = source.op(src);
-        let name = node.name.clone();
-        let device = node.device.clone();
-        let mut attrs = Attrs::new();
-        attrs.insert("dtype", AttrValue::Type(DType::Float));
-        attrs.insert(
-            "value",
-            AttrValue::Tensor(Box::new(Tensor {
-                dtype: DType::Float,
-                shape: Some(Shape::from_dims(&[0])),
-                version_number: 0,
-                values: TensorValues::Empty,
-            })),
-        );
-        let dummy_name = self.name(source, &name, "/ctrl_S");
-        let dummy = source.add_op(dummy_name, Op::Const, &*device, attrs)?;
-        source.add_control(src, dummy);
-        let kind = CrossKind::Control { op: name.clone() };
-        let recv = self.pair(
-            parts,
-            (src_part, dummy, 0),
-            &name,
-            DType::Float,
-            kind,
-            (dst_part, dst),
-        )?;
-        let target = &mut parts[dst_part].graph;
-        let device = target.op(recv).device.clone();
-        let mut attrs = Attrs::new();
-        attrs.insert("T", AttrValue::Type(DType::Float));
-        let identity_name = self.name(target, &name, "_S");
-        let identity = target.add_op(identity_name, Op::Identity, &*device, attrs)?;
-        target.push_input(identity, recv, Port::Index(0));
-        self.control.insert((src_part, src, dst_part), identity);
+        let name = src.label;
+        let dummy_name = self.name(src.part, name, "/ctrl_S");
+        let mut dummy = None;
+        let device = src.device;
+        if let Some(op) = src.op {
+            let mut attrs = Attrs::new();
+            attrs.insert("dtype", AttrValue::Type(DType::Float));
+            attrs.insert(
+                "value",
+                AttrValue::Tensor(Box::new(Tensor {
+                    dtype: DType::Float,
+                    shape: Some(Shape::from_dims(&[0])),
+                    version_number: 0,
+                    values: TensorValues::Empty,
+                })),
+            );
+            let source = &mut parts[src.part].graph;
+            let new = source.add_op(dummy_name, Op::Const, &**device, attrs)?;
+            source.add_control(op, new);
+            dummy = Some(new);
+        }
+        let kind = CrossKind::Control {
+            op: name.to_owned(),
+        };
+        let from = (src.part, dummy, 0, device);
+        let recv = self.pair(parts, from, name, DType::Float, kind, dst)?;
+        let identity_name = self.name(dst.part, name, "_S");
+        let mut identity = None;
+        if let Some(recv) = recv {
+            let target = &mut parts[dst.part].graph;
+            let device = target.op(recv).device.clone();
+            let mut attrs = Attrs::new();
+            attrs.insert("T", AttrValue::Type(DType::Float));
+            let new = target.add_op(identity_name, Op::Identity, &*device, attrs)?;
+            target.push_input(new, recv, Port::Index(0));
+            identity = Some(new);
+        }
+        self.control.insert(key, identity);
         Ok(identity)
     }
 
     /// Cuts one pair: a send of output `output` of `from` (named after the op `label`) in
-    /// the source part, its receive in the destination part; returns the receive.
+    /// the source part, its receive in the destination part; returns the receive. Either
+    /// op is added only if its part is built; the pair is counted either way.
     fn pair(
         &mut self,
         parts: &mut [Part],
-        (src_part, from, output): (usize, OpId, u32),
+        (src_part, from, output, send_device): (usize, Option<OpId>, u32, &Arc<str>),
         label: &str,
         dtype: DType,
         kind: CrossKind,
-        (dst_part, dst): (usize, OpId),
-    ) -> Result<OpId, PartitionError> {
+        dst: &End<'_>,
+    ) -> Result<Option<OpId>, PartitionError> {
         let host_memory = in_host_memory(dtype);
         let (send_type, recv_type) = match host_memory {
             true => ("_HostSend", "_HostRecv"),
@@ -398,47 +554,52 @@ impl Cutter {
         };
         let tensor_name = format!("edge_{}_{label}", self.next_edge);
         self.next_edge += 1;
-        let send_device = parts[src_part].graph.op(from).device.clone();
-        let dst_node = parts[dst_part].graph.op(dst);
-        let recv_device = dst_node.device.clone();
-        let dst_name = dst_node.name.clone();
+        let send_op = self.name(src_part, label, "_S");
+        let recv_op = self.name(dst.part, label, "_S");
+        let (src_built, dst_built) = (parts[src_part].built, parts[dst.part].built);
+        if !src_built && !dst_built {
+            return Ok(None);
+        }
+        let recv_device = dst.device;
         let mut common = Attrs::new();
-        common.insert("_dst", AttrValue::s(dst_name.as_str()));
+        common.insert("_dst", AttrValue::s(dst.name));
         common.insert("_src", AttrValue::s(label));
         common.insert("client_terminated", AttrValue::B(false));
-        common.insert("recv_device", AttrValue::s(&*recv_device));
-        common.insert("send_device", AttrValue::s(&*send_device));
+        common.insert("recv_device", AttrValue::s(&**recv_device));
+        common.insert("send_device", AttrValue::s(&**send_device));
         common.insert("send_device_incarnation", AttrValue::I(INCARNATION));
         common.insert("tensor_name", AttrValue::s(tensor_name.as_str()));
 
-        let mut send_attrs = common.clone();
-        send_attrs.insert("T", AttrValue::Type(dtype));
-        let source = &mut parts[src_part].graph;
-        let send_op = self.name(source, label, "_S");
-        let send = source.add_op(
-            send_op.clone(),
-            Op::Other(send_type.into()),
-            &*send_device,
-            send_attrs,
-        )?;
-        source.push_input(send, from, Port::Index(output));
-
-        let mut recv_attrs = common;
-        recv_attrs.insert("tensor_type", AttrValue::Type(dtype));
-        let target = &mut parts[dst_part].graph;
-        let recv_op = self.name(target, label, "_S");
-        let recv = target.add_op(
-            recv_op.clone(),
-            Op::Other(recv_type.into()),
-            &*recv_device,
-            recv_attrs,
-        )?;
+        if let Some(from) = from.filter(|_| src_built) {
+            let mut send_attrs = common.clone();
+            send_attrs.insert("T", AttrValue::Type(dtype));
+            let source = &mut parts[src_part].graph;
+            let send = source.add_op(
+                send_op.clone(),
+                Op::Other(send_type.into()),
+                &**send_device,
+                send_attrs,
+            )?;
+            source.push_input(send, from, Port::Index(output));
+        }
+        let mut recv = None;
+        if dst_built {
+            let mut recv_attrs = common;
+            recv_attrs.insert("tensor_type", AttrValue::Type(dtype));
+            let target = &mut parts[dst.part].graph;
+            recv = Some(target.add_op(
+                recv_op.clone(),
+                Op::Other(recv_type.into()),
+                &**recv_device,
+                recv_attrs,
+            )?);
+        }
 
         let edge = CrossEdge {
             tensor_name,
             kind,
             src: parts[src_part].task.clone(),
-            dst: parts[dst_part].task.clone(),
+            dst: parts[dst.part].task.clone(),
             send_device: send_device.to_string(),
             recv_device: recv_device.to_string(),
             send_op,
@@ -446,8 +607,12 @@ impl Cutter {
             dtype,
             host_memory,
         };
-        parts[dst_part].recvs.push(edge.clone());
-        parts[src_part].sends.push(edge);
+        if dst_built {
+            parts[dst.part].recvs.push(edge.clone());
+        }
+        if src_built {
+            parts[src_part].sends.push(edge);
+        }
         Ok(recv)
     }
 }

@@ -39,6 +39,10 @@
 //! after the originals). An executor runs each partition on its task and delivers each
 //! [`CrossEdge::tensor_name`] from the task that sends it to the task that receives it.
 //!
+//! A worker needs its own partition alone: [`PartitionOptions::only`] builds that one and
+//! leaves the others empty, cutting every pair all the same, so the built partition is the
+//! one built with all the others (`tests/it/partition.rs` checks it for every fixture).
+//!
 //! The cost is linear: every op and edge of the pruned graph is visited a constant number of
 //! times (placement is memoized, device strings are parsed once each).
 //! Only the top-level graph is partitioned; a call op is placed like any other op and its
@@ -127,6 +131,11 @@ pub struct PartitionOptions {
     /// `None`: the first task, in [`Task`] order, any op of the graph names; `/job:localhost/
     /// replica:0/task:0` if none names one.
     pub client: Option<Task>,
+    /// Build only the partition at this index (of the tasks that run something, sorted): a
+    /// worker runs its own alone. The others are cut all the same (every pair is numbered
+    /// as it is when all are built, so the edges' `tensor_name`s and the built partition are
+    /// the same) but left empty: their task, and nothing else. `None`: build every one.
+    pub only: Option<usize>,
 }
 
 /// The two runs of a saver's plan.
@@ -168,6 +177,7 @@ impl PartitionOptions {
             targets: vec![run.target(saver).to_owned()],
             feeds: vec![saver.filename_tensor_name.clone()],
             client,
+            only: None,
         }
     }
 }
@@ -177,8 +187,11 @@ impl PartitionOptions {
 pub struct Partitions {
     /// The client's task (where the feeds arrive and unplaced ops run).
     pub client: Task,
-    /// The partitions, sorted by task.
+    /// The partitions, sorted by task (with [`PartitionOptions::only`], the others empty).
     pub partitions: Vec<Partition>,
+    /// Per op of the source graph ([`saveplan_ir::OpId::index`]): the index of the
+    /// partition it went to; `None` for an op the run does not need.
+    pub task_of: Vec<Option<usize>>,
 }
 
 impl Partitions {

@@ -150,6 +150,7 @@ fn check_run(case: &str, module: &Module, summary: &Value, run: &str) {
         feeds: vec!["saver_filename:0".to_owned()],
         // TensorFlow's session ran on task 0 (in `p5` no variable names that task).
         client: Some(Task::new("worker", 0, 0)),
+        only: None,
     };
     let verified = verify_module(module).unwrap();
     let parts = partition(verified, &options).unwrap();
@@ -254,6 +255,63 @@ fn partition_snapshots() {
     });
 }
 
+/// A worker builds its own partition alone (`PartitionOptions::only`): for every plan the
+/// snapshots cover, each run and each task, that partition is the one built with all the
+/// others (ops, names, edges sent and received, feeds), and the others are left empty.
+#[test]
+fn a_partition_built_alone_is_the_one_built_with_the_others() {
+    let mut specs: Vec<std::path::PathBuf> = CASES
+        .iter()
+        .map(|case| case_dir(case).join("case.json"))
+        .collect();
+    for entry in std::fs::read_dir(root().join("tests/inputs/trace")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('g') && name.ends_with(".json") {
+            specs.push(path);
+        }
+    }
+    let mut checked = 0;
+    for spec in &specs {
+        let text = std::fs::read_to_string(spec).unwrap();
+        let plan = compile(&SpecFile::parse(&text).unwrap(), Form::Flat).unwrap();
+        let saver = plan.meta_graph.saver_def.as_ref().unwrap();
+        let verified = verify_module(&plan.meta_graph.module).unwrap();
+        for run in SaverRun::ALL {
+            let options = PartitionOptions::for_saver(saver, run, None);
+            let all = partition(verified, &options).unwrap();
+            for (index, whole) in all.partitions.iter().enumerate() {
+                let only = PartitionOptions {
+                    only: Some(index),
+                    ..options.clone()
+                };
+                let alone = partition(verified, &only).unwrap();
+                let what = format!("{}, {} run, {}", spec.display(), run.name(), whole.task);
+                assert_eq!(alone.task_of, all.task_of, "{what}");
+                assert_eq!(alone.partitions.len(), all.partitions.len(), "{what}");
+                let built = &alone.partitions[index];
+                assert_eq!(built.module.to_string(), whole.module.to_string(), "{what}");
+                assert_eq!(built.n_original, whole.n_original, "{what}");
+                assert_eq!(built.sends, whole.sends, "{what}");
+                assert_eq!(built.recvs, whole.recvs, "{what}");
+                assert_eq!(built.feeds, whole.feeds, "{what}");
+                for (other, part) in alone.partitions.iter().enumerate() {
+                    assert_eq!(part.task, all.partitions[other].task, "{what}");
+                    if other != index {
+                        assert_eq!(part.module.graph.len(), 0, "{what}: task {other} built");
+                        assert!(part.sends.is_empty() && part.recvs.is_empty(), "{what}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 2 * 2 * CASES.len(),
+        "{checked} partitions checked"
+    );
+}
+
 #[test]
 fn compile_partition_writes_one_graph_def_per_task() {
     let out = tempfile::tempdir().unwrap();
@@ -326,6 +384,7 @@ fn bad_targets_feeds_and_devices_are_typed_errors() {
             targets: targets.iter().map(|t| t.to_string()).collect(),
             feeds: feeds.iter().map(|f| f.to_string()).collect(),
             client: None,
+            only: None,
         };
         partition(verified, &options).unwrap_err()
     };
