@@ -3,7 +3,10 @@
 //! through MPI) against the same command in one process (every task on a thread of its own,
 //! meeting in memory), in the same run, on the same bytes. Also the rendezvous's round trip
 //! (`examples/mpi_rendezvous --latency`, built here) and `mpirun -n N true`, the launcher's
-//! own fixed cost, which every MPI row includes.
+//! own fixed cost, which every MPI row includes. Then a framework's steady state:
+//! `examples/cluster_saves` (built here) makes one session per process and saves several
+//! times; its median save and the making of its session, under `mpirun` against one process,
+//! on the same spec (the files compared).
 //!
 //! ```text
 //! cargo bench --features mpi --bench cluster -- [big] [many-small] [--ranks N]... \
@@ -72,6 +75,10 @@ fn main() {
         machine::load_average()
     );
     latency();
+    let saves_example = build_example("cluster_saves");
+    if saves_example.is_none() {
+        println!("  one session saving several times: not measured (the example did not build)");
+    }
     for &ranks in &options.ranks {
         let launcher = best_of(options.repeat, || {
             run(Command::new("mpirun").args(mpirun_args(ranks)).arg("true"))
@@ -143,6 +150,20 @@ fn main() {
             );
             let _ = std::fs::remove_dir_all(dir.join("one"));
             let _ = std::fs::remove_dir_all(dir.join("many"));
+            if let Some(example) = &saves_example {
+                let saves = if workload == "big" { 3 } else { 5 };
+                let (one, many) = steady(example, &dir, (ranks, saves), &options);
+                let ratio = |many: f64, one: f64| many / one;
+                println!(
+                    "  {workload} on {ranks} tasks, one session saving {saves} times (examples/cluster_saves): per save one process {:.3} s, MPI {:.3} s ({:.2}×); the session (trace, partition, compile, values in) one process {:.3} s, MPI {:.3} s ({:.2}×)",
+                    one.save,
+                    many.save,
+                    ratio(many.save, one.save),
+                    one.session,
+                    many.session,
+                    ratio(many.session, one.session),
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -274,8 +295,8 @@ fn write_values(path: &Path, count: usize, shape: &[u64]) {
     file.flush().expect("write the values");
 }
 
-/// Builds `examples/mpi_rendezvous` (the bench profile, so the library is shared) and prints its round trips on 2 ranks.
-fn latency() {
+/// Builds the example `name` (the bench profile, so the library is shared): its path.
+fn build_example(name: &str) -> Option<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let built = Command::new(cargo)
         .args([
@@ -285,16 +306,93 @@ fn latency() {
             "--quiet",
             "--features",
             "mpi",
-            "--example",
-            "mpi_rendezvous",
         ])
+        .args(["--example", name])
         .status()
         .is_ok_and(|status| status.success());
-    let example = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("examples/mpi_rendezvous")));
-    let output = match example {
-        Some(example) if built => Command::new("mpirun")
+    let exe = std::env::current_exe().ok()?;
+    built.then(|| {
+        exe.parent()?
+            .parent()
+            .map(|dir| dir.join("examples").join(name))
+    })?
+}
+
+/// What `examples/cluster_saves` reports: the session's making and the median save, in
+/// seconds.
+struct Steady {
+    session: f64,
+    save: f64,
+}
+
+/// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
+/// processes), `saves` saves each, best of `options.repeat` runs each; the files the two
+/// wrote are compared.
+fn steady(
+    example: &Path,
+    dir: &Path,
+    (ranks, saves): (usize, usize),
+    options: &Options,
+) -> (Steady, Steady) {
+    let spec = dir.join("spec.json");
+    let measure = |cluster: bool| {
+        let mut best = Steady {
+            session: f64::INFINITY,
+            save: f64::INFINITY,
+        };
+        let out = dir.join(if cluster { "many" } else { "one" });
+        for _ in 0..options.repeat {
+            let _ = std::fs::remove_dir_all(&out);
+            std::fs::create_dir_all(&out).expect("the saves' folder");
+            let mut command = match cluster {
+                true => {
+                    let mut command = Command::new("mpirun");
+                    command.args(mpirun_args(ranks));
+                    if options.one_core_each {
+                        command.args(["--bind-to", "core", "--map-by", "core"]);
+                    }
+                    command.arg(example);
+                    command
+                }
+                false if options.one_core_each => {
+                    let mut command = Command::new("taskset");
+                    command.args(["-c", "0"]).arg(example);
+                    command
+                }
+                false => Command::new(example),
+            };
+            command.arg(&spec).arg(&out);
+            command.args(["--saves", &saves.to_string()]);
+            if cluster {
+                command.arg("--cluster");
+            }
+            let output = command.output().expect("run examples/cluster_saves");
+            assert!(output.status.success(), "{command:?} failed");
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            let number = |after: &str| -> f64 {
+                let at = text.find(after).expect("the example's report") + after.len();
+                let rest = &text[at..];
+                rest[..rest.find(' ').expect("a number")]
+                    .parse()
+                    .expect("a number")
+            };
+            best.session = best.session.min(number("session "));
+            best.save = best.save.min(number("median "));
+        }
+        best
+    };
+    let one = measure(false);
+    let many = measure(true);
+    same_files(&dir.join("one"), &dir.join("many"));
+    let _ = std::fs::remove_dir_all(dir.join("one"));
+    let _ = std::fs::remove_dir_all(dir.join("many"));
+    (one, many)
+}
+
+/// Builds `examples/mpi_rendezvous` and prints its round trips on 2 ranks.
+fn latency() {
+    let output = match build_example("mpi_rendezvous") {
+        Some(example) => Command::new("mpirun")
             .args(mpirun_args(2))
             .arg(example)
             .arg("--latency")
