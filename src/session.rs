@@ -60,6 +60,7 @@ pub mod runner;
 mod targets;
 pub mod values;
 
+use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -85,7 +86,7 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{VariableOps, trace_flat_as, trace_flat_save_as};
+use crate::trace::{VariableOps, trace_flat_as, trace_flat_save_as, trace_flat_save_share};
 use bound::Bound;
 use keys::Keys;
 
@@ -97,6 +98,20 @@ pub struct Session {
     io: Box<dyn CheckpointIo + Send>,
     /// When set, this process runs one task of the plans ([`Session::with_cluster`]).
     cluster: Option<Arc<dyn Rendezvous>>,
+    /// The checkpoint keys other tasks save, which a session tracing its task's share of a
+    /// spec leaves out ([`SessionOptions::task`]): their values are ignored.
+    left_out: Arc<FxHashSet<String>>,
+}
+
+/// `values` without those of the keys `left_out` names.
+fn without(
+    mut values: BTreeMap<String, HostTensor>,
+    left_out: &FxHashSet<String>,
+) -> BTreeMap<String, HostTensor> {
+    if !left_out.is_empty() {
+        values.retain(|key, _| !left_out.contains(key));
+    }
+    values
 }
 
 /// Whether [`Session::from_spec`] traces the save plan alone: a graph-mode session that only
@@ -165,11 +180,28 @@ impl Session {
     ) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
-        let trace = if traces_save_only(&options) {
-            trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?
-        } else {
-            trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?
+        // A task of a cluster that only saves traces its share when the plan allows it; the
+        // values of the keys it leaves out are other tasks' to check and save.
+        let share = match options.task {
+            Some(task) if traces_save_only(&options) => {
+                trace_flat_save_share(&trackables, &trace_options, task)?
+            }
+            _ => None,
         };
+        let (trace, left_out) = match share {
+            Some(share) => (share.trace, share.left_out),
+            None if traces_save_only(&options) => (
+                trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?,
+                Vec::new(),
+            ),
+            None => (
+                trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?,
+                Vec::new(),
+            ),
+        };
+        let left_out: Arc<FxHashSet<String>> = Arc::new(left_out.into_iter().collect());
+        let ignored = Arc::clone(&left_out);
+        let values = move || values().map(|values| without(values, &ignored));
         // The session takes the saver's names (one per restored variable) as they are, and
         // the keys the tracer bound, when it bound them all.
         let (module, names) = (trace.module, trace.saver);
@@ -190,6 +222,10 @@ impl Session {
                 })
             }
         };
+        let session = session.map(|session| Session {
+            left_out,
+            ..session
+        });
         // The session keeps nothing else of the trace. Freeing a graph of N variables
         // (millions of small allocations, ~0.2 s at 100k) is left to a pool thread, so that
         // the caller gets its session without waiting for it.
@@ -334,6 +370,7 @@ impl Session {
                 write: options.write,
             }),
             cluster: None,
+            left_out: Arc::default(),
         }
     }
 
@@ -442,8 +479,10 @@ impl Session {
     /// Every key must be saved by the plan and every saved key given, with the plan's dtype
     /// and shape; nothing is stored unless all are. A whole tensor is moved into its variable
     /// without copying; a sliced one is cut into its parts.
+    /// A session that traced its task's share of a spec ([`SessionOptions::task`]) ignores
+    /// the values of the keys other tasks save.
     pub fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        self.bound.assign(values)
+        self.bound.assign(without(values, &self.left_out))
     }
 
     /// Runs the save plan with `prefix` fed. Fails before running anything if a variable the

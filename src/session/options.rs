@@ -35,8 +35,11 @@ pub struct SessionOptions {
     pub plans: Plans,
     /// The task this process runs, when it is one process of a cluster (its rendezvous's
     /// `task()`, given to [`Session::with_cluster`](super::Session::with_cluster)): a plan
-    /// split by task then compiles that task's partition alone. `None` (the default): every
-    /// task's, as a session that runs them all in this process needs.
+    /// split by task then compiles that task's partition alone, and a graph-mode session of
+    /// a spec that only saves ([`Plans::SaveOnly`]) traces only that task's share of a plain
+    /// plan ([`crate::trace::trace_flat_save_share`]: its own variables and one of each other
+    /// task; the values of the others are then ignored). `None` (the default): every task's,
+    /// as a session that runs them all in this process needs.
     pub task: Option<usize>,
 }
 

@@ -97,6 +97,7 @@ mod object;
 mod plan;
 mod registered;
 mod sharding;
+mod share;
 pub mod spec;
 
 use std::collections::BTreeMap;
@@ -124,6 +125,7 @@ pub use sharding::{
     MaxShardSize, Shard, ShardByTask, ShardEntry, ShardableTensor, Sharding, ShardingPolicy,
     TensorSlice,
 };
+pub use share::{TaskShare, trace_flat_save_share};
 
 /// An object whose tensors are saved and restored together, like a TensorFlow `Trackable`:
 /// its restore ops are traced once all of its tensors have been read.

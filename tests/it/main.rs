@@ -63,5 +63,6 @@ mod spec_cli;
 mod storage;
 mod trace;
 mod trace_perf;
+mod trace_share;
 mod verify_fixtures;
 mod zero_copy;

@@ -1,0 +1,188 @@
+//! One task's share of a save plan: what a process that runs one task of a cluster needs to
+//! trace, when the plan's shape lets it leave the other tasks' variables out.
+//!
+//! Every process of a cluster run builds its own partition of the same plan
+//! ([`crate::partition`]), and the edges between partitions are named after the ops at their
+//! ends and numbered in the order they are cut, so every process must see the same saver ops
+//! under the same names. In a plain save plan (every variable whole, read by its own
+//! `ReadVariableOp` on its own task, one shard per task, no I/O device, no registered saver)
+//! no edge from a variable's ops leaves its task: a task's partition holds its own variables
+//! and the saver's ops, and the saver's ops depend on the other tasks only through which
+//! tasks there are, in which order. So the share keeps the task's own tensors and the first
+//! tensor of every other task (which keeps the tasks, in order of first appearance, and so
+//! the shards, their numbers and `num_shards`), in input order.
+//!
+//! Names must not move either: TensorFlow's names are unique case-insensitively, by `/`
+//! scope, with `_<n>` suffixes for later uses, so a variable left out could have taken a name
+//! that a kept op would otherwise get. The share is refused (the caller traces the whole
+//! plan) unless every variable's name is unique, none is the scope of another, and, once the
+//! share is traced, no saver op's name meets a variable's first component (suffixes
+//! ignored). `tests/it/trace_share.rs` checks, for every plan of the partition fixtures and
+//! more, that the partition built from a share is the one built from the whole plan.
+
+use std::borrow::Cow;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use saveplan_ir::device::DeviceSpec;
+
+use super::flat::{VariableOps, trace_flat_save_as};
+use super::{
+    FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, Trackable,
+};
+
+/// The save plan of `trackables` as one task of its cluster needs it, and the checkpoint keys
+/// it leaves out (every other task's but one per task).
+#[derive(Debug)]
+pub struct TaskShare {
+    /// The share's trace.
+    pub trace: FlatTrace,
+    /// The checkpoint keys of the tensors left out, in input order.
+    pub left_out: Vec<String>,
+}
+
+/// The save plan of `trackables` as task `task` of its cluster needs it (the index of the
+/// task in `(job, replica, task)` order among the tasks of the variables): see the module
+/// docs. `None` when the plan's shape does not allow leaving anything out, or there is
+/// nothing to leave out: the caller traces the whole plan then.
+pub fn trace_flat_save_share(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    task: usize,
+) -> Result<Option<TaskShare>, TraceError> {
+    let Some((share, left_out)) = task_share(trackables, options, task) else {
+        return Ok(None);
+    };
+    let trace = trace_flat_save_as(&share, options, VariableOps::Handles)?;
+    if !saver_names_clear(trackables, &trace) {
+        return Ok(None);
+    }
+    Ok(Some(TaskShare { trace, left_out }))
+}
+
+/// The trackables task `task` keeps and the keys of those it leaves out, or `None` (see
+/// [`trace_flat_save_share`]).
+fn task_share(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    task: usize,
+) -> Option<(Vec<Trackable>, Vec<String>)> {
+    let plain_options = options.io_device.is_none()
+        && options.registered_savers.is_empty()
+        && options.sharding.cache_key() == ShardByTask.cache_key();
+    if !plain_options {
+        return None;
+    }
+    // Each trackable one whole variable read by its own read, on a device naming its task;
+    // each distinct device string parsed once.
+    let mut tasks: Vec<(String, u32, u32)> = Vec::new();
+    let mut task_of_device: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut task_of: Vec<usize> = Vec::with_capacity(trackables.len());
+    let mut names: FxHashSet<Cow<'_, str>> = FxHashSet::default();
+    names.reserve(trackables.len());
+    for trackable in trackables {
+        let [tensor] = &trackable.tensors[..] else {
+            return None;
+        };
+        if !tensor.slice_spec.trim().is_empty() || tensor.variable.read != ReadKind::Graph {
+            return None;
+        }
+        let index = match task_of_device.get(tensor.device.as_str()) {
+            Some(&index) => index,
+            None => {
+                let device = DeviceSpec::parse(&tensor.device).ok()?;
+                // A missing replica or task is 0, as the partitioner places it.
+                let job = device.job?;
+                let key = (job, device.replica.unwrap_or(0), device.task.unwrap_or(0));
+                let index = match tasks.iter().position(|seen| *seen == key) {
+                    Some(index) => index,
+                    None => {
+                        tasks.push(key);
+                        tasks.len() - 1
+                    }
+                };
+                task_of_device.insert(&tensor.device, index);
+                index
+            }
+        };
+        task_of.push(index);
+        if !names.insert(lower(variable_name(trackable))) {
+            return None;
+        }
+    }
+    // No name is the scope of another.
+    for name in &names {
+        let mut scope = name.as_ref();
+        while let Some(slash) = scope.rfind('/') {
+            scope = &scope[..slash];
+            if names.contains(scope) {
+                return None;
+            }
+        }
+    }
+    if tasks.len() < 2 {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_unstable_by(|&a, &b| tasks[a].cmp(&tasks[b]));
+    let own = *order.get(task)?;
+    let mut seen = vec![false; tasks.len()];
+    let (mut share, mut left_out) = (Vec::new(), Vec::new());
+    for (trackable, &of) in trackables.iter().zip(&task_of) {
+        if of == own || !std::mem::replace(&mut seen[of], true) {
+            share.push(trackable.clone());
+        } else {
+            left_out.push(trackable.tensors[0].checkpoint_key.clone());
+        }
+    }
+    (!left_out.is_empty()).then_some((share, left_out))
+}
+
+/// The name of a one-tensor trackable's variable: its `VarHandleOp`'s before uniquing.
+fn variable_name(trackable: &Trackable) -> &str {
+    let tensor = &trackable.tensors[0];
+    (tensor.variable.name.as_deref()).unwrap_or(&tensor.checkpoint_key)
+}
+
+/// `name` lower-cased, as TensorFlow compares names (borrowed when it already is).
+fn lower(name: &str) -> Cow<'_, str> {
+    match name.chars().any(char::is_uppercase) {
+        true => Cow::Owned(name.to_lowercase()),
+        false => Cow::Borrowed(name),
+    }
+}
+
+/// The first component of `name`, without a `_<n>` suffix, lower-cased: what TensorFlow's
+/// unique names compare when the op is named at the top level.
+fn base(name: &str) -> Cow<'_, str> {
+    let component = name.split('/').next().unwrap_or(name);
+    let stem = match component.rsplit_once('_') {
+        Some((stem, digits))
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            stem
+        }
+        _ => component,
+    };
+    lower(stem)
+}
+
+/// Whether no op of `trace` other than the variables' own has a base ([`base`]) that a
+/// variable's name in `trackables` has: then leaving variables out renamed none of the
+/// saver's ops, which are named after the variables.
+fn saver_names_clear(trackables: &[Trackable], trace: &FlatTrace) -> bool {
+    let graph = &trace.module.graph;
+    let mut variable_op = vec![false; graph.id_bound()];
+    for ops in &trace.variables {
+        for id in [Some(ops.handle), Some(ops.read), ops.assign]
+            .into_iter()
+            .flatten()
+        {
+            variable_op[id.index()] = true;
+        }
+    }
+    let saver_bases: FxHashSet<Cow<'_, str>> = (graph.ops().into_iter())
+        .filter(|id| !variable_op[id.index()])
+        .map(|id| base(&graph.op(id).name))
+        .collect();
+    (trackables.iter()).all(|trackable| !saver_bases.contains(&base(variable_name(trackable))))
+}

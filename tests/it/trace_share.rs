@@ -1,0 +1,237 @@
+//! One task's share of a save plan (`trace::trace_flat_save_share`): for every plan of the
+//! partition fixtures, the trace inputs and a scale spec, and every task, the partition built
+//! from the share is the one built from the whole plan (ops, names, edges sent and received,
+//! feeds), so processes that trace shares meet as processes that trace it whole do. Plans
+//! whose shape or names do not allow a share are traced whole; a session of a share ignores
+//! the other tasks' values and saves what one process saves.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use saveplan::exec::HostTensor;
+use saveplan::exec::rendezvous::{LocalRendezvous, Rendezvous};
+use saveplan::partition::{PartitionOptions, Partitions, partition};
+use saveplan::session::{Plans, Session, SessionOptions};
+use saveplan::trace::spec::SpecFile;
+use saveplan::trace::{FlatTrace, VariableOps, trace_flat_save_as, trace_flat_save_share};
+use saveplan_ir::verify::verify_module;
+
+use crate::partition::CASES;
+use crate::support::root;
+
+/// The save run of `trace`, built for `task` alone.
+fn save_partitions(trace: &FlatTrace, task: usize) -> Partitions {
+    let options = PartitionOptions {
+        targets: vec![trace.saver.save_target.clone()],
+        feeds: vec![trace.saver.filename_tensor_name.clone()],
+        client: None,
+        only: Some(task),
+    };
+    partition(verify_module(&trace.module).unwrap(), &options).unwrap()
+}
+
+/// How many tasks of `text` trace a share, each checked to give the partition the whole plan
+/// gives (panics if not).
+fn shares_match(text: &str, what: &str) -> usize {
+    let spec = SpecFile::parse(text).unwrap();
+    let trackables = spec.trackables().unwrap();
+    let options = spec.options().unwrap();
+    let whole = trace_flat_save_as(&trackables, &options, VariableOps::Handles).unwrap();
+    let n_tasks = save_partitions(&whole, 0).partitions.len();
+    let mut shared = 0;
+    for task in 0..n_tasks {
+        let Some(share) = trace_flat_save_share(&trackables, &options, task).unwrap() else {
+            continue;
+        };
+        shared += 1;
+        let (all, alone) = (
+            save_partitions(&whole, task),
+            save_partitions(&share.trace, task),
+        );
+        let what = format!("{what}, task {task}");
+        assert_eq!(alone.partitions.len(), n_tasks, "{what}");
+        let (expected, got) = (&all.partitions[task], &alone.partitions[task]);
+        assert_eq!(got.task, expected.task, "{what}");
+        assert_eq!(
+            got.module.to_string(),
+            expected.module.to_string(),
+            "{what}"
+        );
+        assert_eq!(got.sends, expected.sends, "{what}");
+        assert_eq!(got.recvs, expected.recvs, "{what}");
+        assert_eq!(got.feeds, expected.feeds, "{what}");
+        // What it leaves out: every other task's variables but the first of each.
+        let kept = trackables.len() - share.left_out.len();
+        assert!(
+            kept >= n_tasks && !share.left_out.is_empty(),
+            "{what}: {kept} kept"
+        );
+    }
+    shared
+}
+
+/// `n` float32 variables round robin over `tasks` tasks, named by `name(i)`.
+fn round_robin(n: usize, tasks: usize, name: impl Fn(usize) -> String) -> String {
+    let variables: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "checkpoint_key": name(i),
+                "dtype": "float32",
+                "shape": [2],
+                "device": format!("/job:worker/replica:0/task:{}/device:CPU:0", i % tasks),
+            })
+        })
+        .collect();
+    serde_json::json!({ "variables": variables }).to_string()
+}
+
+#[test]
+fn a_share_partitions_as_the_whole_plan() {
+    let mut files: Vec<PathBuf> = CASES
+        .iter()
+        .map(|case| {
+            root()
+                .join("tests/fixtures/part")
+                .join(case)
+                .join("case.json")
+        })
+        .collect();
+    for entry in std::fs::read_dir(root().join("tests/inputs/trace")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "json") {
+            files.push(path);
+        }
+    }
+    files.push(root().join("examples/two_tasks.json"));
+    let mut shared = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.strip_prefix(root()).unwrap().display().to_string();
+        if shares_match(&text, &name) > 0 {
+            shared.push(name);
+        }
+    }
+    // The plain plans on several tasks share; an I/O device, slices, a variable on no named
+    // task do not.
+    for expected in [
+        "p1_two_tasks",
+        "p4_four_tasks",
+        "g3_two_tasks",
+        "two_tasks.json",
+    ] {
+        assert!(
+            shared.iter().any(|name| name.contains(expected)),
+            "{expected} not shared: {shared:?}"
+        );
+    }
+    for refused in [
+        "p2_three",
+        "p3_sliced",
+        "p5_default",
+        "p6_four",
+        "g4_io",
+        "g5_sliced",
+    ] {
+        assert!(
+            !shared.iter().any(|name| name.contains(refused)),
+            "{refused} shared: {shared:?}"
+        );
+    }
+    let scale = round_robin(3000, 5, |i| format!("layer_{i:05}/kernel"));
+    assert_eq!(shares_match(&scale, "3000 variables on 5 tasks"), 5);
+}
+
+/// Names a variable left out could have taken from a kept op: the share is refused.
+#[test]
+fn names_that_could_move_refuse_the_share() {
+    let with_names = |names: &[&str]| round_robin(names.len(), 2, |i| names[i].to_owned());
+    // A saver op's name (any case, any suffix) held by a variable of either task.
+    for names in [
+        &["a", "b", "SaveV2", "c"][..],
+        &["a", "b", "c", "savev2_3"],
+        &["a", "StringJoin/x", "c", "d"],
+        &["Num_Shards", "b", "c", "d"],
+    ] {
+        assert_eq!(
+            shares_match(&with_names(names), &format!("{names:?}")),
+            0,
+            "{names:?}"
+        );
+    }
+    // The same name twice (case aside), or one variable's name the scope of another's.
+    for names in [&["a", "b", "A", "c"][..], &["a", "b", "a/x", "c"]] {
+        assert_eq!(
+            shares_match(&with_names(names), &format!("{names:?}")),
+            0,
+            "{names:?}"
+        );
+    }
+    // Names merely alike are fine.
+    let alike = with_names(&["a", "b", "a_1", "ab/c", "save", "x/SaveV2"]);
+    assert_eq!(shares_match(&alike, "alike"), 2);
+}
+
+/// Sessions of shares, one per task on threads meeting in memory, given every value, save
+/// the bytes one process saves; a value for a key of no task is still refused.
+#[test]
+fn sessions_of_shares_save_what_one_process_saves() {
+    let text = round_robin(40, 3, |i| format!("v{i:02}"));
+    let spec = SpecFile::parse(&text).unwrap();
+    let values: BTreeMap<String, HostTensor> = (spec.variables.iter().enumerate())
+        .map(|(i, variable)| {
+            let value = HostTensor::from_f32s(vec![2], &[i as f32, -(i as f32)]).unwrap();
+            (variable.checkpoint_key.clone(), value)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one/ckpt").to_str().unwrap().to_owned();
+    let many = dir.path().join("many/ckpt").to_str().unwrap().to_owned();
+    let whole = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+    whole.assign(values.clone()).unwrap();
+    whole.save(&one).unwrap();
+
+    let options = |task| SessionOptions {
+        plans: Plans::SaveOnly,
+        task: Some(task),
+        ..SessionOptions::default()
+    };
+    let rendezvous = LocalRendezvous::new(3);
+    std::thread::scope(|scope| {
+        for task in 0..3 {
+            let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
+            let (spec, values, many) = (&spec, &values, &many);
+            scope.spawn(move || {
+                let session = Session::from_spec_with_values(spec, options(task), values.clone())
+                    .unwrap()
+                    .with_cluster(view);
+                // Its own 13 or 14 variables and one of each other task.
+                let saved = session.saved_tensors().len();
+                assert!((15..=16).contains(&saved), "task {task}: {saved} saved");
+                session.save(many).unwrap();
+            });
+        }
+    });
+    for file in [
+        "ckpt.index",
+        "ckpt.data-00000-of-00003",
+        "ckpt.data-00002-of-00003",
+    ] {
+        let read = |dir: &str| std::fs::read(dir_of(dir).join(file)).unwrap();
+        assert!(read(&one) == read(&many), "{file} differs");
+    }
+
+    let mut unknown = values.clone();
+    unknown.insert(
+        "nobody".to_owned(),
+        HostTensor::from_f32s(vec![2], &[0.0, 0.0]).unwrap(),
+    );
+    let session = Session::from_spec(&spec, options(1)).unwrap();
+    let error = session.assign(unknown).unwrap_err().to_string();
+    assert!(error.contains("nobody"), "{error}");
+    session.assign(values).unwrap();
+}
+
+fn dir_of(prefix: &str) -> PathBuf {
+    PathBuf::from(prefix).parent().unwrap().to_owned()
+}
