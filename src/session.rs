@@ -137,6 +137,21 @@ impl Session {
             .saturating_mul(TRACE_HEAP_PER_OP)
     }
 
+    /// About how many variables [`Session::from_spec`] traces of `spec`: all of them, but
+    /// about one task's share for a session that traces its task's share
+    /// ([`SessionOptions::task`]; reckoned from the distinct device strings, each taken for a
+    /// task of its own). For [`Session::trace_heap_estimate`].
+    pub fn traced_variables(spec: &SpecFile, options: &SessionOptions) -> usize {
+        let n = spec.variables.len();
+        if options.task.is_none() || !traces_save_only(options) {
+            return n;
+        }
+        let devices: FxHashSet<&str> = (spec.variables.iter())
+            .map(|variable| variable.device.as_str())
+            .collect();
+        n / devices.len().max(1) + devices.len()
+    }
+
     /// Traces `spec` once ([`trace_flat_as`] with [`VariableOps::Handles`]: every op the
     /// save and restore plans reach, named as `trace_flat` names it, and no initializers)
     /// and binds its checkpoint keys to variables (read off the tracer's record,

@@ -111,7 +111,10 @@ pub fn session_error(err: SessionError, path: &Path, values_path: &Path) -> anyh
 /// write populated ahead.
 fn parse_spec(path: &Path, text: &str, options: &SessionOptions) -> anyhow::Result<SpecFile> {
     let spec = SpecFile::parse(text).with_context(|| format!("{}", path.display()))?;
-    prefault(Session::trace_heap_estimate(spec.variables.len(), options));
+    prefault(Session::trace_heap_estimate(
+        Session::traced_variables(&spec, options),
+        options,
+    ));
     Ok(spec)
 }
 
