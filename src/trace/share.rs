@@ -8,9 +8,10 @@
 //! `ReadVariableOp` on its own task, one shard per task, no I/O device, no registered saver)
 //! no edge from a variable's ops leaves its task: a task's partition holds its own variables
 //! and the saver's ops, and the saver's ops depend on the other tasks only through which
-//! tasks there are, in which order. So the share keeps the task's own tensors and the first
-//! tensor of every other task (which keeps the tasks, in order of first appearance, and so
-//! the shards, their numbers and `num_shards`), in input order.
+//! groups the tracer makes (one shard per task as its devices spell it), in which order. So
+//! the share keeps the task's own tensors and the first tensor of every other group (which
+//! keeps the groups, in order of first appearance, and so the shards, their numbers and
+//! `num_shards`), in input order.
 //!
 //! Names must not move either: TensorFlow's names are unique case-insensitively, by `/`
 //! scope, with `_<n>` suffixes for later uses, so a variable left out could have taken a name
@@ -72,11 +73,14 @@ fn task_share(
     if !plain_options {
         return None;
     }
-    // Each trackable one whole variable read by its own read, on a device naming its task;
-    // each distinct device string parsed once.
+    // Each trackable one whole variable read by its own read, on a device naming its job;
+    // each distinct device string parsed once. A device belongs to a task of the cluster
+    // (its replica and task 0 when missing, as the partitioner places it) and to one of the
+    // tracer's groups (one shard each: its job, replica and task as written).
     let mut tasks: Vec<(String, u32, u32)> = Vec::new();
-    let mut task_of_device: FxHashMap<&str, usize> = FxHashMap::default();
-    let mut task_of: Vec<usize> = Vec::with_capacity(trackables.len());
+    let mut groups: Vec<(String, Option<u32>, Option<u32>)> = Vec::new();
+    let mut of_device: FxHashMap<&str, (usize, usize)> = FxHashMap::default();
+    let mut of_trackable: Vec<(usize, usize)> = Vec::with_capacity(trackables.len());
     let mut names: FxHashSet<Cow<'_, str>> = FxHashSet::default();
     names.reserve(trackables.len());
     for trackable in trackables {
@@ -86,25 +90,23 @@ fn task_share(
         if !tensor.slice_spec.trim().is_empty() || tensor.variable.read != ReadKind::Graph {
             return None;
         }
-        let index = match task_of_device.get(tensor.device.as_str()) {
-            Some(&index) => index,
+        let of = match of_device.get(tensor.device.as_str()) {
+            Some(&of) => of,
             None => {
                 let device = DeviceSpec::parse(&tensor.device).ok()?;
-                // A missing replica or task is 0, as the partitioner places it.
                 let job = device.job?;
-                let key = (job, device.replica.unwrap_or(0), device.task.unwrap_or(0));
-                let index = match tasks.iter().position(|seen| *seen == key) {
-                    Some(index) => index,
-                    None => {
-                        tasks.push(key);
-                        tasks.len() - 1
-                    }
-                };
-                task_of_device.insert(&tensor.device, index);
-                index
+                let task = (
+                    job.clone(),
+                    device.replica.unwrap_or(0),
+                    device.task.unwrap_or(0),
+                );
+                let group = (job, device.replica, device.task);
+                let of = (index_of(&mut tasks, task), index_of(&mut groups, group));
+                of_device.insert(&tensor.device, of);
+                of
             }
         };
-        task_of.push(index);
+        of_trackable.push(of);
         if !names.insert(lower(variable_name(trackable))) {
             return None;
         }
@@ -125,16 +127,29 @@ fn task_share(
     let mut order: Vec<usize> = (0..tasks.len()).collect();
     order.sort_unstable_by(|&a, &b| tasks[a].cmp(&tasks[b]));
     let own = *order.get(task)?;
-    let mut seen = vec![false; tasks.len()];
+    // The task's own tensors, and the first of every other group.
+    let mut seen = vec![false; groups.len()];
     let (mut share, mut left_out) = (Vec::new(), Vec::new());
-    for (trackable, &of) in trackables.iter().zip(&task_of) {
-        if of == own || !std::mem::replace(&mut seen[of], true) {
+    for (trackable, &(of_task, group)) in trackables.iter().zip(&of_trackable) {
+        let first = !std::mem::replace(&mut seen[group], true);
+        if of_task == own || first {
             share.push(trackable.clone());
         } else {
             left_out.push(trackable.tensors[0].checkpoint_key.clone());
         }
     }
     (!left_out.is_empty()).then_some((share, left_out))
+}
+
+/// The index of `item` in `items`, added at the end when new (a cluster has few tasks).
+fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
+    match items.iter().position(|seen| *seen == item) {
+        Some(index) => index,
+        None => {
+            items.push(item);
+            items.len() - 1
+        }
+    }
 }
 
 /// The name of a one-tensor trackable's variable: its `VarHandleOp`'s before uniquing.

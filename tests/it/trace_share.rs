@@ -142,6 +142,30 @@ fn a_share_partitions_as_the_whole_plan() {
     assert_eq!(shares_match(&scale, "3000 variables on 5 tasks"), 5);
 }
 
+/// One task whose devices spell it two ways is two groups (two shards) to the tracer and
+/// one task to the partitioner: a share keeps the first variable of each group.
+#[test]
+fn a_task_spelled_two_ways_keeps_both_shards() {
+    let devices = [
+        "/job:worker/replica:0/task:0/device:CPU:0",
+        "/job:worker/task:1",
+        "/job:worker/replica:0/task:2/device:CPU:0",
+        "/job:worker/replica:0/task:1/device:CPU:0",
+    ];
+    let variables: Vec<serde_json::Value> = (0..16)
+        .map(|i| {
+            serde_json::json!({
+                "checkpoint_key": format!("v{i:02}"),
+                "dtype": "float32",
+                "shape": [2],
+                "device": devices[i % 4],
+            })
+        })
+        .collect();
+    let text = serde_json::json!({ "variables": variables }).to_string();
+    assert_eq!(shares_match(&text, "task 1 spelled two ways"), 3);
+}
+
 /// Names a variable left out could have taken from a kept op: the share is refused.
 #[test]
 fn names_that_could_move_refuse_the_share() {
