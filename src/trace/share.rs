@@ -27,6 +27,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use saveplan_ir::device::DeviceSpec;
 
 use super::flat::{VariableOps, trace_flat_save_as};
+use super::plan::{Inputs, check_init};
 use super::{
     FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, Trackable,
 };
@@ -53,6 +54,16 @@ pub fn trace_flat_save_share(
     let Some((share, left_out)) = task_share(trackables, options, task) else {
         return Ok(None);
     };
+    // What is left out is still checked as the whole trace checks it: keys, devices, shapes
+    // and initial values.
+    Inputs::collect(trackables, options)?;
+    let left: FxHashSet<&str> = left_out.iter().map(String::as_str).collect();
+    for trackable in trackables {
+        let tensor = &trackable.tensors[0];
+        if left.contains(tensor.checkpoint_key.as_str()) {
+            check_init(tensor)?;
+        }
+    }
     let trace = trace_flat_save_as(&share, options, VariableOps::Handles)?;
     if !saver_names_clear(trackables, &trace) {
         return Ok(None);
@@ -158,9 +169,15 @@ fn variable_name(trackable: &Trackable) -> &str {
     (tensor.variable.name.as_deref()).unwrap_or(&tensor.checkpoint_key)
 }
 
-/// `name` lower-cased, as TensorFlow compares names (borrowed when it already is).
+/// `name` lower-cased as the tracer's unique names compare it (`names.rs`: ASCII lower-cased,
+/// anything else through `to_lowercase`); borrowed when that changes nothing.
 fn lower(name: &str) -> Cow<'_, str> {
-    match name.chars().any(char::is_uppercase) {
+    let changes = match name.is_ascii() {
+        true => name.bytes().any(|byte| byte.is_ascii_uppercase()),
+        false => name.to_lowercase() != name,
+    };
+    match changes {
+        true if name.is_ascii() => Cow::Owned(name.to_ascii_lowercase()),
         true => Cow::Owned(name.to_lowercase()),
         false => Cow::Borrowed(name),
     }
@@ -181,9 +198,10 @@ fn base(name: &str) -> Cow<'_, str> {
     lower(stem)
 }
 
-/// Whether no op of `trace` other than the variables' own has a base ([`base`]) that a
-/// variable's name in `trackables` has: then leaving variables out renamed none of the
-/// saver's ops, which are named after the variables.
+/// Whether no op of `trace` other than the variables' own, and no name a variable takes
+/// without building it (`zeros`), has a base ([`base`]) that a variable's name in
+/// `trackables` has: then leaving variables out renamed nothing kept, the saver's ops being
+/// named after the variables.
 fn saver_names_clear(trackables: &[Trackable], trace: &FlatTrace) -> bool {
     let graph = &trace.module.graph;
     let mut variable_op = vec![false; graph.id_bound()];
@@ -195,9 +213,12 @@ fn saver_names_clear(trackables: &[Trackable], trace: &FlatTrace) -> bool {
             variable_op[id.index()] = true;
         }
     }
-    let saver_bases: FxHashSet<Cow<'_, str>> = (graph.ops().into_iter())
+    let mut saver_bases: FxHashSet<Cow<'_, str>> = (graph.ops().into_iter())
         .filter(|id| !variable_op[id.index()])
         .map(|id| base(&graph.op(id).name))
         .collect();
+    // Every variable also takes a `zeros` name for its initializer, built or not, so the
+    // variables left out took some that kept ones would otherwise get.
+    saver_bases.insert(Cow::Borrowed("zeros"));
     (trackables.iter()).all(|trackable| !saver_bases.contains(&base(variable_name(trackable))))
 }

@@ -183,6 +183,20 @@ fn names_that_could_move_refuse_the_share() {
             "{names:?}"
         );
     }
+    // A `zeros` name, which every variable takes for its initializer even when only its
+    // handle is traced; a titlecase letter (not upper case, yet lower-cased by the names).
+    for names in [
+        &["a", "b", "c", "d", "e", "zeros_2"][..],
+        &["a", "b", "c", "zeros"],
+        &["a", "b", "c", "d", "e", "Zeros_2/shape_as_tensor"],
+        &["a", "\u{1C6}", "\u{1C5}", "b"],
+    ] {
+        assert_eq!(
+            shares_match(&with_names(names), &format!("{names:?}")),
+            0,
+            "{names:?}"
+        );
+    }
     // The same name twice (case aside), or one variable's name the scope of another's.
     for names in [&["a", "b", "A", "c"][..], &["a", "b", "a/x", "c"]] {
         assert_eq!(
@@ -194,6 +208,49 @@ fn names_that_could_move_refuse_the_share() {
     // Names merely alike are fine.
     let alike = with_names(&["a", "b", "a_1", "ab/c", "save", "x/SaveV2"]);
     assert_eq!(shares_match(&alike, "alike"), 2);
+}
+
+/// What the whole trace refuses, a share refuses with the same error, though the variable at
+/// fault is one it leaves out: a key twice, an initial value of the wrong size, a bad shape.
+#[test]
+fn a_share_refuses_what_the_whole_plan_refuses() {
+    let variable = |key: &str, task: usize, extra: serde_json::Value| {
+        let mut variable = serde_json::json!({
+            "checkpoint_key": key,
+            "dtype": "float32",
+            "shape": [2],
+            "device": format!("/job:worker/replica:0/task:{task}/device:CPU:0"),
+        });
+        variable
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        variable
+    };
+    let none = serde_json::json!({});
+    let at_fault = [
+        variable("x", 1, serde_json::json!({"name": "x2"})),
+        variable("c", 1, serde_json::json!({"init": [1, 2, 3]})),
+        variable("c", 1, serde_json::json!({"shape": [-3]})),
+    ];
+    for fault in at_fault {
+        let variables = [
+            variable("x", 0, serde_json::json!({"name": "x1"})),
+            variable("b", 1, none.clone()),
+            fault.clone(),
+        ];
+        let text = serde_json::json!({ "variables": variables }).to_string();
+        let spec = SpecFile::parse(&text).unwrap();
+        let trackables = spec.trackables().unwrap();
+        let options = spec.options().unwrap();
+        let whole = trace_flat_save_as(&trackables, &options, VariableOps::Handles)
+            .map(drop)
+            .unwrap_err();
+        let share = trace_flat_save_share(&trackables, &options, 0)
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(share.to_string(), whole.to_string(), "{fault}");
+    }
 }
 
 /// Sessions of shares, one per task on threads meeting in memory, given every value, save

@@ -27,6 +27,24 @@ pub(in crate::trace) fn zeros_fill(tensor: &SaveableTensor) -> bool {
     tensor.shape.iter().product::<i64>() >= ZEROS_FILL_THRESHOLD
 }
 
+/// What tracing `tensor`'s variable checks of its initial value ([`Tracer::create_variable`]:
+/// its values, or the zeros `tf.zeros` makes), without tracing it: for a variable a task's
+/// share leaves out (`trace::share`), which must fail as the whole trace does.
+pub(in crate::trace) fn check_init(tensor: &SaveableTensor) -> Result<(), TraceError> {
+    let zero = [consts::zero(tensor.dtype)];
+    let checked = match &tensor.variable.init {
+        Init::Values(values) => consts::make_tensor(tensor.dtype, &tensor.shape, values).map(drop),
+        Init::Zeros if zeros_fill(tensor) => consts::int32_vector(&tensor.shape)
+            .and_then(|_| consts::make_tensor(tensor.dtype, &[], &zero))
+            .map(drop),
+        Init::Zeros => consts::make_tensor(tensor.dtype, &tensor.shape, &zero).map(drop),
+    };
+    checked.map_err(|reason| TraceError::BadInit {
+        key: tensor.checkpoint_key.clone(),
+        reason,
+    })
+}
+
 /// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
 fn handle_base_name(tensor: &SaveableTensor) -> &str {
     tensor
