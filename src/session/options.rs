@@ -37,9 +37,10 @@ pub struct SessionOptions {
     /// `task()`, given to [`Session::with_cluster`](super::Session::with_cluster)): a plan
     /// split by task then compiles that task's partition alone, and a graph-mode session of
     /// a spec that only saves ([`Plans::SaveOnly`]) traces only that task's share of a plain
-    /// plan ([`crate::trace::trace_flat_save_share`]: its own variables and one of each other
-    /// task; the values of the others are then ignored). `None` (the default): every task's,
-    /// as a session that runs them all in this process needs.
+    /// plan ([`crate::trace::trace_flat_save_share`]: its own variables and the first of each
+    /// other task; the values given must cover those, and the others' are ignored, so every
+    /// process can be given the same values). `None` (the default): every task's, as a
+    /// session that runs them all in this process needs.
     pub task: Option<usize>,
 }
 
