@@ -207,14 +207,14 @@ impl Session {
             Some(share) => (share.trace, share.left_out),
             None if traces_save_only(&options) => (
                 trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?,
-                Vec::new(),
+                FxHashSet::default(),
             ),
             None => (
                 trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?,
-                Vec::new(),
+                FxHashSet::default(),
             ),
         };
-        let left_out: Arc<FxHashSet<String>> = Arc::new(left_out.into_iter().collect());
+        let left_out = Arc::new(left_out);
         let ignored = Arc::clone(&left_out);
         let values = move || values().map(|values| without(values, &ignored));
         // The session takes the saver's names (one per restored variable) as they are, and

@@ -23,8 +23,7 @@
 
 use std::borrow::Cow;
 
-use rustc_hash::{FxHashMap, FxHashSet};
-use saveplan_ir::device::DeviceSpec;
+use rustc_hash::FxHashSet;
 
 use super::flat::{VariableOps, trace_flat_save_as};
 use super::plan::{Inputs, check_init};
@@ -33,35 +32,38 @@ use super::{
 };
 
 /// The save plan of `trackables` as one task of its cluster needs it, and the checkpoint keys
-/// it leaves out (every other task's but one per task).
+/// it leaves out (every other task's but one per group).
 #[derive(Debug)]
 pub struct TaskShare {
     /// The share's trace.
     pub trace: FlatTrace,
-    /// The checkpoint keys of the tensors left out, in input order.
-    pub left_out: Vec<String>,
+    /// The checkpoint keys of the tensors left out.
+    pub left_out: FxHashSet<String>,
 }
 
 /// The save plan of `trackables` as task `task` of its cluster needs it (the index of the
 /// task in `(job, replica, task)` order among the tasks of the variables): see the module
 /// docs. `None` when the plan's shape does not allow leaving anything out, or there is
-/// nothing to leave out: the caller traces the whole plan then.
+/// nothing to leave out: the caller traces the whole plan then. The input is checked whole,
+/// as the whole trace checks it (keys, devices, shapes, initial values), whatever is left out.
 pub fn trace_flat_save_share(
     trackables: &[Trackable],
     options: &TraceOptions,
     task: usize,
 ) -> Result<Option<TaskShare>, TraceError> {
-    let Some((share, left_out)) = task_share(trackables, options, task) else {
+    let inputs = Inputs::collect(trackables, options)?;
+    let Some(kept) = task_share(trackables, &inputs, options, task) else {
         return Ok(None);
     };
-    // What is left out is still checked as the whole trace checks it: keys, devices, shapes
-    // and initial values.
-    Inputs::collect(trackables, options)?;
-    let left: FxHashSet<&str> = left_out.iter().map(String::as_str).collect();
-    for trackable in trackables {
+    let mut share = Vec::new();
+    let mut left_out = FxHashSet::default();
+    for (trackable, kept) in trackables.iter().zip(kept) {
         let tensor = &trackable.tensors[0];
-        if left.contains(tensor.checkpoint_key.as_str()) {
+        if kept {
+            share.push(trackable.clone());
+        } else {
             check_init(tensor)?;
+            left_out.insert(tensor.checkpoint_key.clone());
         }
     }
     let trace = trace_flat_save_as(&share, options, VariableOps::Handles)?;
@@ -71,27 +73,22 @@ pub fn trace_flat_save_share(
     Ok(Some(TaskShare { trace, left_out }))
 }
 
-/// The trackables task `task` keeps and the keys of those it leaves out, or `None` (see
+/// Per trackable, whether task `task` keeps it; `None` when nothing can be left out (see
 /// [`trace_flat_save_share`]).
 fn task_share(
     trackables: &[Trackable],
+    inputs: &Inputs<'_>,
     options: &TraceOptions,
     task: usize,
-) -> Option<(Vec<Trackable>, Vec<String>)> {
+) -> Option<Vec<bool>> {
     let plain_options = options.io_device.is_none()
         && options.registered_savers.is_empty()
         && options.sharding.cache_key() == ShardByTask.cache_key();
     if !plain_options {
         return None;
     }
-    // Each trackable one whole variable read by its own read, on a device naming its job;
-    // each distinct device string parsed once. A device belongs to a task of the cluster
-    // (its replica and task 0 when missing, as the partitioner places it) and to one of the
-    // tracer's groups (one shard each: its job, replica and task as written).
-    let mut tasks: Vec<(String, u32, u32)> = Vec::new();
-    let mut groups: Vec<(String, Option<u32>, Option<u32>)> = Vec::new();
-    let mut of_device: FxHashMap<&str, (usize, usize)> = FxHashMap::default();
-    let mut of_trackable: Vec<(usize, usize)> = Vec::with_capacity(trackables.len());
+    // Each trackable one whole variable read by its own read (so tensor `i` of the input is
+    // trackable `i`), its name clear of every other's.
     let mut names: FxHashSet<Cow<'_, str>> = FxHashSet::default();
     names.reserve(trackables.len());
     for trackable in trackables {
@@ -101,23 +98,6 @@ fn task_share(
         if !tensor.slice_spec.trim().is_empty() || tensor.variable.read != ReadKind::Graph {
             return None;
         }
-        let of = match of_device.get(tensor.device.as_str()) {
-            Some(&of) => of,
-            None => {
-                let device = DeviceSpec::parse(&tensor.device).ok()?;
-                let job = device.job?;
-                let task = (
-                    job.clone(),
-                    device.replica.unwrap_or(0),
-                    device.task.unwrap_or(0),
-                );
-                let group = (job, device.replica, device.task);
-                let of = (index_of(&mut tasks, task), index_of(&mut groups, group));
-                of_device.insert(&tensor.device, of);
-                of
-            }
-        };
-        of_trackable.push(of);
         if !names.insert(lower(variable_name(trackable))) {
             return None;
         }
@@ -132,6 +112,24 @@ fn task_share(
             }
         }
     }
+    // Each of the tracer's groups on a device naming its job, and so on a task of the
+    // cluster (its replica and task 0 when missing, as the partitioner places it).
+    let mut tasks: Vec<(&str, u32, u32)> = Vec::new();
+    let mut group_task: Vec<usize> = Vec::new();
+    for (spec, _) in inputs.groups() {
+        let of = (
+            spec.job.as_deref()?,
+            spec.replica.unwrap_or(0),
+            spec.task.unwrap_or(0),
+        );
+        group_task.push(match tasks.iter().position(|&seen| seen == of) {
+            Some(index) => index,
+            None => {
+                tasks.push(of);
+                tasks.len() - 1
+            }
+        });
+    }
     if tasks.len() < 2 {
         return None;
     }
@@ -139,28 +137,14 @@ fn task_share(
     order.sort_unstable_by(|&a, &b| tasks[a].cmp(&tasks[b]));
     let own = *order.get(task)?;
     // The task's own tensors, and the first of every other group.
-    let mut seen = vec![false; groups.len()];
-    let (mut share, mut left_out) = (Vec::new(), Vec::new());
-    for (trackable, &(of_task, group)) in trackables.iter().zip(&of_trackable) {
-        let first = !std::mem::replace(&mut seen[group], true);
-        if of_task == own || first {
-            share.push(trackable.clone());
-        } else {
-            left_out.push(trackable.tensors[0].checkpoint_key.clone());
+    let mut kept = vec![false; trackables.len()];
+    for ((_, tensors), &of) in inputs.groups().zip(&group_task) {
+        let own_group = of == own;
+        for (nth, &index) in tensors.iter().enumerate() {
+            kept[index] = own_group || nth == 0;
         }
     }
-    (!left_out.is_empty()).then_some((share, left_out))
-}
-
-/// The index of `item` in `items`, added at the end when new (a cluster has few tasks).
-fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
-    match items.iter().position(|seen| *seen == item) {
-        Some(index) => index,
-        None => {
-            items.push(item);
-            items.len() - 1
-        }
-    }
+    kept.iter().any(|&kept| !kept).then_some(kept)
 }
 
 /// The name of a one-tensor trackable's variable: its `VarHandleOp`'s before uniquing.

@@ -141,6 +141,13 @@ impl Inputs<'_> {
         self.tasks.len()
     }
 
+    /// The tracer's groups of tensors (one shard each under the default policy), in order
+    /// of first appearance: each one's task spec (its `CPU:0`) and its tensors, in input
+    /// order.
+    pub(in crate::trace) fn groups(&self) -> impl Iterator<Item = (&DeviceSpec, &[usize])> {
+        (self.tasks.iter()).map(|task| (&task.spec, task.tensors.as_slice()))
+    }
+
     /// The canonical device string of tensor `index`.
     pub(super) fn device(&self, index: usize) -> &str {
         &self.device_table[self.device_of[index] as usize].name
