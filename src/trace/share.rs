@@ -26,7 +26,7 @@ use std::borrow::Cow;
 use rustc_hash::FxHashSet;
 
 use super::flat::{VariableOps, trace_flat_save_as};
-use super::plan::{Inputs, check_init};
+use super::plan::{Inputs, initial_value};
 use super::{
     FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, Trackable,
 };
@@ -62,7 +62,7 @@ pub fn trace_flat_save_share(
         if kept {
             share.push(trackable.clone());
         } else {
-            check_init(tensor)?;
+            initial_value(tensor)?;
             left_out.insert(tensor.checkpoint_key.clone());
         }
     }

@@ -1,12 +1,12 @@
 //! The variables of a plan: created as a graph-mode `ResourceVariable` (initial value,
 //! handle, `IsInitialized`, `Assign`, `Read`) or only attached (handle and read).
 
-use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape};
+use saveplan_ir::{AttrValue, Attrs, DType, Op, OpId, Shape, Tensor};
 
 use super::{Inputs, Tracer, Variable};
 use crate::trace::builder::{Builder, attrs, out};
 use crate::trace::names::Scope;
-use crate::trace::{ConstError, Init, ReadKind, SaveableTensor, TraceError, consts};
+use crate::trace::{Init, ReadKind, SaveableTensor, TraceError, consts};
 
 /// Elements from which `tf.zeros` builds a `Fill` instead of a constant (`_constant_if_small`).
 const ZEROS_FILL_THRESHOLD: i64 = 1000;
@@ -27,19 +27,41 @@ pub(in crate::trace) fn zeros_fill(tensor: &SaveableTensor) -> bool {
     tensor.shape.iter().product::<i64>() >= ZEROS_FILL_THRESHOLD
 }
 
-/// What tracing `tensor`'s variable checks of its initial value ([`Tracer::create_variable`]:
-/// its values, or the zeros `tf.zeros` makes), without tracing it: for a variable a task's
-/// share leaves out (`trace::share`), which must fail as the whole trace does.
-pub(in crate::trace) fn check_init(tensor: &SaveableTensor) -> Result<(), TraceError> {
+/// A variable's initial value, made and checked from its [`Init`].
+pub(in crate::trace) enum InitialValue {
+    /// The values given ([`Init::Values`]).
+    Given(Tensor),
+    /// `tf.zeros` ([`Init::Zeros`]).
+    Zeros(Zeros),
+}
+
+/// What `tf.zeros` builds.
+pub(in crate::trace) enum Zeros {
+    /// For a small shape, one filled constant.
+    Constant(Tensor),
+    /// For [`ZEROS_FILL_THRESHOLD`] elements or more, a `Fill` of this shape and this scalar.
+    Fill { shape: Tensor, zero: Tensor },
+}
+
+/// `tensor`'s initial value, as [`Tracer::create_variable`] builds it; also what a task's share
+/// checks of a variable it leaves out (`trace::share`), which must fail as the whole trace
+/// does.
+pub(in crate::trace) fn initial_value(tensor: &SaveableTensor) -> Result<InitialValue, TraceError> {
     let zero = [consts::zero(tensor.dtype)];
-    let checked = match &tensor.variable.init {
-        Init::Values(values) => consts::make_tensor(tensor.dtype, &tensor.shape, values).map(drop),
-        Init::Zeros if zeros_fill(tensor) => consts::int32_vector(&tensor.shape)
-            .and_then(|_| consts::make_tensor(tensor.dtype, &[], &zero))
-            .map(drop),
-        Init::Zeros => consts::make_tensor(tensor.dtype, &tensor.shape, &zero).map(drop),
+    let made = match &tensor.variable.init {
+        Init::Values(values) => {
+            consts::make_tensor(tensor.dtype, &tensor.shape, values).map(InitialValue::Given)
+        }
+        Init::Zeros if zeros_fill(tensor) => {
+            consts::int32_vector(&tensor.shape).and_then(|shape| {
+                let zero = consts::make_tensor(tensor.dtype, &[], &zero)?;
+                Ok(InitialValue::Zeros(Zeros::Fill { shape, zero }))
+            })
+        }
+        Init::Zeros => consts::make_tensor(tensor.dtype, &tensor.shape, &zero)
+            .map(|value| InitialValue::Zeros(Zeros::Constant(value))),
     };
-    checked.map_err(|reason| TraceError::BadInit {
+    made.map_err(|reason| TraceError::BadInit {
         key: tensor.checkpoint_key.clone(),
         reason,
     })
@@ -98,22 +120,11 @@ impl<B: Builder> Tracer<B> {
         let device = inputs.device(index);
         let base = handle_base_name(tensor);
         // The variable's ops are all named inside its handle's scope: looked up from there.
-        let (handle, initial) = match &tensor.variable.init {
-            Init::Zeros => {
-                let zeros = self.zeros(tensor, device, build)?;
-                (self.names.scope(base), zeros)
-            }
-            Init::Values(values) => {
+        let (handle, initial) = match initial_value(tensor)? {
+            InitialValue::Given(value) => {
                 let handle = self.names.scope(base);
                 let scope = self.names.scope_under(&handle, "Initializer");
                 let name = self.names.unique_under(&scope, "initial_value");
-                let value =
-                    consts::make_tensor(tensor.dtype, &tensor.shape, values).map_err(|reason| {
-                        TraceError::BadInit {
-                            key: tensor.checkpoint_key.clone(),
-                            reason,
-                        }
-                    })?;
                 let initial = if build {
                     let attrs = attrs([
                         ("_class", colocation(&handle.name)),
@@ -125,6 +136,10 @@ impl<B: Builder> Tracer<B> {
                     None
                 };
                 (handle, initial)
+            }
+            InitialValue::Zeros(zeros) => {
+                let zeros = self.zeros(zeros, tensor.dtype, device, build)?;
+                (self.names.scope(base), zeros)
             }
         };
         let handle_op = self.var_handle(&handle.name, tensor, device)?;
@@ -267,38 +282,35 @@ impl<B: Builder> Tracer<B> {
     }
 
     /// `tf.zeros(shape, dtype)` under the variable's device: a filled constant, or for 1000
-    /// elements and more a `Fill` of a shape constant and a scalar zero. Without `build` the
-    /// values are checked and the names taken, and nothing is built.
+    /// elements and more a `Fill` of a shape constant and a scalar zero, of `value`
+    /// ([`initial_value`], which checked it). Without `build` the names are taken, and nothing
+    /// is built.
     fn zeros(
         &mut self,
-        tensor: &SaveableTensor,
+        value: Zeros,
+        dtype: DType,
         device: &str,
         build: bool,
     ) -> Result<Option<OpId>, TraceError> {
         let scope = self.names.unique("zeros");
-        let zero = consts::zero(tensor.dtype);
-        let bad = |reason: ConstError| TraceError::BadInit {
-            key: tensor.checkpoint_key.clone(),
-            reason,
-        };
-        if !zeros_fill(tensor) {
-            let value = consts::make_tensor(tensor.dtype, &tensor.shape, &[zero]).map_err(bad)?;
-            if !build {
-                return Ok(None);
+        let (shape, zero) = match value {
+            Zeros::Fill { shape, zero } => (shape, zero),
+            Zeros::Constant(value) => {
+                if !build {
+                    return Ok(None);
+                }
+                return self.constant(scope, device, value).map(Some);
             }
-            return self.constant(scope, device, value).map(Some);
-        }
+        };
         let shape_name = self.names.unique_in(&scope, "shape_as_tensor");
-        let shape = consts::int32_vector(&tensor.shape).map_err(bad)?;
         let zero_name = self.names.unique_in(&scope, "Const");
-        let zero = consts::make_tensor(tensor.dtype, &[], &[zero]).map_err(bad)?;
         if !build {
             return Ok(None);
         }
         let shape = self.constant(shape_name, device, shape)?;
         let zero = self.constant(zero_name, device, zero)?;
         let attrs = attrs([
-            ("T", AttrValue::Type(tensor.dtype)),
+            ("T", AttrValue::Type(dtype)),
             ("index_type", AttrValue::Type(DType::Int32)),
         ]);
         self.op(scope, Op::Fill, device, attrs, [out(shape), out(zero)])
