@@ -73,15 +73,16 @@ pub(super) fn partition(
         .collect();
 
     // Pass 1: every kept op in its task's graph, under its own name.
-    let mut new_ids: Vec<Option<(usize, Option<OpId>)>> = vec![None; graph.id_bound()];
-    let mut task_of: Vec<Option<usize>> = vec![None; graph.id_bound()];
-    let mut device_of: Vec<Option<Arc<str>>> = vec![None; graph.id_bound()];
+    let mut placement: Vec<Option<Placement>> = vec![None; graph.id_bound()];
     for (&id, placed) in kept_ops.iter().zip(&placed) {
         let part = part_of[placed.task as usize];
-        task_of[id.index()] = Some(part);
-        device_of[id.index()] = Some(placed.device.clone());
+        let mut at = Placement {
+            part,
+            op: None,
+            device: placed.device.clone(),
+        };
         if !parts[part].built {
-            new_ids[id.index()] = Some((part, None));
+            placement[id.index()] = Some(at);
             continue;
         }
         let node = graph.op(id);
@@ -95,7 +96,8 @@ pub(super) fn partition(
         let mut op = target.op_mut(new);
         *op.debug_info() = node.debug_info.clone();
         *op.experimental_type() = node.experimental_type.clone();
-        new_ids[id.index()] = Some((part, Some(new)));
+        at.op = Some(new);
+        placement[id.index()] = Some(at);
     }
     for part in &mut parts {
         part.n_original = part.graph.len();
@@ -115,10 +117,7 @@ pub(super) fn partition(
                 output: feed.output,
             })?;
             let taken = |name: &str| {
-                graph
-                    .find(name)
-                    .is_some_and(|id| task_of[id.index()] == Some(part))
-                    || names.iter().any(|taken| taken == name)
+                taken_in(graph, &placement, part, name) || names.iter().any(|taken| taken == name)
             };
             let base = format!("_recv_{}_{}", node.name, feed.output);
             let mut name = base.clone();
@@ -156,27 +155,28 @@ pub(super) fn partition(
                 recv,
                 name,
                 dtype,
+                device: device.clone(),
             });
         }
     }
-
-    let client_device: Arc<str> = match client_task {
-        Some(task) => placer.device(task, "CPU", 0),
-        None => Arc::from(""),
-    };
 
     // Pass 3: the edges. A pair between two parts not built is only counted (its number
     // names the pairs cut after it); an edge within a part not built is skipped.
     let mut cutter = Cutter {
         source: graph,
-        task_of: &task_of,
+        placement: &placement,
         next_name: 0,
         next_edge: 0,
         data: FxHashMap::default(),
         control: FxHashMap::default(),
     };
     for (&dst, placed) in kept_ops.iter().zip(&placed) {
-        let Some((dst_part, dst_new)) = new_ids[dst.index()] else {
+        let Some(Placement {
+            part: dst_part,
+            op: dst_new,
+            ..
+        }) = placement[dst.index()]
+        else {
             continue;
         };
         let dst_end = End {
@@ -194,19 +194,17 @@ pub(super) fn partition(
                     output: 0,
                     label: &recv.name,
                     node,
-                    device: &client_device,
+                    device: &recv.device,
                     dtype: Some(recv.dtype),
                     tensor: (input.src, output),
                 }),
-                None => new_ids[input.src.index()].map(|(part, new)| SourceEnd {
-                    part,
-                    op: new,
+                None => placement[input.src.index()].as_ref().map(|at| SourceEnd {
+                    part: at.part,
+                    op: at.op,
                     output,
                     label: &node.name,
                     node,
-                    device: device_of[input.src.index()]
-                        .as_ref()
-                        .unwrap_or(&client_device),
+                    device: &at.device,
                     dtype: None,
                     tensor: (input.src, output),
                 }),
@@ -232,22 +230,22 @@ pub(super) fn partition(
             }
         }
         for src in graph.control_inputs(dst) {
-            let Some((src_part, src_new)) = new_ids[src.index()] else {
+            let Some(at) = &placement[src.index()] else {
                 continue;
             };
-            if src_part == dst_part {
-                if let (Some(src_new), Some(dst_new)) = (src_new, dst_new) {
+            if at.part == dst_part {
+                if let (Some(src_new), Some(dst_new)) = (at.op, dst_new) {
                     parts[dst_part].graph.add_control(src_new, dst_new);
                 }
                 continue;
             }
             let src_end = SourceEnd {
-                part: src_part,
-                op: src_new,
+                part: at.part,
+                op: at.op,
                 output: 0,
                 label: &graph.op(src).name,
                 node: graph.op(src),
-                device: device_of[src.index()].as_ref().unwrap_or(&client_device),
+                device: &at.device,
                 dtype: Some(DType::Float),
                 tensor: (src, 0),
             };
@@ -274,11 +272,31 @@ pub(super) fn partition(
             feeds: part.feeds,
         })
         .collect();
+    let task_of = (placement.iter())
+        .map(|at| at.as_ref().map(|at| at.part))
+        .collect();
     Ok(Partitions {
         client,
         partitions,
         task_of,
     })
+}
+
+/// Where a kept op of the source graph went: its part, its op there (`None` when the part
+/// is not built), and the device it runs on.
+#[derive(Clone)]
+struct Placement {
+    part: usize,
+    op: Option<OpId>,
+    device: Arc<str>,
+}
+
+/// Whether part `part` holds an op named `name`: a source op placed there. That is every
+/// name a part can hold that a new one could meet (see [`Cutter::name`]), built or not.
+fn taken_in(source: &Graph, placement: &[Option<Placement>], part: usize, name: &str) -> bool {
+    (source.find(name))
+        .and_then(|id| placement[id.index()].as_ref())
+        .is_some_and(|at| at.part == part)
 }
 
 /// A partition being built, or only counted (`built` false: [`PartitionOptions::only`]
@@ -309,14 +327,15 @@ impl Part {
     }
 }
 
-/// The client's receive of a fed tensor: its part, the op when the part is built, its name
-/// and dtype.
+/// The client's receive of a fed tensor: its part, the op when the part is built, its name,
+/// dtype and device.
 #[derive(Clone)]
 struct FeedRecv {
     part: usize,
     recv: Option<OpId>,
     name: String,
     dtype: DType,
+    device: Arc<str>,
 }
 
 /// The source of an edge that crosses parts.
@@ -421,9 +440,9 @@ fn prune(
 
 /// The pairs cut so far, and the counters that name them.
 struct Cutter<'g> {
-    /// The source graph, and the part each of its kept ops went to.
+    /// The source graph, and where each of its kept ops went.
     source: &'g Graph,
-    task_of: &'g [Option<usize>],
+    placement: &'g [Option<Placement>],
     /// The `<n>` of the next added op's name (`<op>_S<n>`).
     next_name: u64,
     /// The `<n>` of the next edge's `tensor_name` (`edge_<n>_<op>`).
@@ -443,9 +462,7 @@ impl Cutter<'_> {
         loop {
             let name = format!("{base}{infix}{}", self.next_name);
             self.next_name += 1;
-            let taken =
-                (self.source.find(&name)).is_some_and(|id| self.task_of[id.index()] == Some(part));
-            if !taken {
+            if !taken_in(self.source, self.placement, part, &name) {
                 return name;
             }
         }
