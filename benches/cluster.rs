@@ -193,7 +193,8 @@ fn mpirun_args(ranks: usize) -> Vec<String> {
     ]
 }
 
-/// The CLI with `args`: under `mpirun` with `--cluster mpi` when `cluster`, else alone.
+/// The CLI (or `examples/cluster_saves`, which takes the same `--cluster mpi`) with `args`:
+/// under `mpirun` with `--cluster mpi` when `cluster`, else alone.
 /// With `one_core_each`, the one process runs on core 0 (`taskset`) and rank `r` on core `r`
 /// (`mpirun --bind-to core`).
 fn cli_command(
@@ -344,28 +345,14 @@ fn steady(
         for _ in 0..options.repeat {
             let _ = std::fs::remove_dir_all(&out);
             std::fs::create_dir_all(&out).expect("the saves' folder");
-            let mut command = match cluster {
-                true => {
-                    let mut command = Command::new("mpirun");
-                    command.args(mpirun_args(ranks));
-                    if options.one_core_each {
-                        command.args(["--bind-to", "core", "--map-by", "core"]);
-                    }
-                    command.arg(example);
-                    command
-                }
-                false if options.one_core_each => {
-                    let mut command = Command::new("taskset");
-                    command.args(["-c", "0"]).arg(example);
-                    command
-                }
-                false => Command::new(example),
-            };
-            command.arg(&spec).arg(&out);
-            command.args(["--saves", &saves.to_string()]);
-            if cluster {
-                command.arg("--cluster");
-            }
+            let mut args: Vec<std::ffi::OsString> = vec![
+                spec.clone().into_os_string(),
+                out.clone().into_os_string(),
+                "--saves".into(),
+                saves.to_string().into(),
+            ];
+            let mut command =
+                cli_command(example, (ranks, options.one_core_each), cluster, &mut args);
             let output = command.output().expect("run examples/cluster_saves");
             assert!(output.status.success(), "{command:?} failed");
             let text = String::from_utf8_lossy(&output.stdout).into_owned();

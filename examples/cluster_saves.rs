@@ -1,14 +1,14 @@
 //! A framework whose training spans processes, checkpointing every few steps: one session per
 //! process, traced and compiled once, then `--saves K` saves of the same variables to
-//! `DIR/ckpt-1` … `DIR/ckpt-K`. Under `mpirun -n N … --cluster` each process is task `r` of
-//! the spec's N tasks (its rank) and writes its task's shard; without `--cluster` one process
-//! runs every task. Every float32 variable holds `i + j / 1000` (variable `i`, element `j`),
+//! `DIR/ckpt-1` … `DIR/ckpt-K`. Under `mpirun -n N … --cluster mpi` (as the CLI takes it)
+//! each process is task `r` of the spec's N tasks (its rank) and writes its task's shard;
+//! without it one process runs every task. Every float32 variable holds `i + j / 1000` (variable `i`, element `j`),
 //! made in the process, so nothing but the spec is read.
 //!
 //! ```text
 //! cargo build --release --features mpi --example cluster_saves
 //! target/release/examples/cluster_saves SPEC DIR --saves 5
-//! mpirun -n 2 target/release/examples/cluster_saves SPEC DIR --saves 5 --cluster
+//! mpirun -n 2 target/release/examples/cluster_saves SPEC DIR --saves 5 --cluster mpi
 //! ```
 //!
 //! Task 0 prints `session S s; K saves: median M s, best B s` (the session: trace, partition,
@@ -35,7 +35,7 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: cluster_saves SPEC DIR --saves K [--cluster]";
+    let usage = "usage: cluster_saves SPEC DIR --saves K [--cluster mpi]";
     let (spec_path, dir) = match &args[..] {
         [spec, dir, ..] => (spec, dir),
         _ => return Err(usage.into()),
@@ -46,7 +46,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--saves" => saves = rest.next().and_then(|k| k.parse::<usize>().ok()),
-            "--cluster" => cluster = true,
+            "--cluster" if rest.next().is_some_and(|kind| kind == "mpi") => cluster = true,
             _ => return Err(format!("unknown argument `{arg}`; {usage}").into()),
         }
     }

@@ -210,6 +210,32 @@ fn names_that_could_move_refuse_the_share() {
     assert_eq!(shares_match(&alike, "alike"), 2);
 }
 
+/// The heap the CLI populates ahead is reckoned for what the session traces: every variable,
+/// or about one task's share for a session that traces its share.
+#[test]
+fn the_traced_variables_are_reckoned_for_the_share() {
+    let spec = SpecFile::parse(&round_robin(1000, 4, |i| format!("v{i:04}"))).unwrap();
+    let share = SessionOptions {
+        plans: Plans::SaveOnly,
+        task: Some(2),
+        ..SessionOptions::default()
+    };
+    assert_eq!(Session::traced_variables(&spec, &share), 250 + 4);
+    for whole in [
+        SessionOptions::default(),
+        SessionOptions {
+            task: Some(2),
+            ..SessionOptions::default()
+        },
+        SessionOptions {
+            plans: Plans::SaveOnly,
+            ..SessionOptions::default()
+        },
+    ] {
+        assert_eq!(Session::traced_variables(&spec, &whole), 1000);
+    }
+}
+
 /// What the whole trace refuses, a share refuses with the same error, though the variable at
 /// fault is one it leaves out: a key twice, an initial value of the wrong size, a bad shape.
 #[test]
