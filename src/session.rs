@@ -86,7 +86,10 @@ use crate::exec::{
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
-use crate::trace::{VariableOps, trace_flat_as, trace_flat_save_as, trace_flat_save_share};
+use crate::trace::{
+    LeftOut, VariableOps, trace_flat_as, trace_flat_save_as, trace_flat_save_share,
+    trace_flat_share,
+};
 use bound::Bound;
 use keys::Keys;
 
@@ -98,18 +101,24 @@ pub struct Session {
     io: Box<dyn CheckpointIo + Send>,
     /// When set, this process runs one task of the plans ([`Session::with_cluster`]).
     cluster: Option<Arc<dyn Rendezvous>>,
-    /// The checkpoint keys other tasks save, which a session tracing its task's share of a
-    /// spec leaves out ([`SessionOptions::task`]): their values are ignored.
-    left_out: Arc<FxHashSet<String>>,
+    /// The tensors other tasks save and restore, which a session tracing its task's share of
+    /// a spec leaves out ([`SessionOptions::task`]), by checkpoint key: their values are
+    /// ignored.
+    left_out: Arc<BTreeMap<String, LeftOut>>,
 }
 
-/// `values` without those of the keys `left_out` names.
+/// `values` without those of the keys `left_out` names (both sorted: walked together).
 fn without(
     mut values: BTreeMap<String, HostTensor>,
-    left_out: &FxHashSet<String>,
+    left_out: &BTreeMap<String, LeftOut>,
 ) -> BTreeMap<String, HostTensor> {
     if !left_out.is_empty() {
-        values.retain(|key, _| !left_out.contains(key));
+        let mut left_out = left_out.keys().peekable();
+        // `retain` visits the keys in ascending order.
+        values.retain(|key, _| {
+            while left_out.next_if(|out| *out < key).is_some() {}
+            left_out.next_if(|out| *out == key).is_none()
+        });
     }
     values
 }
@@ -118,6 +127,15 @@ fn without(
 /// saves needs no restore ops, so it traces half the ops, named as in the full trace.
 fn traces_save_only(options: &SessionOptions) -> bool {
     options.mode == Mode::Graph && !options.plans.restore()
+}
+
+/// The task whose share of a spec [`Session::from_spec`] traces ([`SessionOptions::task`]):
+/// one process of a cluster, in graph mode, running one of the plans.
+fn shared_task(options: &SessionOptions) -> Option<usize> {
+    let one_plan = options.plans != Plans::Both;
+    options
+        .task
+        .filter(|_| options.mode == Mode::Graph && one_plan)
 }
 
 /// Heap a session's trace writes per op it traces, measured at 100,000 float32[64] variables
@@ -143,7 +161,7 @@ impl Session {
     /// task of its own). For [`Session::trace_heap_estimate`].
     pub fn traced_variables(spec: &SpecFile, options: &SessionOptions) -> usize {
         let n = spec.variables.len();
-        if options.task.is_none() || !traces_save_only(options) {
+        if shared_task(options).is_none() {
             return n;
         }
         let devices: FxHashSet<&str> = (spec.variables.iter())
@@ -195,33 +213,35 @@ impl Session {
     ) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
-        // A task of a cluster that only saves traces its share when the plan allows it; the
-        // values of the keys it leaves out are other tasks' to check and save.
-        let share = match options.task {
+        // A task of a cluster that only saves or only restores traces its share when the
+        // plan allows it; the values of the keys it leaves out are other tasks' to check and
+        // save, and the tensors it leaves out other tasks' to restore.
+        let share = match shared_task(&options) {
             Some(task) if traces_save_only(&options) => {
                 trace_flat_save_share(&trackables, &trace_options, task)?
             }
-            _ => None,
+            Some(task) => trace_flat_share(&trackables, &trace_options, task)?,
+            None => None,
         };
         let (trace, left_out) = match share {
             Some(share) => (share.trace, share.left_out),
             None if traces_save_only(&options) => (
                 trace_flat_save_as(&trackables, &trace_options, VariableOps::Handles)?,
-                FxHashSet::default(),
+                BTreeMap::new(),
             ),
             None => (
                 trace_flat_as(&trackables, &trace_options, VariableOps::Handles)?,
-                FxHashSet::default(),
+                BTreeMap::new(),
             ),
         };
         let left_out = Arc::new(left_out);
         let ignored = Arc::clone(&left_out);
         let values = move || values().map(|values| without(values, &ignored));
         // The session takes the saver's names (one per restored variable) as they are, and
-        // the keys the tracer bound, when it bound them all.
+        // the keys the tracer bound, when it bound them all (with those a share left out).
         let (module, names) = (trace.module, trace.saver);
         let keys = match &trace.keys {
-            Some(traced) => Keys::Traced(traced),
+            Some(traced) => Keys::Traced(traced, &left_out),
             None => Keys::Walk,
         };
         let session = match options.mode {
@@ -451,7 +471,8 @@ impl Session {
         &self.bound.saved
     }
 
-    /// The tensors the restore plan reads, by checkpoint key.
+    /// The tensors the restore plan reads, by checkpoint key (also, in a session of one task's
+    /// share of a spec, [`SessionOptions::task`], those the other tasks' shares read).
     pub fn restored_tensors(&self) -> &BTreeMap<String, CheckpointTensor> {
         &self.bound.restored
     }
@@ -609,6 +630,10 @@ impl Session {
             .collect::<Option<_>>()?;
         let owners = (self.bound.restored.values())
             .map(|tensor| {
+                // A tensor the share left out is its task's, a whole variable.
+                if let Some(left_out) = self.left_out.get(&tensor.key) {
+                    return Some(left_out.task);
+                }
                 (held.iter()).position(|variables| {
                     (tensor.parts.iter())
                         .all(|part| variables.binary_search(&part.variable).is_ok())

@@ -443,7 +443,7 @@ fn known_shape(node: &OpNode) -> Option<Vec<u64>> {
 }
 
 /// `dims` as sizes, when every one is known (none is negative).
-fn known_dims(dims: impl IntoIterator<Item = i64>) -> Option<Vec<u64>> {
+pub(super) fn known_dims(dims: impl IntoIterator<Item = i64>) -> Option<Vec<u64>> {
     dims.into_iter()
         .map(|dim| u64::try_from(dim).ok())
         .collect()

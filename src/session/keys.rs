@@ -14,7 +14,7 @@ use super::bind::{self, Binding};
 use super::error::{InconsistentKey, SessionError};
 use super::values::Region;
 use crate::exec::VarKey;
-use crate::trace::TracedKeys;
+use crate::trace::{LeftOut, TracedKeys};
 
 /// A checkpoint key and the variables holding it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,8 +51,9 @@ pub(super) type BoundKeys = (
 pub(super) enum Keys<'t> {
     /// By walking the graph from its `SaveV2` and `RestoreV2` ops ([`bind`]).
     Walk,
-    /// From what the tracer recorded as it traced them.
-    Traced(&'t TracedKeys),
+    /// From what the tracer recorded as it traced them, and, for a trace of one task's share
+    /// of a spec, the tensors it left out, which the other tasks' restore plans read.
+    Traced(&'t TracedKeys, &'t BTreeMap<String, LeftOut>),
 }
 
 impl Keys<'_> {
@@ -69,20 +70,51 @@ impl Keys<'_> {
             || match (save_target, self) {
                 (None, _) => Ok(BTreeMap::new()),
                 (Some(target), Keys::Walk) => group(bind::bind_save(module, &[target])?),
-                (Some(_), Keys::Traced(keys)) => {
+                (Some(_), Keys::Traced(keys, _)) => {
                     group(bind::traced_bindings(&keys.saves, &keys.variables)?)
                 }
             },
             || match (restore_targets, self) {
                 (None, _) => Ok(BTreeMap::new()),
                 (Some(targets), Keys::Walk) => group(bind::bind_restore(module, targets)?),
-                (Some(_), Keys::Traced(keys)) => {
-                    group(bind::traced_bindings(&keys.restores, &keys.variables)?)
+                (Some(_), Keys::Traced(keys, left_out)) => {
+                    let traced = group(bind::traced_bindings(&keys.restores, &keys.variables)?)?;
+                    Ok(with_left_out(traced, left_out))
                 }
             },
         );
         Ok((saved?, restored?))
     }
+}
+
+/// `tensors` and the whole variables a share left out (none of them a key of `tensors`: each
+/// input tensor is traced or left out), by key. Both are sorted already: they are merged, not
+/// looked up one by one.
+fn with_left_out(
+    tensors: BTreeMap<String, CheckpointTensor>,
+    left_out: &BTreeMap<String, LeftOut>,
+) -> BTreeMap<String, CheckpointTensor> {
+    if left_out.is_empty() {
+        return tensors;
+    }
+    let mut all: Vec<(String, CheckpointTensor)> = tensors.into_iter().collect();
+    all.extend(left_out.iter().map(|(key, left_out)| {
+        let variable = &left_out.variable;
+        let tensor = CheckpointTensor {
+            key: key.clone(),
+            dtype: variable.dtype,
+            shape: bind::known_dims(variable.shape.iter().copied()),
+            parts: vec![Part {
+                variable: VarKey::new("", variable.shared_name.as_str()),
+                slice_spec: String::new(),
+                region: None,
+            }],
+        };
+        (key.clone(), tensor)
+    }));
+    // Two sorted runs: the stable sort merges them.
+    all.sort_by(|(a, _), (b, _)| a.cmp(b));
+    all.into_iter().collect()
 }
 
 /// Groups bindings by checkpoint key, checking that the parts of a key agree.

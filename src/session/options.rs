@@ -36,11 +36,14 @@ pub struct SessionOptions {
     /// The task this process runs, when it is one process of a cluster (its rendezvous's
     /// `task()`, given to [`Session::with_cluster`](super::Session::with_cluster)): a plan
     /// split by task then compiles that task's partition alone, and a graph-mode session of
-    /// a spec that only saves ([`Plans::SaveOnly`]) traces only that task's share of a plain
-    /// plan ([`crate::trace::trace_flat_save_share`]: its own variables and the first of each
-    /// other task; the values given must cover those, and the others' are ignored, so every
-    /// process can be given the same values). `None` (the default): every task's, as a
-    /// session that runs them all in this process needs.
+    /// a spec that only saves ([`Plans::SaveOnly`]) or only restores ([`Plans::RestoreOnly`])
+    /// traces only that task's share of a plain plan ([`crate::trace::trace_flat_save_share`],
+    /// [`crate::trace::trace_flat_share`]: its own variables and the first of each other
+    /// task). The values given must cover those, and the others' are ignored, so every
+    /// process can be given the same values; the restored tensors
+    /// ([`Session::restored_tensors`](super::Session::restored_tensors)) are still every
+    /// task's, for [`Session::gather`](super::Session::gather) to bring to task 0. `None` (the
+    /// default): every task's, as a session that runs them all in this process needs.
     pub task: Option<usize>,
 }
 

@@ -125,7 +125,7 @@ pub use sharding::{
     MaxShardSize, Shard, ShardByTask, ShardEntry, ShardableTensor, Sharding, ShardingPolicy,
     TensorSlice,
 };
-pub use share::{TaskShare, trace_flat_save_share};
+pub use share::{LeftOut, TaskShare, trace_flat_save_share, trace_flat_share};
 
 /// An object whose tensors are saved and restored together, like a TensorFlow `Trackable`:
 /// its restore ops are traced once all of its tensors have been read.

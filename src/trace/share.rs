@@ -1,5 +1,6 @@
-//! One task's share of a save plan: what a process that runs one task of a cluster needs to
-//! trace, when the plan's shape lets it leave the other tasks' variables out.
+//! One task's share of a save plan (and its restore plan): what a process that runs one task
+//! of a cluster needs to trace, when the plan's shape lets it leave the other tasks'
+//! variables out.
 //!
 //! Every process of a cluster run builds its own partition of the same plan
 //! ([`crate::partition`]), and the edges between partitions are named after the ops at their
@@ -11,7 +12,13 @@
 //! groups the tracer makes (one shard per task as its devices spell it), in which order. So
 //! the share keeps the task's own tensors and the first tensor of every other group (which
 //! keeps the groups, in order of first appearance, and so the shards, their numbers and
-//! `num_shards`), in input order.
+//! `num_shards`), in input order. The restore plan's only edges between tasks carry the
+//! prefix to each task's `RestoreV2`, one per group, so the same share keeps them; its
+//! `Identity` and `AssignVariableOp` ops are numbered from one counter, so a task's own are
+//! named differently in its share, which no other task sees (`tests/it/trace_share.rs` checks
+//! that the edges between tasks are the whole plan's). Each tensor left out comes with its
+//! variable as the whole trace names it and its task ([`LeftOut`]), so a process restoring its
+//! share still knows every tensor the whole restore reads and who reads it.
 //!
 //! Names must not move either: TensorFlow's names are unique case-insensitively, by `/`
 //! scope, with `_<n>` suffixes for later uses, so a variable left out could have taken a name
@@ -22,23 +29,34 @@
 //! more, that the partition built from a share is the one built from the whole plan.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashSet;
 
-use super::flat::{VariableOps, trace_flat_save_as};
-use super::plan::{Inputs, initial_value};
+use super::flat::{VariableOps, trace_flat_as, trace_flat_save_as};
+use super::plan::{Inputs, handle_base_name, initial_value};
 use super::{
-    FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, Trackable,
+    FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, TracedVariable,
+    Trackable,
 };
 
-/// The save plan of `trackables` as one task of its cluster needs it, and the checkpoint keys
-/// it leaves out (every other task's but one per group).
+/// The plans of `trackables` as one task of its cluster needs them, and the tensors they
+/// leave out (every other task's but one per group).
 #[derive(Debug)]
 pub struct TaskShare {
     /// The share's trace.
     pub trace: FlatTrace,
-    /// The checkpoint keys of the tensors left out.
-    pub left_out: FxHashSet<String>,
+    /// The tensors left out, by checkpoint key.
+    pub left_out: BTreeMap<String, LeftOut>,
+}
+
+/// A tensor a [`TaskShare`] leaves out: a whole variable of another task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeftOut {
+    /// Its variable, as the whole trace makes it (the same `shared_name`, dtype and shape).
+    pub variable: TracedVariable,
+    /// The task that saves and restores it, numbered as [`trace_flat_save_share`]'s `task`.
+    pub task: usize,
 }
 
 /// The save plan of `trackables` as task `task` of its cluster needs it (the index of the
@@ -51,36 +69,64 @@ pub fn trace_flat_save_share(
     options: &TraceOptions,
     task: usize,
 ) -> Result<Option<TaskShare>, TraceError> {
+    trace_share(trackables, options, task, trace_flat_save_as)
+}
+
+/// [`trace_flat_save_share`] of the save and the restore plan ([`trace_flat_as`]): the
+/// restore plan reads the task's own tensors and the first of every other group. The names
+/// of the ops restoring the task's own tensors are not the whole plan's (module docs).
+pub fn trace_flat_share(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    task: usize,
+) -> Result<Option<TaskShare>, TraceError> {
+    trace_share(trackables, options, task, trace_flat_as)
+}
+
+/// [`trace_flat_save_share`] with the share traced by `trace`.
+fn trace_share(
+    trackables: &[Trackable],
+    options: &TraceOptions,
+    task: usize,
+    trace: fn(&[Trackable], &TraceOptions, VariableOps) -> Result<FlatTrace, TraceError>,
+) -> Result<Option<TaskShare>, TraceError> {
     let inputs = Inputs::collect(trackables, options)?;
-    let Some(kept) = task_share(trackables, &inputs, options, task) else {
+    let Some(owner) = task_share(trackables, &inputs, options, task) else {
         return Ok(None);
     };
     let mut share = Vec::new();
-    let mut left_out = FxHashSet::default();
-    for (trackable, kept) in trackables.iter().zip(kept) {
+    let mut left_out = Vec::new();
+    for (trackable, owner) in trackables.iter().zip(owner) {
         let tensor = &trackable.tensors[0];
-        if kept {
+        let Some(task) = owner else {
             share.push(trackable.clone());
-        } else {
-            initial_value(tensor)?;
-            left_out.insert(tensor.checkpoint_key.clone());
-        }
+            continue;
+        };
+        initial_value(tensor)?;
+        let variable = TracedVariable {
+            shared_name: handle_base_name(tensor).to_owned(),
+            dtype: tensor.dtype,
+            shape: tensor.shape.clone(),
+        };
+        left_out.push((tensor.checkpoint_key.clone(), LeftOut { variable, task }));
     }
-    let trace = trace_flat_save_as(&share, options, VariableOps::Handles)?;
+    let trace = trace(&share, options, VariableOps::Handles)?;
     if !saver_names_clear(trackables, &trace) {
         return Ok(None);
     }
+    // Keys come sorted more often than not: collected, not inserted one by one.
+    let left_out = left_out.into_iter().collect();
     Ok(Some(TaskShare { trace, left_out }))
 }
 
-/// Per trackable, whether task `task` keeps it; `None` when nothing can be left out (see
-/// [`trace_flat_save_share`]).
+/// Per trackable, `None` when task `task` keeps it, else the task (numbered as `task` is)
+/// that does; `None` as a whole when nothing can be left out (see [`trace_flat_save_share`]).
 fn task_share(
     trackables: &[Trackable],
     inputs: &Inputs<'_>,
     options: &TraceOptions,
     task: usize,
-) -> Option<Vec<bool>> {
+) -> Option<Vec<Option<usize>>> {
     let plain_options = options.io_device.is_none()
         && options.registered_savers.is_empty()
         && options.sharding.cache_key() == ShardByTask.cache_key();
@@ -135,22 +181,28 @@ fn task_share(
     }
     let mut order: Vec<usize> = (0..tasks.len()).collect();
     order.sort_unstable_by(|&a, &b| tasks[a].cmp(&tasks[b]));
-    let own = *order.get(task)?;
+    if task >= order.len() {
+        return None;
+    }
+    // Each task's number: its place in that order.
+    let mut number = vec![0; tasks.len()];
+    for (place, &of) in order.iter().enumerate() {
+        number[of] = place;
+    }
     // The task's own tensors, and the first of every other group.
-    let mut kept = vec![false; trackables.len()];
+    let mut owner = vec![None; trackables.len()];
     for ((_, tensors), &of) in inputs.groups().zip(&group_task) {
-        let own_group = of == own;
+        let kept = number[of] == task;
         for (nth, &index) in tensors.iter().enumerate() {
-            kept[index] = own_group || nth == 0;
+            owner[index] = (!kept && nth > 0).then_some(number[of]);
         }
     }
-    kept.iter().any(|&kept| !kept).then_some(kept)
+    owner.iter().any(Option::is_some).then_some(owner)
 }
 
 /// The name of a one-tensor trackable's variable: its `VarHandleOp`'s before uniquing.
 fn variable_name(trackable: &Trackable) -> &str {
-    let tensor = &trackable.tensors[0];
-    (tensor.variable.name.as_deref()).unwrap_or(&tensor.checkpoint_key)
+    handle_base_name(&trackable.tensors[0])
 }
 
 /// `name` lower-cased as the tracer's unique names compare it (`names.rs`: ASCII lower-cased,

@@ -3,7 +3,9 @@
 //! from the share is the one built from the whole plan (ops, names, edges sent and received,
 //! feeds), so processes that trace shares meet as processes that trace it whole do. Plans
 //! whose shape or names do not allow a share are traced whole; a session of a share ignores
-//! the other tasks' values and saves what one process saves.
+//! the other tasks' values and saves what one process saves. A share of the restore plan
+//! too (`trace::trace_flat_share`) sends and receives what the whole plan's partition does,
+//! with the same ops, and its sessions restore what one process restores.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,7 +16,10 @@ use saveplan::exec::rendezvous::{LocalRendezvous, Rendezvous};
 use saveplan::partition::{PartitionOptions, Partitions, partition};
 use saveplan::session::{Plans, Session, SessionOptions};
 use saveplan::trace::spec::SpecFile;
-use saveplan::trace::{FlatTrace, VariableOps, trace_flat_save_as, trace_flat_save_share};
+use saveplan::trace::{
+    FlatTrace, VariableOps, trace_flat_as, trace_flat_save_as, trace_flat_save_share,
+    trace_flat_share,
+};
 use saveplan_ir::verify::verify_module;
 
 use crate::partition::CASES;
@@ -22,13 +27,78 @@ use crate::support::root;
 
 /// The save run of `trace`, built for `task` alone.
 fn save_partitions(trace: &FlatTrace, task: usize) -> Partitions {
+    partitions_of(trace, vec![trace.saver.save_target.clone()], task)
+}
+
+/// The restore run of `trace`, built for `task` alone.
+fn restore_partitions(trace: &FlatTrace, task: usize) -> Partitions {
+    partitions_of(trace, trace.saver.restore_targets.clone(), task)
+}
+
+/// The run of `trace` for `targets`, built for `task` alone.
+fn partitions_of(trace: &FlatTrace, targets: Vec<String>, task: usize) -> Partitions {
     let options = PartitionOptions {
-        targets: vec![trace.saver.save_target.clone()],
+        targets,
         feeds: vec![trace.saver.filename_tensor_name.clone()],
         client: None,
         only: Some(task),
     };
     partition(verify_module(&trace.module).unwrap(), &options).unwrap()
+}
+
+/// How many tasks of `text` trace a share of both plans, each checked to give a restore
+/// partition with the whole plan's edges, feeds and ops (by kind and device; the ops that
+/// restore are numbered from one counter, so their names differ), and to leave out tensors
+/// that the whole trace binds to the same variables (panics if not).
+fn restore_shares_match(text: &str, what: &str) -> usize {
+    let spec = SpecFile::parse(text).unwrap();
+    let trackables = spec.trackables().unwrap();
+    let options = spec.options().unwrap();
+    let whole = trace_flat_as(&trackables, &options, VariableOps::Handles).unwrap();
+    let n_tasks = restore_partitions(&whole, 0).partitions.len();
+    let variables = &whole.keys.as_ref().unwrap().variables;
+    let mut shared = 0;
+    for task in 0..n_tasks {
+        let Some(share) = trace_flat_share(&trackables, &options, task).unwrap() else {
+            continue;
+        };
+        shared += 1;
+        let (all, alone) = (
+            restore_partitions(&whole, task),
+            restore_partitions(&share.trace, task),
+        );
+        let what = format!("{what}, task {task}");
+        let (expected, got) = (&all.partitions[task], &alone.partitions[task]);
+        assert_eq!(got.task, expected.task, "{what}");
+        assert_eq!(got.sends, expected.sends, "{what}");
+        assert_eq!(got.recvs, expected.recvs, "{what}");
+        assert_eq!(got.feeds, expected.feeds, "{what}");
+        let kinds = |partitions: &Partitions| {
+            let graph = &partitions.partitions[task].module.graph;
+            let mut kinds: Vec<String> = (graph.ops().into_iter())
+                .map(|id| {
+                    let op = graph.op(id);
+                    format!("{} on {}", op.op, op.device)
+                })
+                .collect();
+            kinds.sort();
+            kinds
+        };
+        assert_eq!(kinds(&alone), kinds(&all), "{what}");
+        // Every tensor left out, with the variable the whole trace makes for it, on the task
+        // whose partition holds that variable.
+        for (index, trackable) in trackables.iter().enumerate() {
+            let key = &trackable.tensors[0].checkpoint_key;
+            let Some(left_out) = share.left_out.get(key) else {
+                continue;
+            };
+            assert_eq!(left_out.variable, variables[index], "{what}: {key}");
+            let handle = whole.module.graph.find(&variables[index].shared_name);
+            let placed = all.task_of[handle.unwrap().index()];
+            assert_eq!(placed, Some(left_out.task), "{what}: {key}");
+        }
+    }
+    shared
 }
 
 /// How many tasks of `text` trace a share, each checked to give the partition the whole plan
@@ -108,9 +178,13 @@ fn a_share_partitions_as_the_whole_plan() {
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         let name = file.strip_prefix(root()).unwrap().display().to_string();
-        if shares_match(&text, &name) > 0 {
-            shared.push(name);
+        let tasks = shares_match(&text, &name);
+        if tasks > 0 {
+            shared.push(name.clone());
         }
+        // The plans of these have no op a variable's name could meet in the restore plan
+        // either: they share the restore plan as they share the save plan.
+        assert_eq!(restore_shares_match(&text, &name), tasks, "{name}");
     }
     // The plain plans on several tasks share; an I/O device, slices, a variable on no named
     // task do not.
@@ -140,6 +214,7 @@ fn a_share_partitions_as_the_whole_plan() {
     }
     let scale = round_robin(3000, 5, |i| format!("layer_{i:05}/kernel"));
     assert_eq!(shares_match(&scale, "3000 variables on 5 tasks"), 5);
+    assert_eq!(restore_shares_match(&scale, "3000 variables on 5 tasks"), 5);
 }
 
 /// One task whose devices spell it two ways is two groups (two shards) to the tracer and
@@ -164,6 +239,7 @@ fn a_task_spelled_two_ways_keeps_both_shards() {
         .collect();
     let text = serde_json::json!({ "variables": variables }).to_string();
     assert_eq!(shares_match(&text, "task 1 spelled two ways"), 3);
+    assert_eq!(restore_shares_match(&text, "task 1 spelled two ways"), 3);
 }
 
 /// Names a variable left out could have taken from a kept op: the share is refused.
@@ -205,9 +281,20 @@ fn names_that_could_move_refuse_the_share() {
             "{names:?}"
         );
     }
+    // The restore plan's op names refuse a share of both plans, not of the save plan.
+    for names in [
+        &["a", "b", "c", "Identity_7"][..],
+        &["assignvariableop", "b", "c", "d"],
+        &["a", "RestoreV2_1/tensor_names", "c", "d"],
+    ] {
+        let what = format!("{names:?}");
+        assert_eq!(restore_shares_match(&with_names(names), &what), 0, "{what}");
+        assert_eq!(shares_match(&with_names(names), &what), 2, "{what}");
+    }
     // Names merely alike are fine.
-    let alike = with_names(&["a", "b", "a_1", "ab/c", "save", "x/SaveV2"]);
+    let alike = with_names(&["a", "b", "a_1", "ab/c", "save", "x/SaveV2", "Identityx"]);
     assert_eq!(shares_match(&alike, "alike"), 2);
+    assert_eq!(restore_shares_match(&alike, "alike"), 2);
 }
 
 /// The heap the CLI populates ahead is reckoned for what the session traces: every variable,
@@ -341,4 +428,86 @@ fn sessions_of_shares_save_what_one_process_saves() {
 
 fn dir_of(prefix: &str) -> PathBuf {
     PathBuf::from(prefix).parent().unwrap().to_owned()
+}
+
+/// Sessions of shares of the restore plan, one per task on threads meeting in memory, know
+/// every tensor the whole restore reads, bound to the same variables and held by the same
+/// tasks, and, once gathered, restore at task 0 what one process restores.
+#[test]
+fn sessions_of_shares_restore_what_one_process_restores() {
+    let text = round_robin(40, 3, |i| format!("v{i:02}"));
+    let spec = SpecFile::parse(&text).unwrap();
+    let values: BTreeMap<String, HostTensor> = (spec.variables.iter().enumerate())
+        .map(|(i, variable)| {
+            let value = HostTensor::from_f32s(vec![2], &[i as f32, 0.5 - i as f32]).unwrap();
+            (variable.checkpoint_key.clone(), value)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
+    let one = Session::from_spec(&spec, SessionOptions::default()).unwrap();
+    one.assign(values.clone()).unwrap();
+    one.save(&prefix).unwrap();
+
+    let options = |task, plans| SessionOptions {
+        plans,
+        task: Some(task),
+        ..SessionOptions::default()
+    };
+    let run = |plans: Plans| {
+        let rendezvous = LocalRendezvous::new(3);
+        std::thread::scope(|scope| {
+            let tasks: Vec<_> = (0..3)
+                .map(|task| {
+                    let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
+                    let (spec, prefix) = (&spec, &prefix);
+                    scope.spawn(move || {
+                        let session = Session::from_spec(spec, options(task, plans))
+                            .unwrap()
+                            .with_cluster(view);
+                        session.restore(prefix).unwrap();
+                        let known = (
+                            session.restored_tensors().clone(),
+                            session.restored_owners(),
+                        );
+                        let plan = session.restore_plan().unwrap().task_plan(task).unwrap();
+                        let mut steps: Vec<String> =
+                            plan.steps().iter().map(|step| step.name.clone()).collect();
+                        steps.sort();
+                        let held = session.gather().unwrap();
+                        (known, steps, held.then(|| session.values().unwrap()))
+                    })
+                })
+                .collect();
+            let mut results: Vec<_> = tasks.into_iter().map(|task| task.join().unwrap()).collect();
+            let restored = results[0].2.take();
+            let (known, steps) = results
+                .into_iter()
+                .map(|(known, steps, _)| (known, steps))
+                .unzip::<_, _, Vec<_>, Vec<_>>();
+            (known, steps, restored)
+        })
+    };
+    // Every task's share knows what the whole plan of a process of the same cluster knows,
+    // and compiles a plan of as many steps for its task; but for task 0's, the names of its
+    // restoring ops are not the whole plan's (a share was traced: the ops restoring task 0's
+    // variables and the other tasks' first come first).
+    let (shares, share_steps, restored) = run(Plans::RestoreOnly);
+    let (wholes, whole_steps, whole_restored) = run(Plans::Both);
+    assert_eq!(shares, wholes);
+    assert_eq!(shares[0].0.len(), 40);
+    for task in 0..3 {
+        assert_eq!(
+            share_steps[task].len(),
+            whole_steps[task].len(),
+            "task {task}"
+        );
+        assert_eq!(
+            share_steps[task] == whole_steps[task],
+            task == 0,
+            "task {task}"
+        );
+    }
+    assert_eq!(restored.unwrap(), values);
+    assert_eq!(whole_restored.unwrap(), values);
 }

@@ -68,7 +68,7 @@ pub(in crate::trace) fn initial_value(tensor: &SaveableTensor) -> Result<Initial
 }
 
 /// The name a variable's `VarHandleOp` asks for (before uniquing): its own or the key.
-fn handle_base_name(tensor: &SaveableTensor) -> &str {
+pub(in crate::trace) fn handle_base_name(tensor: &SaveableTensor) -> &str {
     tensor
         .variable
         .name
