@@ -235,7 +235,11 @@ impl Session {
             ),
         };
         let left_out = Arc::new(left_out);
-        let ignored = Arc::clone(&left_out);
+        // Only a session that saves takes values (one that only restores refuses every one).
+        let ignored = match options.plans.save() {
+            true => Arc::clone(&left_out),
+            false => Arc::default(),
+        };
         let values = move || values().map(|values| without(values, &ignored));
         // The session takes the saver's names (one per restored variable) as they are, and
         // the keys the tracer bound, when it bound them all (with those a share left out).
@@ -515,10 +519,15 @@ impl Session {
     /// Every key must be saved by the plan and every saved key given, with the plan's dtype
     /// and shape; nothing is stored unless all are. A whole tensor is moved into its variable
     /// without copying; a sliced one is cut into its parts.
-    /// A session that traced its task's share of a spec ([`SessionOptions::task`]) ignores
-    /// the values of the keys other tasks save.
+    /// A session that traced its task's share of a spec to save it
+    /// ([`SessionOptions::task`]) ignores the values of the keys other tasks save.
     pub fn assign(&self, values: BTreeMap<String, HostTensor>) -> Result<(), SessionError> {
-        self.bound.assign(without(values, &self.left_out))
+        let values = match self.save_plan() {
+            Some(_) => without(values, &self.left_out),
+            // No plan saves them: every value is refused, as the whole plan's session does.
+            None => values,
+        };
+        self.bound.assign(values)
     }
 
     /// Runs the save plan with `prefix` fed. Fails before running anything if a variable the

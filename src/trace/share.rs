@@ -98,11 +98,13 @@ fn trace_share(
     let mut left_out = Vec::new();
     for (trackable, owner) in trackables.iter().zip(owner) {
         let tensor = &trackable.tensors[0];
+        // Every initial value checked in input order, kept or not, so that the first bad one
+        // is the one the whole trace reports.
+        initial_value(tensor)?;
         let Some(task) = owner else {
             share.push(trackable.clone());
             continue;
         };
-        initial_value(tensor)?;
         let variable = TracedVariable {
             shared_name: handle_base_name(tensor).to_owned(),
             dtype: tensor.dtype,

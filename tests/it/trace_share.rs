@@ -363,7 +363,60 @@ fn a_share_refuses_what_the_whole_plan_refuses() {
             .map(drop)
             .unwrap_err();
         assert_eq!(share.to_string(), whole.to_string(), "{fault}");
+        let share = trace_flat_share(&trackables, &options, 0)
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(share.to_string(), whole.to_string(), "{fault}");
     }
+    // Two bad initial values, the first in every share, the second left out of task 0's: the
+    // first is the one reported, as the whole trace reports it.
+    let variables = [
+        variable("a", 0, serde_json::json!({"init": ["x", "y"]})),
+        variable("b", 1, none.clone()),
+        variable("c", 1, serde_json::json!({"init": ["p", "q"]})),
+        variable("d", 0, none.clone()),
+    ];
+    let text = serde_json::json!({ "variables": variables }).to_string();
+    let spec = SpecFile::parse(&text).unwrap();
+    let (trackables, options) = (spec.trackables().unwrap(), spec.options().unwrap());
+    let whole = trace_flat_as(&trackables, &options, VariableOps::Handles)
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(whole.contains("`a`"), "{whole}");
+    for task in 0..2 {
+        for share in [
+            trace_flat_save_share(&trackables, &options, task).map(drop),
+            trace_flat_share(&trackables, &options, task).map(drop),
+        ] {
+            assert_eq!(share.unwrap_err().to_string(), whole, "task {task}");
+        }
+    }
+}
+
+/// A session that only restores takes no value, a share's as the whole plan's: a value for
+/// a key the share leaves out is refused all the same.
+#[test]
+fn a_restoring_share_refuses_values_as_the_whole_plan_does() {
+    let spec = SpecFile::parse(&round_robin(8, 2, |i| format!("v{i}"))).unwrap();
+    let value = HostTensor::from_f32s(vec![2], &[1.0, 2.0]).unwrap();
+    let values = BTreeMap::from([("v3".to_owned(), value)]);
+    let error = |task| {
+        let options = SessionOptions {
+            plans: Plans::RestoreOnly,
+            task,
+            ..SessionOptions::default()
+        };
+        let session = Session::from_spec(&spec, options.clone()).unwrap();
+        let assigned = session.assign(values.clone()).unwrap_err().to_string();
+        let given = Session::from_spec_with_values(&spec, options, values.clone());
+        (assigned, given.map(drop).unwrap_err().to_string())
+    };
+    let whole = error(None);
+    assert!(whole.0.contains("v3"), "{whole:?}");
+    // `v3` is task 1's, left out of task 0's share.
+    assert_eq!(error(Some(0)), whole);
+    assert_eq!(error(Some(1)), whole);
 }
 
 /// Sessions of shares, one per task on threads meeting in memory, given every value, save
