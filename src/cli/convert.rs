@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use safetensors::tensor::{SafeTensors, TensorView};
+use safetensors::tensor::{TensorInfo, TensorView};
 use saveplan::bundle::{BundleReader, BundleWriter, DType, Values, index_path};
 use saveplan::checkpoint::{OBJECT_GRAPH_KEY, ObjectGraph, read_object_graph_bytes};
 use saveplan::checkpoint::{resolve_name, without_attributes_of};
@@ -23,7 +23,7 @@ use saveplan::export::object_graph::{decode, encode};
 use super::common::progress_bar;
 use super::output::one_line;
 use super::values::{
-    checkpoint_prefix, from_safetensors, prepare_out, serialize_to_file, to_safetensors,
+    checkpoint_prefix, from_safetensors, header, prepare_out, serialize_to_file, to_safetensors,
 };
 
 /// Arguments of `saveplan convert`.
@@ -199,15 +199,9 @@ fn tensor_bytes(dtype: DType, shape: &[i64]) -> u64 {
 fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
     let buffer =
         saveplan::storage::read(src).with_context(|| format!("{}: reading", src.display()))?;
-    let file = SafeTensors::deserialize(&buffer)
+    let header = header::read(&buffer)
         .with_context(|| format!("{}: not a valid safetensors file", src.display()))?;
-    let (_, metadata) = SafeTensors::read_metadata(&buffer)
-        .with_context(|| format!("{}: bad header", src.display()))?;
-    let object_graph = match metadata
-        .metadata()
-        .as_ref()
-        .and_then(|map| map.get(OBJECT_GRAPH_KEY))
-    {
+    let object_graph = match (header.metadata.as_ref()).and_then(|map| map.get(OBJECT_GRAPH_KEY)) {
         Some(text) => {
             let bytes = BASE64.decode(text).with_context(|| {
                 format!(
@@ -224,31 +218,32 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
     };
     // File order, which is deterministic (the header is a hash map), then, for an object-based
     // checkpoint, node order as TensorFlow writes it.
-    let mut names: Vec<(usize, String)> = metadata
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| (info.data_offsets.0, name))
+    let mut names: Vec<String> = (header.entries.iter())
+        .map(|entry| entry.name.clone())
         .collect();
-    names.sort();
-    let mut names: Vec<String> = names.into_iter().map(|(_, name)| name).collect();
     if let Some((_, graph)) = &object_graph {
         names = node_order(graph, names);
     }
+    let entries: HashMap<&str, &TensorInfo> = (header.entries.iter())
+        .map(|entry| (entry.name.as_str(), &entry.info))
+        .collect();
     let total = buffer.len() as u64;
     let progress = progress_bar(total, "writing");
     let mut writer = BundleWriter::create(prefix)?;
     for name in &names {
-        let view = file.tensor(name)?;
-        let Some(dtype) = from_safetensors(view.dtype()) else {
+        let info = entries[name.as_str()];
+        let Some(dtype) = from_safetensors(info.dtype) else {
             bail!(
                 "tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
-                view.dtype()
+                info.dtype
             );
         };
-        let shape: Vec<i64> = view.shape().iter().map(|&dim| dim as i64).collect();
-        writer.add(name, dtype, &shape, view.data())?;
+        let shape: Vec<i64> = info.shape.iter().map(|&dim| dim as i64).collect();
+        let (begin, end) = info.data_offsets;
+        let data = &buffer[header.data + begin..header.data + end];
+        writer.add(name, dtype, &shape, data)?;
         if let Some(bar) = &progress {
-            bar.inc(view.data().len() as u64);
+            bar.inc(data.len() as u64);
         }
     }
     if let Some((bytes, _)) = object_graph {

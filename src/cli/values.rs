@@ -3,7 +3,7 @@
 //! between TensorFlow and safetensors dtypes, and what a checkpoint path on the command line
 //! stands for ([`checkpoint_prefix`]).
 
-mod header;
+pub mod header;
 pub mod in_place;
 
 use std::collections::BTreeMap;
@@ -151,7 +151,7 @@ fn tensors_of_map(
     map: Option<Arc<memmap2::Mmap>>,
 ) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
-    let (entries, data) = header::read(buffer)
+    let header::Header { entries, data, .. } = header::read(buffer)
         .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
     // Collected, then sorted once (files are most often written in key order), not inserted
     // one by one; the header refused names given twice.

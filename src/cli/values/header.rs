@@ -1,5 +1,6 @@
 //! A `.safetensors` file's header read in one pass: each tensor's name, dtype, shape and
-//! place in the file.
+//! place in the file, and the `__metadata__` map. What `save`, `restore`, `run` and `convert`
+//! read `.safetensors` files through.
 //!
 //! The safetensors crate's [`SafeTensors::read_metadata`](safetensors::SafeTensors) parses the
 //! header through a `#[serde(flatten)]` map, which buffers every entry as generic JSON content
@@ -11,6 +12,7 @@
 //! the crate's own parse. One difference: a name given twice is refused (the crate keeps the
 //! last and drops the other silently).
 
+use std::collections::HashMap;
 use std::fmt;
 
 use safetensors::SafeTensorError;
@@ -43,11 +45,20 @@ pub struct Entry {
     pub info: TensorInfo,
 }
 
-/// The tensors of the safetensors file `buffer` (sorted by their place in it), with the
-/// offset of the data: tensor `i` is `buffer[data + info.data_offsets.0 ..
-/// data + info.data_offsets.1]`. The `__metadata__` entry, a map of strings, is checked and
-/// left out.
-pub fn read(buffer: &[u8]) -> Result<(Vec<Entry>, usize), HeaderError> {
+/// A safetensors file's header.
+#[derive(Debug)]
+pub struct Header {
+    /// The tensors, sorted by their place in the file.
+    pub entries: Vec<Entry>,
+    /// Where the data starts: tensor `i` is `buffer[data + info.data_offsets.0 ..
+    /// data + info.data_offsets.1]`.
+    pub data: usize,
+    /// The `__metadata__` entry, if any.
+    pub metadata: Option<HashMap<String, String>>,
+}
+
+/// The header of the safetensors file `buffer`, checked against the whole file.
+pub fn read(buffer: &[u8]) -> Result<Header, HeaderError> {
     let length = buffer.get(..N_LEN).ok_or(SafeTensorError::HeaderTooSmall)?;
     let n = u64::from_le_bytes(length.try_into().expect("eight bytes"));
     if n > MAX_HEADER {
@@ -59,7 +70,7 @@ pub fn read(buffer: &[u8]) -> Result<(Vec<Entry>, usize), HeaderError> {
         .ok_or(SafeTensorError::InvalidHeaderLength)?;
     let header = std::str::from_utf8(header).map_err(SafeTensorError::InvalidHeader)?;
     let mut json = serde_json::Deserializer::from_str(header);
-    let mut entries = (&mut json)
+    let (mut entries, metadata) = (&mut json)
         .deserialize_map(Entries)
         // Nothing but white space after the map, as `serde_json::from_str` requires.
         .and_then(|entries| json.end().map(|()| entries))
@@ -76,7 +87,11 @@ pub fn read(buffer: &[u8]) -> Result<(Vec<Entry>, usize), HeaderError> {
     if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
         return Err(HeaderError::Twice(pair[0].to_owned()));
     }
-    Ok((entries, stop))
+    Ok(Header {
+        entries,
+        data: stop,
+        metadata,
+    })
 }
 
 /// The crate's `Metadata::validate`: the tensors, sorted by offsets, fill the data from 0 with
@@ -109,23 +124,24 @@ fn validate(entries: &[Entry]) -> Result<usize, SafeTensorError> {
 struct Entries;
 
 impl<'de> Visitor<'de> for Entries {
-    type Value = Vec<Entry>;
+    type Value = (Vec<Entry>, Option<HashMap<String, String>>);
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a map of tensor names to tensor infos")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<Entry>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        let mut metadata = None;
         while let Some(name) = map.next_key::<String>()? {
             if name == "__metadata__" {
-                map.next_value::<std::collections::HashMap<String, String>>()?;
+                metadata = Some(map.next_value::<HashMap<String, String>>()?);
                 continue;
             }
             let info = map.next_value::<TensorInfo>()?;
             entries.push(Entry { name, info });
         }
-        Ok(entries)
+        Ok((entries, metadata))
     }
 }
 
@@ -146,9 +162,11 @@ mod tests {
         bytes
     }
 
-    /// What the crate reads of `bytes`: each tensor's name, dtype, shape and bytes (sorted by
-    /// name), or its error.
-    fn crate_reads(bytes: &[u8]) -> Result<Vec<(String, String, Vec<usize>, Vec<u8>)>, String> {
+    /// A tensor as read: its name, dtype, shape and bytes.
+    type Read = (String, String, Vec<usize>, Vec<u8>);
+
+    /// What the crate reads of `bytes`: its tensors (sorted by name), or its error.
+    fn crate_reads(bytes: &[u8]) -> Result<Vec<Read>, String> {
         let file = SafeTensors::deserialize(bytes).map_err(|err| err.to_string())?;
         let mut tensors: Vec<_> = (file.tensors().into_iter())
             .map(|(name, view)| {
@@ -161,8 +179,8 @@ mod tests {
     }
 
     /// The same of [`read`].
-    fn we_read(bytes: &[u8]) -> Result<Vec<(String, String, Vec<usize>, Vec<u8>)>, String> {
-        let (entries, data) = read(bytes).map_err(|err| err.to_string())?;
+    fn we_read(bytes: &[u8]) -> Result<Vec<Read>, String> {
+        let Header { entries, data, .. } = read(bytes).map_err(|err| err.to_string())?;
         let mut tensors: Vec<_> = (entries.into_iter())
             .map(|Entry { name, info }| {
                 let (begin, end) = info.data_offsets;
@@ -253,6 +271,10 @@ mod tests {
                 _ => panic!("{what}: the crate gives {theirs:?}, we give {ours:?}"),
             }
         }
+        // The metadata, as the crate reads it.
+        let (_, bytes) = &cases[2];
+        let (_, theirs) = SafeTensors::read_metadata(bytes).unwrap();
+        assert_eq!(&read(bytes).unwrap().metadata, theirs.metadata());
         // A name twice: the crate keeps one, silently; refused here.
         let twice = file(
             &format!(
