@@ -407,7 +407,7 @@ fn a_restoring_share_refuses_values_as_the_whole_plan_does() {
             task,
             ..SessionOptions::default()
         };
-        let session = Session::from_spec(&spec, options.clone()).unwrap();
+        let session = Session::from_spec(&spec, options).unwrap();
         let assigned = session.assign(values.clone()).unwrap_err().to_string();
         let given = Session::from_spec_with_values(&spec, options, values.clone());
         (assigned, given.map(drop).unwrap_err().to_string())
