@@ -46,33 +46,69 @@ fn partitions_of(trace: &FlatTrace, targets: Vec<String>, task: usize) -> Partit
     partition(verify_module(&trace.module).unwrap(), &options).unwrap()
 }
 
+/// How many tasks of `text` trace a share of the save plan, each checked to give the
+/// partition the whole plan gives (ops, names, edges, feeds; panics if not).
+fn shares_match(text: &str, what: &str) -> usize {
+    shares_match_in(text, what, Traced::Save)
+}
+
 /// How many tasks of `text` trace a share of both plans, each checked to give a restore
 /// partition with the whole plan's edges, feeds and ops (by kind and device; the ops that
 /// restore are numbered from one counter, so their names differ), and to leave out tensors
-/// that the whole trace binds to the same variables (panics if not).
+/// that the whole trace binds to the same variables, placed on their task (panics if not).
 fn restore_shares_match(text: &str, what: &str) -> usize {
+    shares_match_in(text, what, Traced::SaveRestore)
+}
+
+/// Which plans a share holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Traced {
+    Save,
+    SaveRestore,
+}
+
+/// [`shares_match`] or [`restore_shares_match`].
+fn shares_match_in(text: &str, what: &str, traced: Traced) -> usize {
     let spec = SpecFile::parse(text).unwrap();
     let trackables = spec.trackables().unwrap();
     let options = spec.options().unwrap();
-    let whole = trace_flat_as(&trackables, &options, VariableOps::Handles).unwrap();
-    let n_tasks = restore_partitions(&whole, 0).partitions.len();
+    let (trace_whole, trace_share, partitions): (_, _, fn(&FlatTrace, usize) -> Partitions) =
+        match traced {
+            Traced::Save => (
+                trace_flat_save_as as fn(_, _, _) -> _,
+                trace_flat_save_share as fn(_, _, _) -> _,
+                save_partitions,
+            ),
+            Traced::SaveRestore => (trace_flat_as, trace_flat_share, restore_partitions),
+        };
+    let whole = trace_whole(&trackables, &options, VariableOps::Handles).unwrap();
+    let n_tasks = partitions(&whole, 0).partitions.len();
     let variables = &whole.keys.as_ref().unwrap().variables;
     let mut shared = 0;
     for task in 0..n_tasks {
-        let Some(share) = trace_flat_share(&trackables, &options, task).unwrap() else {
+        let Some(share) = trace_share(&trackables, &options, task).unwrap() else {
             continue;
         };
         shared += 1;
-        let (all, alone) = (
-            restore_partitions(&whole, task),
-            restore_partitions(&share.trace, task),
-        );
+        let (all, alone) = (partitions(&whole, task), partitions(&share.trace, task));
         let what = format!("{what}, task {task}");
+        assert_eq!(alone.partitions.len(), n_tasks, "{what}");
         let (expected, got) = (&all.partitions[task], &alone.partitions[task]);
         assert_eq!(got.task, expected.task, "{what}");
         assert_eq!(got.sends, expected.sends, "{what}");
         assert_eq!(got.recvs, expected.recvs, "{what}");
         assert_eq!(got.feeds, expected.feeds, "{what}");
+        // What it leaves out: every other task's variables but the first of each.
+        let kept = trackables.len() - share.left_out.len();
+        assert!(
+            kept >= n_tasks && !share.left_out.is_empty(),
+            "{what}: {kept} kept"
+        );
+        if traced == Traced::Save {
+            let text = |partitions: &Partitions| partitions.partitions[task].module.to_string();
+            assert_eq!(text(&alone), text(&all), "{what}");
+            continue;
+        }
         let kinds = |partitions: &Partitions| {
             let graph = &partitions.partitions[task].module.graph;
             let mut kinds: Vec<String> = (graph.ops().into_iter())
@@ -97,46 +133,6 @@ fn restore_shares_match(text: &str, what: &str) -> usize {
             let placed = all.task_of[handle.unwrap().index()];
             assert_eq!(placed, Some(left_out.task), "{what}: {key}");
         }
-    }
-    shared
-}
-
-/// How many tasks of `text` trace a share, each checked to give the partition the whole plan
-/// gives (panics if not).
-fn shares_match(text: &str, what: &str) -> usize {
-    let spec = SpecFile::parse(text).unwrap();
-    let trackables = spec.trackables().unwrap();
-    let options = spec.options().unwrap();
-    let whole = trace_flat_save_as(&trackables, &options, VariableOps::Handles).unwrap();
-    let n_tasks = save_partitions(&whole, 0).partitions.len();
-    let mut shared = 0;
-    for task in 0..n_tasks {
-        let Some(share) = trace_flat_save_share(&trackables, &options, task).unwrap() else {
-            continue;
-        };
-        shared += 1;
-        let (all, alone) = (
-            save_partitions(&whole, task),
-            save_partitions(&share.trace, task),
-        );
-        let what = format!("{what}, task {task}");
-        assert_eq!(alone.partitions.len(), n_tasks, "{what}");
-        let (expected, got) = (&all.partitions[task], &alone.partitions[task]);
-        assert_eq!(got.task, expected.task, "{what}");
-        assert_eq!(
-            got.module.to_string(),
-            expected.module.to_string(),
-            "{what}"
-        );
-        assert_eq!(got.sends, expected.sends, "{what}");
-        assert_eq!(got.recvs, expected.recvs, "{what}");
-        assert_eq!(got.feeds, expected.feeds, "{what}");
-        // What it leaves out: every other task's variables but the first of each.
-        let kept = trackables.len() - share.left_out.len();
-        assert!(
-            kept >= n_tasks && !share.left_out.is_empty(),
-            "{what}: {kept} kept"
-        );
     }
     shared
 }
@@ -419,18 +415,24 @@ fn a_restoring_share_refuses_values_as_the_whole_plan_does() {
     assert_eq!(error(Some(1)), whole);
 }
 
+/// A spec of 40 float32[2] variables round robin over 3 tasks, and a value for each, no two
+/// alike.
+fn forty_on_three() -> (SpecFile, BTreeMap<String, HostTensor>) {
+    let spec = SpecFile::parse(&round_robin(40, 3, |i| format!("v{i:02}"))).unwrap();
+    let values = (spec.variables.iter().enumerate())
+        .map(|(i, variable)| {
+            let value = HostTensor::from_f32s(vec![2], &[i as f32, 0.5 - i as f32]).unwrap();
+            (variable.checkpoint_key.clone(), value)
+        })
+        .collect();
+    (spec, values)
+}
+
 /// Sessions of shares, one per task on threads meeting in memory, given every value, save
 /// the bytes one process saves; a value for a key of no task is still refused.
 #[test]
 fn sessions_of_shares_save_what_one_process_saves() {
-    let text = round_robin(40, 3, |i| format!("v{i:02}"));
-    let spec = SpecFile::parse(&text).unwrap();
-    let values: BTreeMap<String, HostTensor> = (spec.variables.iter().enumerate())
-        .map(|(i, variable)| {
-            let value = HostTensor::from_f32s(vec![2], &[i as f32, -(i as f32)]).unwrap();
-            (variable.checkpoint_key.clone(), value)
-        })
-        .collect();
+    let (spec, values) = forty_on_three();
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("one/ckpt").to_str().unwrap().to_owned();
     let many = dir.path().join("many/ckpt").to_str().unwrap().to_owned();
@@ -488,14 +490,7 @@ fn dir_of(prefix: &str) -> PathBuf {
 /// tasks, and, once gathered, restore at task 0 what one process restores.
 #[test]
 fn sessions_of_shares_restore_what_one_process_restores() {
-    let text = round_robin(40, 3, |i| format!("v{i:02}"));
-    let spec = SpecFile::parse(&text).unwrap();
-    let values: BTreeMap<String, HostTensor> = (spec.variables.iter().enumerate())
-        .map(|(i, variable)| {
-            let value = HostTensor::from_f32s(vec![2], &[i as f32, 0.5 - i as f32]).unwrap();
-            (variable.checkpoint_key.clone(), value)
-        })
-        .collect();
+    let (spec, values) = forty_on_three();
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("ckpt").to_str().unwrap().to_owned();
     let one = Session::from_spec(&spec, SessionOptions::default()).unwrap();
