@@ -102,8 +102,9 @@ pub struct Session {
     /// When set, this process runs one task of the plans ([`Session::with_cluster`]).
     cluster: Option<Arc<dyn Rendezvous>>,
     /// The tensors other tasks save and restore, which a session tracing its task's share of
-    /// a spec leaves out ([`SessionOptions::task`]), by checkpoint key: their values are
-    /// ignored.
+    /// a spec leaves out ([`SessionOptions::task`]), by checkpoint key: a saving session
+    /// ignores their values, a restoring one still knows them ([`Session::restored_tensors`],
+    /// [`Session::restored_owners`]).
     left_out: Arc<BTreeMap<String, LeftOut>>,
 }
 
