@@ -88,8 +88,8 @@ impl Keys<'_> {
 }
 
 /// `tensors` and the whole variables a share left out (none of them a key of `tensors`: each
-/// input tensor is traced or left out), by key. Both are sorted already: they are merged, not
-/// looked up one by one.
+/// input tensor is traced or left out), by key. Both come sorted: collected into one map (two
+/// sorted runs, merged), not inserted one by one.
 fn with_left_out(
     tensors: BTreeMap<String, CheckpointTensor>,
     left_out: &BTreeMap<String, LeftOut>,
@@ -97,8 +97,7 @@ fn with_left_out(
     if left_out.is_empty() {
         return tensors;
     }
-    let mut all: Vec<(String, CheckpointTensor)> = tensors.into_iter().collect();
-    all.extend(left_out.iter().map(|(key, left_out)| {
+    let left_out = left_out.iter().map(|(key, left_out)| {
         let variable = &left_out.variable;
         let tensor = CheckpointTensor {
             key: key.clone(),
@@ -111,10 +110,8 @@ fn with_left_out(
             }],
         };
         (key.clone(), tensor)
-    }));
-    // Two sorted runs: the stable sort merges them.
-    all.sort_by(|(a, _), (b, _)| a.cmp(b));
-    all.into_iter().collect()
+    });
+    tensors.into_iter().chain(left_out).collect()
 }
 
 /// Groups bindings by checkpoint key, checking that the parts of a key agree.
