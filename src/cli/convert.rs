@@ -239,8 +239,7 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
             );
         };
         let shape: Vec<i64> = info.shape.iter().map(|&dim| dim as i64).collect();
-        let (begin, end) = info.data_offsets;
-        let data = &buffer[header.data + begin..header.data + end];
+        let data = &buffer[header.range(info)];
         writer.add(name, dtype, &shape, data)?;
         if let Some(bar) = &progress {
             bar.inc(data.len() as u64);

@@ -89,7 +89,7 @@ pub fn values_or_earlier_error<T>(
     })
 }
 
-/// Why a values file is refused before it is read.
+/// Why a values file is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ValuesError {
     /// The path exists but is not a regular file (a FIFO, a device, a folder).
@@ -98,6 +98,12 @@ pub enum ValuesError {
         /// The path given.
         path: std::path::PathBuf,
     },
+    /// A `.safetensors` header the safetensors crate refuses, as it says it ([`header`]).
+    #[error(transparent)]
+    Header(#[from] safetensors::SafeTensorError),
+    /// A `.safetensors` header that names a tensor twice ([`header`]).
+    #[error("tensor `{0}` is named twice in the header")]
+    NamedTwice(String),
 }
 
 /// Reads every tensor of a `.safetensors` file without copying it: each tensor is a view into
@@ -151,10 +157,11 @@ fn tensors_of_map(
     map: Option<Arc<memmap2::Mmap>>,
 ) -> anyhow::Result<BTreeMap<String, HostTensor>> {
     let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
-    let header::Header { entries, data, .. } = header::read(buffer)
+    let mut header = header::read(buffer)
         .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
     // Collected, then sorted once (files are most often written in key order), not inserted
     // one by one; the header refused names given twice.
+    let entries = std::mem::take(&mut header.entries);
     let mut out = Vec::with_capacity(entries.len());
     for header::Entry { name, info } in entries {
         let Some(dtype) = from_safetensors(info.dtype) else {
@@ -168,8 +175,7 @@ fn tensors_of_map(
             .map(|&dim| i64::try_from(dim))
             .collect::<Result<_, _>>()
             .with_context(|| format!("{}: tensor `{name}`: shape too large", path.display()))?;
-        let (begin, end) = info.data_offsets;
-        let range = data + begin..data + end;
+        let range = header.range(&info);
         let mapped = map
             .clone()
             .and_then(|map| MappedTensor::in_map(map, range, dtype, shape))

@@ -14,27 +14,19 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 
 use safetensors::SafeTensorError;
 use safetensors::tensor::TensorInfo;
 use serde::de::{Deserializer, MapAccess, Visitor};
+
+use super::ValuesError;
 
 /// The crate's bound on a header's length (`MAX_HEADER_SIZE`).
 const MAX_HEADER: u64 = 100_000_000;
 
 /// The length of the header's length.
 const N_LEN: usize = size_of::<u64>();
-
-/// Why a header is refused.
-#[derive(Debug, thiserror::Error)]
-pub enum HeaderError {
-    /// What the safetensors crate refuses, as it says it.
-    #[error(transparent)]
-    SafeTensors(#[from] SafeTensorError),
-    /// A tensor named twice.
-    #[error("tensor `{0}` is named twice in the header")]
-    Twice(String),
-}
 
 /// One tensor of a header.
 #[derive(Debug)]
@@ -50,15 +42,22 @@ pub struct Entry {
 pub struct Header {
     /// The tensors, sorted by their place in the file.
     pub entries: Vec<Entry>,
-    /// Where the data starts: tensor `i` is `buffer[data + info.data_offsets.0 ..
-    /// data + info.data_offsets.1]`.
-    pub data: usize,
+    /// Where the data starts, after the header.
+    data: usize,
     /// The `__metadata__` entry, if any.
     pub metadata: Option<HashMap<String, String>>,
 }
 
+impl Header {
+    /// Where the tensor `info` (one of [`Header::entries`]) lies in the file.
+    pub fn range(&self, info: &TensorInfo) -> Range<usize> {
+        let (begin, end) = info.data_offsets;
+        self.data + begin..self.data + end
+    }
+}
+
 /// The header of the safetensors file `buffer`, checked against the whole file.
-pub fn read(buffer: &[u8]) -> Result<Header, HeaderError> {
+pub fn read(buffer: &[u8]) -> Result<Header, ValuesError> {
     let length = buffer.get(..N_LEN).ok_or(SafeTensorError::HeaderTooSmall)?;
     let n = u64::from_le_bytes(length.try_into().expect("eight bytes"));
     if n > MAX_HEADER {
@@ -85,7 +84,7 @@ pub fn read(buffer: &[u8]) -> Result<Header, HeaderError> {
     let mut names: Vec<&str> = entries.iter().map(|entry| entry.name.as_str()).collect();
     names.sort_unstable();
     if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(HeaderError::Twice(pair[0].to_owned()));
+        return Err(ValuesError::NamedTwice(pair[0].to_owned()));
     }
     Ok(Header {
         entries,
@@ -180,12 +179,16 @@ mod tests {
 
     /// The same of [`read`].
     fn we_read(bytes: &[u8]) -> Result<Vec<Read>, String> {
-        let Header { entries, data, .. } = read(bytes).map_err(|err| err.to_string())?;
-        let mut tensors: Vec<_> = (entries.into_iter())
+        let header = read(bytes).map_err(|err| err.to_string())?;
+        let mut tensors: Vec<_> = (header.entries.iter())
             .map(|Entry { name, info }| {
-                let (begin, end) = info.data_offsets;
-                let bytes = bytes[data + begin..data + end].to_vec();
-                (name, format!("{:?}", info.dtype), info.shape, bytes)
+                let data = bytes[header.range(info)].to_vec();
+                (
+                    name.clone(),
+                    format!("{:?}", info.dtype),
+                    info.shape.clone(),
+                    data,
+                )
             })
             .collect();
         tensors.sort();
