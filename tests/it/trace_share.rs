@@ -298,12 +298,18 @@ fn names_that_could_move_refuse_the_share() {
 #[test]
 fn the_traced_variables_are_reckoned_for_the_share() {
     let spec = SpecFile::parse(&round_robin(1000, 4, |i| format!("v{i:04}"))).unwrap();
-    let share = SessionOptions {
-        plans: Plans::SaveOnly,
-        task: Some(2),
-        ..SessionOptions::default()
-    };
-    assert_eq!(Session::traced_variables(&spec, &share), 250 + 4);
+    for plans in [Plans::SaveOnly, Plans::RestoreOnly] {
+        let share = SessionOptions {
+            plans,
+            task: Some(2),
+            ..SessionOptions::default()
+        };
+        assert_eq!(
+            Session::traced_variables(&spec, &share),
+            250 + 4,
+            "{plans:?}"
+        );
+    }
     for whole in [
         SessionOptions::default(),
         SessionOptions {
