@@ -181,16 +181,15 @@ fn task_share(
     if tasks.len() < 2 {
         return None;
     }
-    let mut order: Vec<usize> = (0..tasks.len()).collect();
-    order.sort_unstable_by(|&a, &b| tasks[a].cmp(&tasks[b]));
-    if task >= order.len() {
+    if task >= tasks.len() {
         return None;
     }
-    // Each task's number: its place in that order.
-    let mut number = vec![0; tasks.len()];
-    for (place, &of) in order.iter().enumerate() {
-        number[of] = place;
-    }
+    // Each task's number: its place in `(job, replica, task)` order (the tasks are distinct).
+    let mut sorted = tasks.clone();
+    sorted.sort_unstable();
+    let number: Vec<usize> = (tasks.iter())
+        .map(|of| sorted.binary_search(of).expect("a task of the sorted copy"))
+        .collect();
     // The task's own tensors, and the first of every other group.
     let mut owner = vec![None; trackables.len()];
     for ((_, tensors), &of) in inputs.groups().zip(&group_task) {
