@@ -224,20 +224,23 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
     if let Some((_, graph)) = &object_graph {
         names = node_order(graph, names);
     }
-    let entries: HashMap<&str, &TensorInfo> = (header.entries.iter())
-        .map(|entry| (entry.name.as_str(), &entry.info))
-        .collect();
+    // Every dtype checked before anything is written.
+    let mut entries: HashMap<&str, (DType, &TensorInfo)> = HashMap::new();
+    for header::Entry { name, info } in &header.entries {
+        let Some(dtype) = from_safetensors(info.dtype) else {
+            bail!(
+                "{}: tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
+                src.display(),
+                info.dtype
+            );
+        };
+        entries.insert(name, (dtype, info));
+    }
     let total = buffer.len() as u64;
     let progress = progress_bar(total, "writing");
     let mut writer = BundleWriter::create(prefix)?;
     for name in &names {
-        let info = entries[name.as_str()];
-        let Some(dtype) = from_safetensors(info.dtype) else {
-            bail!(
-                "tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
-                info.dtype
-            );
-        };
+        let (dtype, info) = entries[name.as_str()];
         let shape: Vec<i64> = info.shape.iter().map(|&dim| dim as i64).collect();
         let data = &buffer[header.range(info)];
         writer.add(name, dtype, &shape, data)?;

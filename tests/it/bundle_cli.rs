@@ -285,3 +285,58 @@ fn convert_refuses_strings_clearly() {
     );
     assert!(!st.exists());
 }
+
+/// A `.safetensors` file of `header` (padded to 8 bytes) and `data`.
+fn safetensors_file(path: &Path, header: &str, data: &[u8]) {
+    let mut header = header.as_bytes().to_vec();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A values file that names a tensor twice, or holds a dtype TensorFlow has none for, is
+/// refused in one line naming the file and the tensor, by `convert` and by the commands that
+/// read values (`diff` here), and no checkpoint is written (`convert` checks every dtype
+/// before it writes).
+#[test]
+fn value_files_that_cannot_be_read_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let twice = dir.path().join("twice.safetensors");
+    safetensors_file(
+        &twice,
+        r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+        &[0; 8],
+    );
+    let e8m0 = dir.path().join("e8m0.safetensors");
+    safetensors_file(
+        &e8m0,
+        r#"{"b":{"dtype":"F8_E8M0","shape":[2],"data_offsets":[0,2]}}"#,
+        &[0; 2],
+    );
+    for (file, expected) in [
+        (
+            &twice,
+            "not a valid safetensors file: tensor `a` is named twice in the header",
+        ),
+        (
+            &e8m0,
+            "tensor `b` has safetensors dtype F8_E8M0, which TensorFlow has no type for",
+        ),
+    ] {
+        let prefix = dir.path().join("out/ckpt");
+        for args in [
+            vec!["convert", path_arg(file), path_arg(&prefix)],
+            vec!["diff", path_arg(file), path_arg(file)],
+        ] {
+            let out = saveplan(&args);
+            assert_ne!(out.status.code(), Some(0), "{args:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.contains(expected), "{args:?}: {stderr}");
+            assert!(stderr.contains(path_arg(file)), "{args:?}: {stderr}");
+            assert!(!dir.path().join("out/ckpt.index").exists(), "{args:?}");
+        }
+    }
+}
