@@ -323,6 +323,14 @@ impl ObjectSpec {
     /// Whether a JSON text is an object spec (has a top-level `objects` key) rather than a
     /// plain spec file.
     pub fn is_object_spec(text: &str) -> bool {
+        // A key reads `objects` only if the text holds `"objects"` or an escape: a plain spec
+        // without either is told apart by two scans of its bytes, not a parse of its JSON.
+        let bytes = text.as_bytes();
+        if memchr::memmem::find(bytes, b"\"objects\"").is_none()
+            && memchr::memchr(b'\\', bytes).is_none()
+        {
+            return false;
+        }
         // The values are checked and skipped, never built: a plain spec of 100,000 variables
         // made a tree of a million JSON values here, 0.2 s before the spec was even parsed.
         serde_json::from_str::<HashMap<String, serde::de::IgnoredAny>>(text)

@@ -34,7 +34,8 @@
 use std::collections::HashMap;
 
 use saveplan_ir::DType;
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{
     ConstError, Init, MaxShardSize, ReadKind, SaveableTensor, Scalar, ShardByTask, TraceError,
@@ -121,10 +122,108 @@ pub struct OptionsSpec {
     pub unique_temp_id: Option<String>,
 }
 
+/// About how many variables the spec `text` lists, to size their vector ahead: the times
+/// `"checkpoint_key"` appears, at most one per 40 bytes (the shortest entry's length). A
+/// vector of 100,000 entries grown one doubling at a time copied 26 MB and touched twice the
+/// memory it ended with.
+fn expected_variables(text: &str) -> usize {
+    let keys = memchr::memmem::find_iter(text.as_bytes(), b"\"checkpoint_key\"").count();
+    keys.min(text.len() / 40)
+}
+
+/// Reads a [`SpecFile`] as its derived `Deserialize` would (the same fields, defaults and
+/// errors; other top-level fields ignored), with room made ahead for `variables` entries.
+struct SpecSeed {
+    variables: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for SpecSeed {
+    type Value = SpecFile;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<SpecFile, D::Error> {
+        deserializer.deserialize_struct("SpecFile", &["variables", "options"], self)
+    }
+}
+
+impl<'de> Visitor<'de> for SpecSeed {
+    type Value = SpecFile;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("struct SpecFile")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SpecFile, A::Error> {
+        use serde::de::Error;
+        let Some(variables) = seq.next_element_seed(VariablesSeed(self.variables))? else {
+            return Err(A::Error::invalid_length(
+                0,
+                &"struct SpecFile with 2 elements",
+            ));
+        };
+        let options = seq.next_element()?.flatten();
+        Ok(SpecFile { variables, options })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SpecFile, A::Error> {
+        use serde::de::Error;
+        let (mut variables, mut options) = (None, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "variables" if variables.is_some() => {
+                    return Err(A::Error::duplicate_field("variables"));
+                }
+                "variables" => {
+                    variables = Some(map.next_value_seed(VariablesSeed(self.variables))?)
+                }
+                "options" if options.is_some() => return Err(A::Error::duplicate_field("options")),
+                "options" => options = Some(map.next_value()?),
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(SpecFile {
+            variables: variables.ok_or_else(|| A::Error::missing_field("variables"))?,
+            options: options.flatten(),
+        })
+    }
+}
+
+/// The `variables` array, read into a vector with room for as many entries as the seed says.
+struct VariablesSeed(usize);
+
+impl<'de> DeserializeSeed<'de> for VariablesSeed {
+    type Value = Vec<VariableSpec>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for VariablesSeed {
+    type Value = Vec<VariableSpec>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut variables = Vec::with_capacity(self.0);
+        while let Some(variable) = seq.next_element()? {
+            variables.push(variable);
+        }
+        Ok(variables)
+    }
+}
+
 impl SpecFile {
     /// Parses a spec file's text.
     pub fn parse(text: &str) -> Result<SpecFile, TraceError> {
-        serde_json::from_str(text).map_err(TraceError::Json)
+        let mut json = serde_json::Deserializer::from_str(text);
+        let spec = SpecSeed {
+            variables: expected_variables(text),
+        }
+        .deserialize(&mut json)
+        .and_then(|spec| json.end().map(|()| spec));
+        spec.map_err(TraceError::Json)
     }
 
     /// The trackables, in order of their first variable.
@@ -266,4 +365,55 @@ fn flatten(value: &serde_json::Value, out: &mut Vec<Scalar>) -> Result<(), Const
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`SpecFile::parse`] reads what the derived `Deserialize` reads, and fails where it
+    /// fails with the same message (position included), whatever room it made ahead.
+    #[test]
+    fn parse_reads_as_the_derived_deserialize_does() {
+        let variable = r#"{"checkpoint_key": "a", "dtype": "float32", "shape": [2]}"#;
+        let texts = [
+            format!(r#"{{"variables": [{variable}, {variable}]}}"#),
+            format!(r#"{{"variables": [{variable}], "options": null, "description": "x"}}"#),
+            format!(r#"{{"description": {{"variables": 1}}, "variables": [{variable}]}}"#),
+            format!(r#"{{"vari\u0061bles": [{variable}], "options": {{"max_shard_size": 5}}}}"#),
+            format!(r#"[[{variable}], {{"unique_temp_prefix": true}}]"#),
+            format!(r#"[[{variable}]]"#),
+            format!(r#"[[{variable}], null, 3]"#),
+            "[]".to_owned(),
+            "{}".to_owned(),
+            r#"{"options": {}}"#.to_owned(),
+            r#"{"variables": [], "variables": []}"#.to_owned(),
+            r#"{"variables": [], "options": null, "options": null}"#.to_owned(),
+            r#"{"variables": {}}"#.to_owned(),
+            r#"{"variables": [1]}"#.to_owned(),
+            r#"{"variables": [], "options": {"bad": 1}}"#.to_owned(),
+            r#"{"variables": []} x"#.to_owned(),
+            r#"{"variables": ["#.to_owned(),
+            r#""checkpoint_key""#.to_owned(),
+            "null".to_owned(),
+            String::new(),
+        ];
+        for text in texts {
+            let ours = SpecFile::parse(&text).map_err(|err| match err {
+                TraceError::Json(err) => err.to_string(),
+                other => panic!("{text}: not a JSON error: {other}"),
+            });
+            let derived = serde_json::from_str::<SpecFile>(&text).map_err(|err| err.to_string());
+            assert_eq!(format!("{ours:?}"), format!("{derived:?}"), "{text}");
+        }
+    }
+
+    /// The room made ahead counts the keys, at most one per 40 bytes of text.
+    #[test]
+    fn room_is_made_for_each_key_within_the_text() {
+        let entry = r#"{"checkpoint_key":"","dtype":"","shape":[]}"#;
+        assert_eq!(expected_variables(&format!("[{entry},{entry}]")), 2);
+        assert_eq!(expected_variables(r#""checkpoint_key""checkpoint_key""#), 0);
+        assert_eq!(expected_variables(""), 0);
+    }
 }

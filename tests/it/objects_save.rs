@@ -223,8 +223,9 @@ fn object_spec_rebuilds_o2_v1_adam() {
     assert_same_bundle(&dir.path().join("ckpt-1"), &fixtures.join("ckpt-1"));
 }
 
-/// An object spec is a JSON object with a top-level `objects` key, whatever its value; a plain
-/// spec, another JSON value or text that is not JSON is not one.
+/// An object spec is a JSON object with a top-level `objects` key, however its name is spelt
+/// (JSON escapes included) and whatever its value; a plain spec, another JSON value or text
+/// that is not JSON is not one.
 #[test]
 fn an_object_spec_is_told_by_its_top_level_objects_key() {
     let plain = r#"{"variables": [{"checkpoint_key": "objects", "dtype": "float32", "shape": [],
@@ -232,6 +233,17 @@ fn an_object_spec_is_told_by_its_top_level_objects_key() {
     let cases = [
         (r#"{"objects": [], "variables": []}"#, true),
         (r#"{"options": {}, "objects": null}"#, true),
+        (r#"{"\u006fbjects": []}"#, true),
+        (
+            r#"{"\u006f\u0062\u006a\u0065\u0063\u0074\u0073": []}"#,
+            true,
+        ),
+        (r#"{"ob\u006aects": [], "variables": []}"#, true),
+        (
+            r#"{"variables": [], "description": "a \"quoted\" word"}"#,
+            false,
+        ),
+        (r#"{"variables": [], "objectsx": []}"#, false),
         (plain, false),
         (r#"[{"objects": []}]"#, false),
         (r#""objects""#, false),
