@@ -206,7 +206,10 @@ impl<'de> Visitor<'de> for VariablesSeed {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut variables = Vec::with_capacity(self.0);
+        // Room asked for, not required: a text that names `checkpoint_key` far more often than
+        // it lists variables must not abort the process on a machine that cannot reserve it.
+        let mut variables = Vec::new();
+        let _ = variables.try_reserve_exact(self.0);
         while let Some(variable) = seq.next_element()? {
             variables.push(variable);
         }
