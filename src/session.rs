@@ -179,7 +179,7 @@ impl Session {
     /// [`Plans::SaveOnly`], traces the save plan alone: [`trace_flat_save_as`]); in eager mode
     /// each call runs the spec's [`EagerSaver`] instead.
     pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, || None)
+        Session::from_spec_given(spec, options, |_| None)
     }
 
     /// [`Session::from_spec`], then [`Session::assign`] of `values`, with the values put in
@@ -190,27 +190,31 @@ impl Session {
         options: SessionOptions,
         values: BTreeMap<String, HostTensor>,
     ) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, move || Some(values))
+        Session::from_spec_given(spec, options, move |_| Some(values))
     }
 
     /// [`Session::from_spec_with_values`], asking `values` for the values only once the keys
     /// are bound (on the thread that bound them, while the plans compile on the other; in
     /// eager mode, after): they can still be in the making, read from a file on another
-    /// thread while the spec traces. When `values` gives `None` (it failed; the caller knows
-    /// why), the session is made without them. Errors come in the order of the two calls.
+    /// thread while the spec traces. `values` is handed the tensors whose values the session
+    /// ignores, by checkpoint key: the other tasks' that a session saving its task's share
+    /// leaves out ([`SessionOptions::task`]; none otherwise), which it need not make. When
+    /// `values` gives `None` (it failed; the caller knows why), the session is made without
+    /// them. Errors come in the order of the two calls.
     pub fn from_spec_with_values_when_bound(
         spec: &SpecFile,
         options: SessionOptions,
-        values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
+        values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
         Session::from_spec_given(spec, options, values)
     }
 
-    /// [`Session::from_spec`], with the values `values` gives assigned, if any.
+    /// [`Session::from_spec`], with the values `values` gives (handed the tensors whose
+    /// values are ignored) assigned, if any.
     fn from_spec_given(
         spec: &SpecFile,
         options: SessionOptions,
-        values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
+        values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
         let trackables = spec.trackables()?;
         let trace_options = spec.options()?;
@@ -241,7 +245,7 @@ impl Session {
             true => Arc::clone(&left_out),
             false => Arc::default(),
         };
-        let values = move || values().map(|values| without(values, &ignored));
+        let values = move || values(&ignored).map(|values| without(values, &ignored));
         // The session takes the saver's names (one per restored variable) as they are, and
         // the keys the tracer bound, when it bound them all (with those a share left out).
         let (module, names) = (trace.module, trace.saver);

@@ -15,6 +15,7 @@ use saveplan::exec::{Backend, HostTensor, StepEvent};
 use saveplan::session::{
     CacheEvent, CheckpointTensor, Mode, Session, SessionError, SessionOptions,
 };
+use saveplan::trace::LeftOut;
 use saveplan::trace::spec::SpecFile;
 use saveplan_ir::saver_ops::save_v2;
 
@@ -89,7 +90,7 @@ pub fn spec_session_with_values(
     text: &str,
     options: SessionOptions,
     values_path: &Path,
-    values: impl FnOnce() -> Option<BTreeMap<String, HostTensor>> + Send,
+    values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
 ) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
     Session::from_spec_with_values_when_bound(&spec, options, values)

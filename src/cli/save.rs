@@ -21,7 +21,7 @@ use super::common::{
     Cluster, ClusterArg, ModeArgs, free_at_exit, free_session_at_exit, in_cluster, prefault, save,
     spec_session_with_values,
 };
-use super::values::with_values_read_beside;
+use super::values::{Making, with_values_read_beside};
 
 /// Arguments of `saveplan save`.
 #[derive(Debug, clap::Args)]
@@ -70,10 +70,18 @@ fn save_spec(
     // variables while the save plan compiles; the session's errors come first.
     // A read error is kept aside: the session is then made without values, and its own
     // errors come first.
+    // A rank that saves its task's share makes only its own tensors of the file, once the
+    // session says which it leaves out.
+    let making = match cluster {
+        Some(_) => Making::WhenAsked,
+        None => Making::Now,
+    };
     let mut unread = None;
-    let session = with_values_read_beside(&args.values, |reading| {
-        spec_session_with_values(&args.spec, text, options, &args.values, || {
-            reading.wait().map_err(|err| unread = Some(err)).ok()
+    let session = with_values_read_beside(&args.values, making, |reading| {
+        spec_session_with_values(&args.spec, text, options, &args.values, |left_out| {
+            (reading.wait_leaving_out(left_out))
+                .map_err(|err| unread = Some(err))
+                .ok()
         })
     })?;
     if let Some(err) = unread {
@@ -103,17 +111,18 @@ fn save_objects(
     cluster: Option<&Cluster>,
 ) -> anyhow::Result<()> {
     let in_spec = || format!("{}", spec_path.display());
-    let checkpoint = with_values_read_beside(values, |reading| -> anyhow::Result<_> {
-        let spec = ObjectSpec::parse(text).with_context(in_spec)?;
-        let options = SessionOptions::default();
-        prefault(Session::trace_heap_estimate(spec.objects.len(), &options));
-        let graph = spec.object_graph();
-        let mut values = reading.wait()?;
-        values.remove(OBJECT_GRAPH_KEY);
-        let (graph, keys) = graph.with_context(in_spec)?;
-        spec.checkpoint_of(graph, keys, values)
-            .with_context(in_spec)
-    })?;
+    let checkpoint =
+        with_values_read_beside(values, Making::Now, |reading| -> anyhow::Result<_> {
+            let spec = ObjectSpec::parse(text).with_context(in_spec)?;
+            let options = SessionOptions::default();
+            prefault(Session::trace_heap_estimate(spec.objects.len(), &options));
+            let graph = spec.object_graph();
+            let mut values = reading.wait()?;
+            values.remove(OBJECT_GRAPH_KEY);
+            let (graph, keys) = graph.with_context(in_spec)?;
+            spec.checkpoint_of(graph, keys, values)
+                .with_context(in_spec)
+        })?;
     match cluster {
         None => checkpoint.write(prefix)?,
         Some(cluster) => checkpoint.write_in(prefix, cluster.get()?.as_ref())?,

@@ -11,19 +11,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use safetensors::tensor::TensorInfo;
 use safetensors::tensor::{Dtype, TensorView};
 use saveplan::bundle::{BundleReader, MappedTensor, Values, index_path};
 use saveplan::exec::HostTensor;
+use saveplan::trace::LeftOut;
 use saveplan_ir::DType;
 
 use saveplan::checkpoint::resolve_prefix;
 
 use super::output::one_line;
 
+/// When the tensors of a `.safetensors` values file are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Making {
+    /// As the file is read: every tensor.
+    Now,
+    /// When the caller waits for them ([`ValuesReading::wait_leaving_out`]), but those it
+    /// says are another process's: a rank saving its task's share of a plan makes its own.
+    WhenAsked,
+}
+
+/// A values file read: its tensors, or a `.safetensors` file checked whole whose tensors are
+/// made when asked ([`Making::WhenAsked`]).
+enum Read {
+    Made(BTreeMap<String, HostTensor>),
+    Unmade(Safetensors),
+}
+
 /// Reads a values file: a `.safetensors` file, or a TF checkpoint prefix (for string tensors,
 /// which safetensors cannot hold), or a directory or `checkpoint` state file (its latest
-/// checkpoint).
-pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+/// checkpoint). A `.safetensors` file's tensors are made as `making` says.
+fn read_values(path: &Path, making: Making) -> anyhow::Result<Read> {
     let path = &checkpoint_prefix(path)?;
     let is_safetensors = path.extension().is_some_and(|ext| ext == "safetensors")
         || !saveplan::storage::exists(&index_path(path)).unwrap_or(false);
@@ -35,9 +54,13 @@ pub fn read_values(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> 
             }
             .into());
         }
-        read_safetensors(path)
+        let file = Safetensors::read(path)?;
+        match making {
+            Making::Now => file.make(&BTreeMap::new()).map(Read::Made),
+            Making::WhenAsked => Ok(Read::Unmade(file)),
+        }
     } else {
-        read_checkpoint(path)
+        read_checkpoint(path).map(Read::Made)
     }
 }
 
@@ -51,29 +74,50 @@ pub fn read_values_beside<T>(
     path: &Path,
     work: impl FnOnce() -> T,
 ) -> (T, anyhow::Result<BTreeMap<String, HostTensor>>) {
-    with_values_read_beside(path, |reading| {
+    with_values_read_beside(path, Making::Now, |reading| {
         let done = work();
         (done, reading.wait())
     })
 }
 
-/// Runs `work` while another thread reads the values file `path` with [`read_values`]; `work`
-/// waits for them when it needs them ([`ValuesReading::wait`]), as late as it can.
-pub fn with_values_read_beside<T>(path: &Path, work: impl FnOnce(ValuesReading<'_>) -> T) -> T {
-    std::thread::scope(|scope| work(ValuesReading(scope.spawn(move || read_values(path)))))
+/// Runs `work` while another thread reads the values file `path` with [`read_values`], its
+/// tensors made as `making` says; `work` waits for them when it needs them
+/// ([`ValuesReading::wait`]), as late as it can.
+pub fn with_values_read_beside<T>(
+    path: &Path,
+    making: Making,
+    work: impl FnOnce(ValuesReading<'_>) -> T,
+) -> T {
+    std::thread::scope(|scope| {
+        work(ValuesReading(
+            scope.spawn(move || read_values(path, making)),
+        ))
+    })
 }
 
 /// A values file being read on another thread ([`with_values_read_beside`]).
-pub struct ValuesReading<'scope>(
-    std::thread::ScopedJoinHandle<'scope, anyhow::Result<BTreeMap<String, HostTensor>>>,
-);
+pub struct ValuesReading<'scope>(std::thread::ScopedJoinHandle<'scope, anyhow::Result<Read>>);
 
 impl ValuesReading<'_> {
     /// The values read, once the read is done (a panic of the reading thread goes on here).
     pub fn wait(self) -> anyhow::Result<BTreeMap<String, HostTensor>> {
-        self.0
+        self.wait_leaving_out(&BTreeMap::new())
+    }
+
+    /// [`ValuesReading::wait`], with the tensors named in `left_out` left unmade when they
+    /// are still to be made ([`Making::WhenAsked`]); the file was checked whole all the same.
+    pub fn wait_leaving_out(
+        self,
+        left_out: &BTreeMap<String, LeftOut>,
+    ) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+        let read = self
+            .0
             .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        match read {
+            Read::Made(values) => Ok(values),
+            Read::Unmade(file) => file.make(left_out),
+        }
     }
 }
 
@@ -113,24 +157,104 @@ pub enum ValuesError {
 /// that follows. As with any memory-mapped read, another program truncating the file while the
 /// tensors are in use faults the process.
 pub fn read_safetensors(path: &Path) -> anyhow::Result<BTreeMap<String, HostTensor>> {
-    let map = if saveplan::storage::is_url(path) {
-        // An object: fetched whole into an anonymous map the tensors then share.
-        let bytes = saveplan::storage::read(path)
-            .with_context(|| format!("{}: cannot read", path.display()))?;
-        if bytes.is_empty() {
-            None
-        } else {
-            let mut anon = memmap2::MmapMut::map_anon(bytes.len())
+    Safetensors::read(path)?.make(&BTreeMap::new())
+}
+
+/// A `.safetensors` file read and checked whole (header, dtypes, shapes), its tensors still to
+/// be made ([`Safetensors::make`]).
+struct Safetensors {
+    path: PathBuf,
+    map: Option<Arc<memmap2::Mmap>>,
+    header: header::Header,
+}
+
+impl Safetensors {
+    /// Maps the file `path` (or fetches the object it names) and checks it: its errors are
+    /// [`read_safetensors`]'s, the first bad tensor in the file's order named.
+    fn read(path: &Path) -> anyhow::Result<Safetensors> {
+        let map = if saveplan::storage::is_url(path) {
+            // An object: fetched whole into an anonymous map the tensors then share.
+            let bytes = saveplan::storage::read(path)
                 .with_context(|| format!("{}: cannot read", path.display()))?;
-            anon.copy_from_slice(&bytes);
-            Some(Arc::new(anon.make_read_only().with_context(|| {
-                format!("{}: cannot read", path.display())
-            })?))
+            if bytes.is_empty() {
+                None
+            } else {
+                let mut anon = memmap2::MmapMut::map_anon(bytes.len())
+                    .with_context(|| format!("{}: cannot read", path.display()))?;
+                anon.copy_from_slice(&bytes);
+                Some(Arc::new(anon.make_read_only().with_context(|| {
+                    format!("{}: cannot read", path.display())
+                })?))
+            }
+        } else {
+            map_file(path)?
+        };
+        let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
+        let header = header::read(buffer)
+            .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
+        for header::Entry { name, info } in &header.entries {
+            dtype_of(path, name, info)?;
+            if info.shape.iter().any(|&dim| i64::try_from(dim).is_err()) {
+                shape_of(path, name, info)?;
+            }
         }
-    } else {
-        map_file(path)?
-    };
-    tensors_of_map(path, map)
+        Ok(Safetensors {
+            path: path.to_path_buf(),
+            map,
+            header,
+        })
+    }
+
+    /// The tensors, each a view into the file's map, but those named in `left_out` (sorted,
+    /// as the tensors are, so the two are walked together).
+    fn make(
+        mut self,
+        left_out: &BTreeMap<String, LeftOut>,
+    ) -> anyhow::Result<BTreeMap<String, HostTensor>> {
+        let path = &self.path;
+        // Sorted once (files are most often written in key order) and collected, not
+        // inserted one by one; the header refused names given twice.
+        let mut entries = std::mem::take(&mut self.header.entries);
+        entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let mut left_out = left_out.keys().peekable();
+        let mut out = Vec::with_capacity(entries.len());
+        for header::Entry { name, info } in entries {
+            while left_out.next_if(|key| **key < name).is_some() {}
+            if left_out.next_if(|key| **key == name).is_some() {
+                continue;
+            }
+            let (dtype, shape) = (dtype_of(path, &name, &info)?, shape_of(path, &name, &info)?);
+            let range = self.header.range(&info);
+            let mapped = (self.map.clone())
+                .and_then(|map| MappedTensor::in_map(map, range, dtype, shape))
+                .with_context(|| {
+                    format!("{}: tensor `{name}` lies outside the file", path.display())
+                })?;
+            let tensor = HostTensor::from_mapped(mapped)
+                .with_context(|| format!("{}: tensor `{name}`", path.display()))?;
+            out.push((name, tensor));
+        }
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// The dtype of the tensor `name` of the file `path`, refused when TensorFlow has none for it.
+fn dtype_of(path: &Path, name: &str, info: &TensorInfo) -> anyhow::Result<DType> {
+    from_safetensors(info.dtype).with_context(|| {
+        format!(
+            "{}: tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
+            path.display(),
+            info.dtype
+        )
+    })
+}
+
+/// The shape of the tensor `name` of the file `path`, refused when a dimension exceeds i64.
+fn shape_of(path: &Path, name: &str, info: &TensorInfo) -> anyhow::Result<Vec<i64>> {
+    (info.shape.iter())
+        .map(|&dim| i64::try_from(dim))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{}: tensor `{name}`: shape too large", path.display()))
 }
 
 /// The read-only memory map of the local file `path` (`None` when empty).
@@ -149,44 +273,6 @@ fn map_file(path: &Path) -> anyhow::Result<Option<Arc<memmap2::Mmap>>> {
                 .with_context(|| format!("{}: cannot read", path.display()))?,
         ))
     })
-}
-
-/// The tensors of a safetensors file's map, each a view into it.
-fn tensors_of_map(
-    path: &Path,
-    map: Option<Arc<memmap2::Mmap>>,
-) -> anyhow::Result<BTreeMap<String, HostTensor>> {
-    let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
-    let mut header = header::read(buffer)
-        .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
-    // Collected, then sorted once (files are most often written in key order), not inserted
-    // one by one; the header refused names given twice.
-    let entries = std::mem::take(&mut header.entries);
-    let mut out = Vec::with_capacity(entries.len());
-    for header::Entry { name, info } in entries {
-        let Some(dtype) = from_safetensors(info.dtype) else {
-            bail!(
-                "{}: tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
-                path.display(),
-                info.dtype
-            );
-        };
-        let shape: Vec<i64> = (info.shape.iter())
-            .map(|&dim| i64::try_from(dim))
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("{}: tensor `{name}`: shape too large", path.display()))?;
-        let range = header.range(&info);
-        let mapped = map
-            .clone()
-            .and_then(|map| MappedTensor::in_map(map, range, dtype, shape))
-            .with_context(|| {
-                format!("{}: tensor `{name}` lies outside the file", path.display())
-            })?;
-        let tensor = HostTensor::from_mapped(mapped)
-            .with_context(|| format!("{}: tensor `{name}`", path.display()))?;
-        out.push((name, tensor));
-    }
-    Ok(out.into_iter().collect())
 }
 
 /// Reads every tensor of a checkpoint (sliced ones whole).

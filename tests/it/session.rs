@@ -750,7 +750,9 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
                 "{case}, {mode:?}"
             );
             let asked = AtomicUsize::new(0);
-            let later = Session::from_spec_with_values_when_bound(&spec, options, || {
+            let later = Session::from_spec_with_values_when_bound(&spec, options, |left_out| {
+                // A session of the whole plan ignores no value.
+                assert!(left_out.is_empty(), "{case}, {mode:?}");
                 asked.fetch_add(1, Ordering::Relaxed);
                 Some(values.clone())
             })
@@ -761,7 +763,7 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
                 assigned.values().ok(),
                 "{case}, {mode:?}"
             );
-            let none = Session::from_spec_with_values_when_bound(&spec, options, || None).unwrap();
+            let none = Session::from_spec_with_values_when_bound(&spec, options, |_| None).unwrap();
             let none_dir = tempfile::tempdir().unwrap();
             let err = none
                 .save(none_dir.path().join("ckpt").to_str().unwrap())
@@ -772,7 +774,7 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
             );
             let mut short = values.clone();
             let (key, _) = short.pop_first().unwrap();
-            let err = Session::from_spec_with_values_when_bound(&spec, options, || Some(short))
+            let err = Session::from_spec_with_values_when_bound(&spec, options, |_| Some(short))
                 .err()
                 .expect("a value is missing");
             assert!(err.is_about_values(), "{case}, {mode:?}: {err}");
@@ -815,7 +817,7 @@ fn sessions_made_with_their_values_equal_made_then_assigned() {
     let mut bad = crate::support::session::spec("trace/g1_single_cpu.json");
     bad.variables[0].dtype = "no_such_dtype".to_owned();
     let asked = AtomicUsize::new(0);
-    let err = Session::from_spec_with_values_when_bound(&bad, SessionOptions::default(), || {
+    let err = Session::from_spec_with_values_when_bound(&bad, SessionOptions::default(), |_| {
         asked.fetch_add(1, Ordering::Relaxed);
         None
     })

@@ -434,8 +434,10 @@ fn forty_on_three() -> (SpecFile, BTreeMap<String, HostTensor>) {
     (spec, values)
 }
 
-/// Sessions of shares, one per task on threads meeting in memory, given every value, save
-/// the bytes one process saves; a value for a key of no task is still refused.
+/// Sessions of shares, one per task on threads meeting in memory, save the bytes one process
+/// saves, whether given every value or, asked once the keys are bound, only those of the
+/// tensors the session does not say it leaves out (every other task's but one per task);
+/// a value for a key of no task is still refused.
 #[test]
 fn sessions_of_shares_save_what_one_process_saves() {
     let (spec, values) = forty_on_three();
@@ -457,12 +459,35 @@ fn sessions_of_shares_save_what_one_process_saves() {
             let view: Arc<dyn Rendezvous> = Arc::new(rendezvous.task(task).unwrap());
             let (spec, values, many) = (&spec, &values, &many);
             scope.spawn(move || {
-                let session = Session::from_spec_with_values(spec, options(task), values.clone())
-                    .unwrap()
-                    .with_cluster(view);
+                let mut handed = None;
+                let session = match task {
+                    1 => Session::from_spec_with_values_when_bound(spec, options(task), |out| {
+                        handed = Some(out.keys().cloned().collect::<Vec<_>>());
+                        let kept = values.iter().filter(|(key, _)| !out.contains_key(*key));
+                        Some(
+                            kept.map(|(key, value)| (key.clone(), value.clone()))
+                                .collect(),
+                        )
+                    }),
+                    _ => Session::from_spec_with_values(spec, options(task), values.clone()),
+                }
+                .unwrap()
+                .with_cluster(view);
                 // Its own 13 or 14 variables and one of each other task.
                 let saved = session.saved_tensors().len();
                 assert!((15..=16).contains(&saved), "task {task}: {saved} saved");
+                if let Some(handed) = handed {
+                    assert_eq!(handed.len() + saved, 40, "task {task}: {handed:?}");
+                    assert!(!handed.contains(&"v01".to_owned()), "v01 is task 1's own");
+                    assert!(
+                        !handed.contains(&"v00".to_owned()),
+                        "task 0's first is kept"
+                    );
+                    assert!(
+                        handed.contains(&"v03".to_owned()),
+                        "task 0's second is left out"
+                    );
+                }
                 session.save(many).unwrap();
             });
         }
