@@ -16,7 +16,8 @@
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
-//! the best of `--repeat` runs (default 3); ratios are MPI over one process. Load averages
+//! the best of `--repeat` runs (default 3), one process and MPI in turns; ratios are MPI over
+//! one process. Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). Needs `mpirun` (Open MPI; as root it also needs
@@ -96,48 +97,51 @@ fn main() {
             std::fs::write(&spec, spec_text(count, shape, ranks)).expect("write the spec");
             write_values(&values, count, shape);
             let save = |prefix: &Path, cluster: bool| {
-                best_of(options.repeat, || {
-                    let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
-                    let mut args = vec![
-                        "save".into(),
-                        spec.clone().into_os_string(),
-                        "--values".into(),
-                        values.clone().into_os_string(),
-                        "--prefix".into(),
-                        prefix.as_os_str().to_owned(),
-                    ];
-                    run(&mut cli_command(
-                        &cli,
-                        (ranks, options.one_core_each),
-                        cluster,
-                        &mut args,
-                    ));
-                })
+                let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
+                let mut args = vec![
+                    "save".into(),
+                    spec.clone().into_os_string(),
+                    "--values".into(),
+                    values.clone().into_os_string(),
+                    "--prefix".into(),
+                    prefix.as_os_str().to_owned(),
+                ];
+                run(&mut cli_command(
+                    &cli,
+                    (ranks, options.one_core_each),
+                    cluster,
+                    &mut args,
+                ));
             };
             let restore = |prefix: &Path, cluster: bool| {
-                best_of(options.repeat, || {
-                    let out = dir.join("out.safetensors");
-                    let mut args = vec![
-                        "restore".into(),
-                        spec.clone().into_os_string(),
-                        "--prefix".into(),
-                        prefix.as_os_str().to_owned(),
-                        "--out".into(),
-                        out.into_os_string(),
-                    ];
-                    run(&mut cli_command(
-                        &cli,
-                        (ranks, options.one_core_each),
-                        cluster,
-                        &mut args,
-                    ));
-                })
+                let out = dir.join("out.safetensors");
+                let mut args = vec![
+                    "restore".into(),
+                    spec.clone().into_os_string(),
+                    "--prefix".into(),
+                    prefix.as_os_str().to_owned(),
+                    "--out".into(),
+                    out.into_os_string(),
+                ];
+                run(&mut cli_command(
+                    &cli,
+                    (ranks, options.one_core_each),
+                    cluster,
+                    &mut args,
+                ));
             };
             let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
-            let (save_one, save_many) = (save(&one_prefix, false), save(&many_prefix, true));
+            let (save_one, save_many) = best_in_turns(
+                options.repeat,
+                || save(&one_prefix, false),
+                || save(&many_prefix, true),
+            );
             same_files(&dir.join("one"), &dir.join("many"));
-            let (restore_one, restore_many) =
-                (restore(&one_prefix, false), restore(&many_prefix, true));
+            let (restore_one, restore_many) = best_in_turns(
+                options.repeat,
+                || restore(&one_prefix, false),
+                || restore(&many_prefix, true),
+            );
             let ratio = |many: Duration, one: Duration| many.as_secs_f64() / one.as_secs_f64();
             println!(
                 "  {workload} ({count} × float32{shape:?}) on {ranks} tasks: save one process {:.3} s, MPI {:.3} s ({:.2}×); restore one process {:.3} s, MPI {:.3} s ({:.2}×)",
@@ -175,6 +179,26 @@ fn main() {
         "load average (1, 5, 15 min) at the end: {}",
         machine::load_average()
     );
+}
+
+/// The best of `repeat` runs of `one` and of `many`, run in turns (one, many, one, …), so that
+/// a slow spell of the machine (its disk writing back, a neighbour on the host) falls on both
+/// alike rather than on all the runs of one.
+fn best_in_turns(
+    repeat: usize,
+    mut one: impl FnMut(),
+    mut many: impl FnMut(),
+) -> (Duration, Duration) {
+    let time = |run: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        run();
+        start.elapsed()
+    };
+    (0..repeat.max(1))
+        .map(|_| (time(&mut one), time(&mut many)))
+        .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
+            (a.min(x), b.min(y))
+        })
 }
 
 /// `mpirun`'s arguments for `ranks` processes on this machine. Open MPI's `ob1` messaging
