@@ -32,13 +32,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use rustc_hash::FxHashSet;
-use saveplan_ir::DType;
 
 use super::flat::{VariableOps, trace_flat_as, trace_flat_save_as};
-use super::plan::{Inputs, handle_base_name, initial_value, zeros_fill};
+use super::plan::{InitialValueCheck, Inputs, handle_base_name};
 use super::{
-    FlatTrace, Init, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions,
-    TracedVariable, Trackable,
+    FlatTrace, ReadKind, ShardByTask, ShardingPolicy, TraceError, TraceOptions, TracedVariable,
+    Trackable,
 };
 
 /// The plans of `trackables` as one task of its cluster needs them, and the tensors they
@@ -98,19 +97,12 @@ fn trace_share(
     let n_left_out = owner.iter().filter(|owner| owner.is_some()).count();
     let mut share = Vec::with_capacity(trackables.len() - n_left_out);
     let mut left_out = Vec::with_capacity(n_left_out);
-    // The dtypes whose `tf.zeros` constant (not a fill) was made: it depends on the dtype alone.
-    let mut zeros_made: Vec<DType> = Vec::new();
+    let mut initial = InitialValueCheck::default();
     for (trackable, owner) in trackables.iter().zip(owner) {
         let tensor = &trackable.tensors[0];
         // Every initial value checked in input order, kept or not, so that the first bad one
         // is the one the whole trace reports.
-        let zeros = matches!(tensor.variable.init, Init::Zeros) && !zeros_fill(tensor);
-        if !(zeros && zeros_made.contains(&tensor.dtype)) {
-            initial_value(tensor)?;
-            if zeros {
-                zeros_made.push(tensor.dtype);
-            }
-        }
+        initial.check(tensor)?;
         let Some(task) = owner else {
             share.push(trackable.clone());
             continue;

@@ -347,6 +347,9 @@ fn a_share_refuses_what_the_whole_plan_refuses() {
         variable("x", 1, serde_json::json!({"name": "x2"})),
         variable("c", 1, serde_json::json!({"init": [1, 2, 3]})),
         variable("c", 1, serde_json::json!({"shape": [-3]})),
+        // `tf.zeros` as a `Fill` whose shape does not fit int32, after plain zeros of the
+        // same dtype (made once per dtype, a fill never).
+        variable("c", 1, serde_json::json!({"shape": [3_000_000_000u64]})),
     ];
     for fault in at_fault {
         let variables = [

@@ -29,7 +29,7 @@ use super::names::UniqueNames;
 use super::{TraceError, TracedKeys, VariableOpIds};
 
 pub(super) use group::Inputs;
-pub(super) use variables::{Initializers, handle_base_name, initial_value, zeros_fill};
+pub(super) use variables::{InitialValueCheck, Initializers, handle_base_name, zeros_fill};
 
 /// The `GraphDef.versions.producer` TensorFlow 2.21 writes.
 pub(super) const PRODUCER: i32 = 2474;

@@ -27,6 +27,30 @@ pub(in crate::trace) fn zeros_fill(tensor: &SaveableTensor) -> bool {
     tensor.shape.iter().product::<i64>() >= ZEROS_FILL_THRESHOLD
 }
 
+/// Checks initial values as [`initial_value`] makes them, keeping none: a `tf.zeros` constant
+/// that is not a fill depends on the dtype alone, so it is made once per dtype (a share checks
+/// every variable of a spec this way, the 100,000 it leaves out included).
+#[derive(Default)]
+pub(in crate::trace) struct InitialValueCheck {
+    /// The dtypes whose `tf.zeros` constant was made.
+    zeros_made: Vec<DType>,
+}
+
+impl InitialValueCheck {
+    /// [`initial_value`]'s error for `tensor`, if any.
+    pub(in crate::trace) fn check(&mut self, tensor: &SaveableTensor) -> Result<(), TraceError> {
+        let zeros = matches!(tensor.variable.init, Init::Zeros) && !zeros_fill(tensor);
+        if zeros && self.zeros_made.contains(&tensor.dtype) {
+            return Ok(());
+        }
+        initial_value(tensor)?;
+        if zeros {
+            self.zeros_made.push(tensor.dtype);
+        }
+        Ok(())
+    }
+}
+
 /// A variable's initial value, made and checked from its [`Init`].
 pub(in crate::trace) enum InitialValue {
     /// The values given ([`Init::Values`]).
