@@ -23,7 +23,7 @@ use saveplan::export::object_graph::{decode, encode};
 use super::common::progress_bar;
 use super::output::one_line;
 use super::values::{
-    checkpoint_prefix, from_safetensors, header, prepare_out, serialize_to_file, to_safetensors,
+    checkpoint_prefix, dtype_of, header, prepare_out, serialize_to_file, to_safetensors,
 };
 
 /// Arguments of `saveplan convert`.
@@ -227,14 +227,7 @@ fn safetensors_to_checkpoint(src: &Path, prefix: &Path) -> anyhow::Result<()> {
     // Every dtype checked before anything is written.
     let mut entries: HashMap<&str, (DType, &TensorInfo)> = HashMap::new();
     for header::Entry { name, info } in &header.entries {
-        let Some(dtype) = from_safetensors(info.dtype) else {
-            bail!(
-                "{}: tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
-                src.display(),
-                info.dtype
-            );
-        };
-        entries.insert(name, (dtype, info));
+        entries.insert(name, (dtype_of(src, name, info)?, info));
     }
     let total = buffer.len() as u64;
     let progress = progress_bar(total, "writing");

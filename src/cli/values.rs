@@ -239,7 +239,7 @@ impl Safetensors {
 }
 
 /// The dtype of the tensor `name` of the file `path`, refused when TensorFlow has none for it.
-fn dtype_of(path: &Path, name: &str, info: &TensorInfo) -> anyhow::Result<DType> {
+pub(super) fn dtype_of(path: &Path, name: &str, info: &TensorInfo) -> anyhow::Result<DType> {
     from_safetensors(info.dtype).with_context(|| {
         format!(
             "{}: tensor `{name}` has safetensors dtype {}, which TensorFlow has no type for",
@@ -454,7 +454,7 @@ pub(super) fn to_safetensors(dtype: DType) -> Option<Dtype> {
 }
 
 /// The TF dtype holding the same bytes as a safetensors dtype, if there is one.
-pub(super) fn from_safetensors(dtype: Dtype) -> Option<DType> {
+fn from_safetensors(dtype: Dtype) -> Option<DType> {
     DType::ALL
         .iter()
         .copied()
