@@ -466,3 +466,91 @@ fn from_safetensors(dtype: Dtype) -> Option<DType> {
 pub fn checkpoint_prefix(path: &Path) -> anyhow::Result<PathBuf> {
     resolve_prefix(path).map_err(|err| one_line(&err))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saveplan::trace::TracedVariable;
+
+    /// A `.safetensors` file at `path` of float32[1] tensors named `names` (in that order in
+    /// the file), with `odd` of dtype `F8_E8M0` (one byte) instead when given.
+    fn file(path: &Path, names: &[&str], odd: Option<&str>) {
+        let mut header = serde_json::Map::new();
+        let mut at = 0;
+        for name in names {
+            let (dtype, len) = if Some(*name) == odd {
+                ("F8_E8M0", 1)
+            } else {
+                ("F32", 4)
+            };
+            let entry =
+                serde_json::json!({"dtype": dtype, "shape": [1], "data_offsets": [at, at + len]});
+            header.insert((*name).to_owned(), entry);
+            at += len;
+        }
+        let mut text = serde_json::Value::Object(header).to_string().into_bytes();
+        text.resize(text.len().next_multiple_of(8), b' ');
+        let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&text);
+        bytes.resize(bytes.len() + at, 7);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn left_out(names: &[&str]) -> BTreeMap<String, LeftOut> {
+        let variable = TracedVariable {
+            shared_name: String::new(),
+            dtype: DType::Float,
+            shape: vec![1],
+        };
+        (names.iter())
+            .map(|name| {
+                (
+                    (*name).to_owned(),
+                    LeftOut {
+                        variable: variable.clone(),
+                        task: 1,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Made once asked, the tensors are those of the file but the ones left out, whatever
+    /// order the file holds them in; made at once, all of them.
+    #[test]
+    fn the_tensors_left_out_are_not_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.safetensors");
+        file(&path, &["d", "a", "c", "b"], None);
+        let keys = |values: BTreeMap<String, HostTensor>| values.into_keys().collect::<Vec<_>>();
+        let made = Safetensors::read(&path)
+            .unwrap()
+            .make(&left_out(&["b", "c", "z"]));
+        assert_eq!(keys(made.unwrap()), ["a", "d"]);
+        let all = with_values_read_beside(&path, Making::Now, |reading| {
+            reading.wait_leaving_out(&left_out(&["b"]))
+        });
+        assert_eq!(keys(all.unwrap()), ["a", "b", "c", "d"]);
+        let asked = with_values_read_beside(&path, Making::WhenAsked, |reading| {
+            reading.wait_leaving_out(&left_out(&["a", "d"]))
+        });
+        assert_eq!(keys(asked.unwrap()), ["b", "c"]);
+    }
+
+    /// A file is checked whole before any tensor is left out: a dtype TensorFlow has none for
+    /// is refused, naming its tensor, even when that tensor is another process's.
+    #[test]
+    fn a_file_is_checked_whole_whatever_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.safetensors");
+        file(&path, &["a", "b", "c"], Some("b"));
+        let refused = with_values_read_beside(&path, Making::WhenAsked, |reading| {
+            reading.wait_leaving_out(&left_out(&["b"]))
+        });
+        let error = format!("{:#}", refused.unwrap_err());
+        assert!(
+            error.contains("tensor `b` has safetensors dtype F8_E8M0"),
+            "{error}"
+        );
+    }
+}
