@@ -96,16 +96,8 @@ fn main() {
             let values = dir.join("values.safetensors");
             std::fs::write(&spec, spec_text(count, shape, ranks)).expect("write the spec");
             write_values(&values, count, shape);
-            let save = |prefix: &Path, cluster: bool| {
-                let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
-                let mut args = vec![
-                    "save".into(),
-                    spec.clone().into_os_string(),
-                    "--values".into(),
-                    values.clone().into_os_string(),
-                    "--prefix".into(),
-                    prefix.as_os_str().to_owned(),
-                ];
+            // The CLI with `args`, alone or under `mpirun`.
+            let cli_run = |mut args: Vec<std::ffi::OsString>, cluster: bool| {
                 run(&mut cli_command(
                     &cli,
                     (ranks, options.one_core_each),
@@ -113,22 +105,28 @@ fn main() {
                     &mut args,
                 ));
             };
+            let save = |prefix: &Path, cluster: bool| {
+                let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
+                let args = vec![
+                    "save".into(),
+                    spec.clone().into_os_string(),
+                    "--values".into(),
+                    values.clone().into_os_string(),
+                    "--prefix".into(),
+                    prefix.as_os_str().to_owned(),
+                ];
+                cli_run(args, cluster);
+            };
             let restore = |prefix: &Path, cluster: bool| {
-                let out = dir.join("out.safetensors");
-                let mut args = vec![
+                let args = vec![
                     "restore".into(),
                     spec.clone().into_os_string(),
                     "--prefix".into(),
                     prefix.as_os_str().to_owned(),
                     "--out".into(),
-                    out.into_os_string(),
+                    dir.join("out.safetensors").into_os_string(),
                 ];
-                run(&mut cli_command(
-                    &cli,
-                    (ranks, options.one_core_each),
-                    cluster,
-                    &mut args,
-                ));
+                cli_run(args, cluster);
             };
             let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
             let (save_one, save_many) = best_in_turns(
