@@ -139,8 +139,7 @@ fn task_share(
     }
     // Each trackable one whole variable read by its own read (so tensor `i` of the input is
     // trackable `i`), its name clear of every other's.
-    let mut names: FxHashSet<Cow<'_, str>> = FxHashSet::default();
-    names.reserve(trackables.len());
+    let mut lowered: Vec<Cow<'_, str>> = Vec::with_capacity(trackables.len());
     for trackable in trackables {
         let [tensor] = &trackable.tensors[..] else {
             return None;
@@ -148,14 +147,20 @@ fn task_share(
         if !tensor.slice_spec.trim().is_empty() || tensor.variable.read != ReadKind::Graph {
             return None;
         }
-        if !names.insert(lower(variable_name(trackable))) {
+        lowered.push(lower(variable_name(trackable)));
+    }
+    let mut names: FxHashSet<&str> =
+        FxHashSet::with_capacity_and_hasher(lowered.len(), Default::default());
+    for name in &lowered {
+        if !names.insert(name) {
             return None;
         }
     }
-    // No name is the scope of another.
-    for name in &names {
-        let mut scope = name.as_ref();
-        while let Some(slash) = scope.rfind('/') {
+    // No name is the scope of another. The names are walked in input order, not the set's:
+    // the set's order visits their bytes all over the heap, one cache miss each.
+    for name in &lowered {
+        let mut scope: &str = name;
+        while let Some(slash) = scope.bytes().rposition(|byte| byte == b'/') {
             scope = &scope[..slash];
             if names.contains(scope) {
                 return None;

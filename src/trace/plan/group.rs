@@ -20,8 +20,9 @@ pub(in crate::trace) struct Inputs<'a> {
     pub(super) device_of: Vec<u32>,
     /// The trackable of each tensor.
     pub(super) trackable_of: Vec<usize>,
-    /// The tensors of each trackable.
-    pub(super) trackables: Vec<Vec<usize>>,
+    /// Where each trackable's tensors start in `tensors` (they are consecutive), and where
+    /// the last one's end: one more entry than there are trackables.
+    trackable_start: Vec<usize>,
     /// Tasks in order of first appearance.
     pub(super) tasks: Vec<Task>,
     pub(super) io_device: Option<DeviceSpec>,
@@ -71,7 +72,7 @@ impl<'a> Inputs<'a> {
             device_table: Vec::new(),
             device_of: Vec::with_capacity(n_tensors),
             trackable_of: Vec::with_capacity(n_tensors),
-            trackables: Vec::with_capacity(trackables.len()),
+            trackable_start: Vec::with_capacity(trackables.len() + 1),
             tasks: Vec::new(),
             io_device,
         };
@@ -81,7 +82,7 @@ impl<'a> Inputs<'a> {
         // Per distinct device string: its entry in `device_table` and its task.
         let mut by_device: FxHashMap<&str, (u32, usize)> = FxHashMap::default();
         for (trackable_idx, trackable) in trackables.iter().enumerate() {
-            let mut members = Vec::with_capacity(trackable.tensors.len());
+            inputs.trackable_start.push(inputs.tensors.len());
             for tensor in &trackable.tensors {
                 validate(tensor)?;
                 if !seen.insert((&tensor.checkpoint_key, &tensor.slice_spec)) {
@@ -124,10 +125,9 @@ impl<'a> Inputs<'a> {
                 inputs.device_of.push(device);
                 inputs.tensors.push(tensor);
                 inputs.trackable_of.push(trackable_idx);
-                members.push(index);
             }
-            inputs.trackables.push(members);
         }
+        inputs.trackable_start.push(inputs.tensors.len());
         if inputs.tensors.is_empty() {
             return Err(TraceError::Empty);
         }
@@ -136,6 +136,16 @@ impl<'a> Inputs<'a> {
 }
 
 impl Inputs<'_> {
+    /// The tensors of trackable `trackable`, as indices into `tensors`.
+    pub(super) fn members(&self, trackable: usize) -> std::ops::Range<usize> {
+        self.trackable_start[trackable]..self.trackable_start[trackable + 1]
+    }
+
+    /// The number of trackables.
+    pub(super) fn n_trackables(&self) -> usize {
+        self.trackable_start.len() - 1
+    }
+
     /// The number of distinct tasks.
     pub(in crate::trace) fn n_tasks(&self) -> usize {
         self.tasks.len()

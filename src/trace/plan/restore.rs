@@ -31,7 +31,9 @@ impl<B: Builder> Tracer<B> {
         let cpu0 = DeviceSpec::parse("cpu:0").expect("`cpu:0` is a valid device");
         let io = inputs.io_device.as_ref().unwrap_or(&cpu0);
         let mut restored: Vec<Option<(OpId, Port)>> = vec![None; inputs.tensors.len()];
-        let mut pending: Vec<usize> = inputs.trackables.iter().map(Vec::len).collect();
+        let mut pending: Vec<usize> = (0..inputs.n_trackables())
+            .map(|trackable| inputs.members(trackable).len())
+            .collect();
         let mut restore_ops: Vec<(String, OpId)> = Vec::new();
         let mut assigns: Vec<OpId> = Vec::with_capacity(inputs.tensors.len());
         let mut restore_op_of: FxHashMap<&str, usize> =
@@ -60,7 +62,7 @@ impl<B: Builder> Tracer<B> {
                 if pending[trackable] > 0 {
                     continue;
                 }
-                for &member in &inputs.trackables[trackable] {
+                for member in inputs.members(trackable) {
                     let tensor = inputs.tensors[member];
                     let value = restored[member]
                         .clone()
