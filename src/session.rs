@@ -253,27 +253,32 @@ impl Session {
             Some(traced) => Keys::Traced(traced, &left_out),
             None => Keys::Walk,
         };
-        let session = match options.mode {
-            Mode::Graph => Session::compiled(&module, names, keys, options, values),
+        let (session, trackables) = match options.mode {
+            Mode::Graph => (
+                Session::compiled(&module, names, keys, options, values),
+                Some(trackables),
+            ),
             Mode::Eager => {
                 let saver = EagerSaver::new(trackables)?;
                 let runner = Runner::eager(saver, trace_options, options.backend);
-                Session::bound(&module, names, keys, runner, options).and_then(|session| {
-                    match values() {
-                        Some(values) => session.assign(values).map(|()| session),
-                        None => Ok(session),
-                    }
-                })
+                let session =
+                    Session::bound(&module, names, keys, runner, options).and_then(|session| {
+                        match values() {
+                            Some(values) => session.assign(values).map(|()| session),
+                            None => Ok(session),
+                        }
+                    });
+                (session, None)
             }
         };
         let session = session.map(|session| Session {
             left_out,
             ..session
         });
-        // The session keeps nothing else of the trace. Freeing a graph of N variables
-        // (millions of small allocations, ~0.2 s at 100k) is left to a pool thread, so that
-        // the caller gets its session without waiting for it.
-        rayon::spawn(move || drop(module));
+        // The session keeps nothing else of the trace or of the input. Freeing a graph of N
+        // variables (millions of small allocations, ~0.2 s at 100k) and the N trackables is
+        // left to a pool thread, so that the caller gets its session without waiting for it.
+        rayon::spawn(move || drop((module, trackables)));
         session
     }
 

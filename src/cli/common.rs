@@ -76,15 +76,19 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
         .with_context(|| path.display().to_string())
 }
 
-/// Traces the spec `text` (of the file `path`) into a session.
+/// Traces the spec `text` (of the file `path`) into a session. The parsed spec is left to the
+/// process's exit ([`free_at_exit`]).
 pub fn spec_session(path: &Path, text: &str, options: SessionOptions) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
-    Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()))
+    let session = Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()));
+    free_at_exit(spec);
+    session
 }
 
 /// Traces the spec `text` (of the file `path`) into a session with the values `values` gives
 /// (of the file `values_path`), asked for once the keys are bound
 /// ([`Session::from_spec_with_values_when_bound`]); an error names the file it is about.
+/// The parsed spec is left to the process's exit ([`free_at_exit`]), as the session is.
 pub fn spec_session_with_values(
     path: &Path,
     text: &str,
@@ -93,8 +97,10 @@ pub fn spec_session_with_values(
     values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
 ) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
-    Session::from_spec_with_values_when_bound(&spec, options, values)
-        .map_err(|err| session_error(err, path, values_path))
+    let session = Session::from_spec_with_values_when_bound(&spec, options, values)
+        .map_err(|err| session_error(err, path, values_path));
+    free_at_exit(spec);
+    session
 }
 
 /// A session's error, named after the file it is about: the values file `values_path` for
