@@ -70,7 +70,7 @@ pub fn read(buffer: &[u8]) -> Result<Header, ValuesError> {
     let header = std::str::from_utf8(header).map_err(SafeTensorError::InvalidHeader)?;
     let mut json = serde_json::Deserializer::from_str(header);
     let (mut entries, metadata) = (&mut json)
-        .deserialize_map(Entries)
+        .deserialize_map(Entries(expected_entries(header)))
         // Nothing but white space after the map, as `serde_json::from_str` requires.
         .and_then(|entries| json.end().map(|()| entries))
         .map_err(SafeTensorError::InvalidHeaderDeserialization)?;
@@ -119,8 +119,18 @@ fn validate(entries: &[Entry]) -> Result<usize, SafeTensorError> {
     Ok(start)
 }
 
-/// Reads the header's map into entries.
-struct Entries;
+/// About how many tensors `header` lists, to size their vector ahead: a 100,000-tensor header
+/// grown one doubling at a time copies its entries about twice over. Every entry but
+/// `__metadata__` has a `"data_offsets"` and takes 40 bytes at least, so a header that says
+/// `data_offsets` more often than that (in names, say) is not taken at its word.
+fn expected_entries(header: &str) -> usize {
+    let said = memchr::memmem::find_iter(header.as_bytes(), b"\"data_offsets\"").count();
+    said.min(header.len() / 40)
+}
+
+/// Reads the header's map into entries, with room asked for the number given (not required:
+/// a refusal leaves the vector to grow as it goes).
+struct Entries(usize);
 
 impl<'de> Visitor<'de> for Entries {
     type Value = (Vec<Entry>, Option<HashMap<String, String>>);
@@ -130,7 +140,8 @@ impl<'de> Visitor<'de> for Entries {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        let mut entries = Vec::new();
+        let _ = entries.try_reserve_exact(self.0.max(map.size_hint().unwrap_or(0)));
         let mut metadata = None;
         while let Some(name) = map.next_key::<String>()? {
             if name == "__metadata__" {
@@ -287,5 +298,30 @@ mod tests {
         );
         let error = read(&twice).unwrap_err().to_string();
         assert_eq!(error, "tensor `a` is named twice in the header");
+    }
+
+    /// The entries' vector is sized by the times `"data_offsets"` appears, but never beyond
+    /// one entry per 40 bytes, however often a name says it; and a header read with a count
+    /// too small or too large still reads every entry.
+    #[test]
+    fn entries_are_counted_ahead_within_bounds() {
+        let entry = |name: &str, at: usize| {
+            format!(
+                r#""{name}":{{"dtype":"F32","shape":[1],"data_offsets":[{at},{}]}}"#,
+                at + 4
+            )
+        };
+        let three = format!("{{{},{},{}}}", entry("a", 0), entry("b", 4), entry("c", 8));
+        assert_eq!(expected_entries(&three), 3);
+        let loud = "\"data_offsets\"".repeat(100);
+        let named = format!("{{{}}}", entry(&loud, 0));
+        assert!(named.len() / 40 < 100);
+        assert_eq!(expected_entries(&named), named.len() / 40);
+        for hint in [0, 1, 3, 1_000] {
+            let mut json = serde_json::Deserializer::from_str(&three);
+            let (entries, _) = (&mut json).deserialize_map(Entries(hint)).unwrap();
+            let names: Vec<&str> = entries.iter().map(|entry| entry.name.as_str()).collect();
+            assert_eq!(names, ["a", "b", "c"], "hint {hint}");
+        }
     }
 }
