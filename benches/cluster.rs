@@ -16,8 +16,8 @@
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
-//! the best of `--repeat` runs (default 3), one process and MPI in turns; ratios are MPI over
-//! one process. Load averages
+//! the best of `--repeat` runs (default 3), one process and MPI in turns, each after `sync`
+//! (no run pays for writing back what the run before it wrote); ratios are MPI over one process. Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). Needs `mpirun` (Open MPI; as root it also needs
@@ -181,13 +181,15 @@ fn main() {
 
 /// The best of `repeat` runs of `one` and of `many`, run in turns (one, many, one, …), so that
 /// a slow spell of the machine (its disk writing back, a neighbour on the host) falls on both
-/// alike rather than on all the runs of one.
+/// alike rather than on all the runs of one. Before each run the page cache is written back
+/// ([`settle`]), so that no run pays for the writing back of the run before it.
 fn best_in_turns(
     repeat: usize,
     mut one: impl FnMut(),
     mut many: impl FnMut(),
 ) -> (Duration, Duration) {
     let time = |run: &mut dyn FnMut()| {
+        settle();
         let start = std::time::Instant::now();
         run();
         start.elapsed()
@@ -197,6 +199,13 @@ fn best_in_turns(
         .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
             (a.min(x), b.min(y))
         })
+}
+
+/// Writes every dirty page back to the disk (`sync`), outside the timing. A `big` run leaves
+/// up to 3 GiB of dirty pages behind; past the kernel's `dirty_ratio` the next run's writes
+/// would wait on their writing back, so whichever side ran second would be slowed by the first.
+fn settle() {
+    run(&mut Command::new("sync"));
 }
 
 /// `mpirun`'s arguments for `ranks` processes on this machine. Open MPI's `ob1` messaging
@@ -349,8 +358,8 @@ struct Steady {
 }
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
-/// processes), `saves` saves each, best of `options.repeat` runs each; the files the two
-/// wrote are compared.
+/// processes), `saves` saves each, the best of `options.repeat` runs each, in turns as
+/// [`best_in_turns`] takes them; each turn's files are compared, then removed before the next.
 fn steady(
     example: &Path,
     dir: &Path,
@@ -358,43 +367,44 @@ fn steady(
     options: &Options,
 ) -> (Steady, Steady) {
     let spec = dir.join("spec.json");
-    let measure = |cluster: bool| {
-        let mut best = Steady {
-            session: f64::INFINITY,
-            save: f64::INFINITY,
+    let (one_dir, many_dir) = (dir.join("one"), dir.join("many"));
+    let measure = |cluster: bool, best: &mut Steady| {
+        let out = if cluster { &many_dir } else { &one_dir };
+        let _ = std::fs::remove_dir_all(out);
+        std::fs::create_dir_all(out).expect("the saves' folder");
+        let mut args: Vec<std::ffi::OsString> = vec![
+            spec.clone().into_os_string(),
+            out.clone().into_os_string(),
+            "--saves".into(),
+            saves.to_string().into(),
+        ];
+        let mut command = cli_command(example, (ranks, options.one_core_each), cluster, &mut args);
+        settle();
+        let output = command.output().expect("run examples/cluster_saves");
+        assert!(output.status.success(), "{command:?} failed");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let number = |after: &str| -> f64 {
+            let at = text.find(after).expect("the example's report") + after.len();
+            let rest = &text[at..];
+            rest[..rest.find(' ').expect("a number")]
+                .parse()
+                .expect("a number")
         };
-        let out = dir.join(if cluster { "many" } else { "one" });
-        for _ in 0..options.repeat {
-            let _ = std::fs::remove_dir_all(&out);
-            std::fs::create_dir_all(&out).expect("the saves' folder");
-            let mut args: Vec<std::ffi::OsString> = vec![
-                spec.clone().into_os_string(),
-                out.clone().into_os_string(),
-                "--saves".into(),
-                saves.to_string().into(),
-            ];
-            let mut command =
-                cli_command(example, (ranks, options.one_core_each), cluster, &mut args);
-            let output = command.output().expect("run examples/cluster_saves");
-            assert!(output.status.success(), "{command:?} failed");
-            let text = String::from_utf8_lossy(&output.stdout).into_owned();
-            let number = |after: &str| -> f64 {
-                let at = text.find(after).expect("the example's report") + after.len();
-                let rest = &text[at..];
-                rest[..rest.find(' ').expect("a number")]
-                    .parse()
-                    .expect("a number")
-            };
-            best.session = best.session.min(number("session "));
-            best.save = best.save.min(number("median "));
-        }
-        best
+        best.session = best.session.min(number("session "));
+        best.save = best.save.min(number("median "));
     };
-    let one = measure(false);
-    let many = measure(true);
-    same_files(&dir.join("one"), &dir.join("many"));
-    let _ = std::fs::remove_dir_all(dir.join("one"));
-    let _ = std::fs::remove_dir_all(dir.join("many"));
+    let fresh = || Steady {
+        session: f64::INFINITY,
+        save: f64::INFINITY,
+    };
+    let (mut one, mut many) = (fresh(), fresh());
+    for _ in 0..options.repeat.max(1) {
+        measure(false, &mut one);
+        measure(true, &mut many);
+        same_files(&one_dir, &many_dir);
+        let _ = std::fs::remove_dir_all(&one_dir);
+        let _ = std::fs::remove_dir_all(&many_dir);
+    }
     (one, many)
 }
 

@@ -3,7 +3,8 @@
 //! `DIR/ckpt-1` … `DIR/ckpt-K`. Under `mpirun -n N … --cluster mpi` (as the CLI takes it)
 //! each process is task `r` of the spec's N tasks (its rank) and writes its task's shard;
 //! without it one process runs every task. Every float32 variable holds `i + j / 1000` (variable `i`, element `j`),
-//! made in the process, so nothing but the spec is read.
+//! made in the process (each process makes those of the variables it saves, once its session
+//! says which it leaves out), so nothing but the spec is read.
 //!
 //! ```text
 //! cargo build --release --features mpi --example cluster_saves
@@ -12,9 +13,9 @@
 //! ```
 //!
 //! Task 0 prints `session S s; K saves: median M s, best B s` (the session: trace, partition,
-//! compile and the values put in; a save: from the call to its return, which in a cluster is
-//! after every task wrote its shard and the merge published the checkpoint). The cluster
-//! bench (`benches/cluster.rs`) runs it against one process.
+//! compile and the values put in, not their making; a save: from the call to its return,
+//! which in a cluster is after every task wrote its shard and the merge published the
+//! checkpoint). The cluster bench (`benches/cluster.rs`) runs it against one process.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // an example program's report
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use saveplan::exec::rendezvous::{MpiRendezvous, Rendezvous};
 use saveplan::prelude::*;
 use saveplan::session::Plans;
+use saveplan::trace::LeftOut;
 
 fn main() {
     if let Err(error) = run() {
@@ -57,19 +59,30 @@ fn run() -> Result<(), Box<dyn Error>> {
     };
 
     let spec = SpecFile::parse(&std::fs::read_to_string(spec_path)?)?;
-    let values = values_of(&spec)?;
     let started = Instant::now();
     let options = SessionOptions {
         plans: Plans::SaveOnly,
         task: rendezvous.as_ref().map(|rendezvous| rendezvous.task()),
         ..SessionOptions::default()
     };
-    let session = Session::from_spec_with_values(&spec, options, values)?;
+    // The values are made once the session says which tensors it leaves out (other tasks'),
+    // so that each process makes only its own; the time spent making them is not the
+    // session's.
+    let (mut making, mut unmade) = (Duration::ZERO, None);
+    let session = Session::from_spec_with_values_when_bound(&spec, options, |left_out| {
+        let start = Instant::now();
+        let values = values_of(&spec, left_out).map_err(|err| unmade = Some(err.to_string()));
+        making = start.elapsed();
+        values.ok()
+    })?;
+    if let Some(err) = unmade {
+        return Err(err.into());
+    }
     let mut session = match &rendezvous {
         Some(rendezvous) => session.with_cluster(Arc::clone(rendezvous)),
         None => session,
     };
-    let setup = started.elapsed();
+    let setup = started.elapsed().saturating_sub(making);
     let mut times: Vec<Duration> = Vec::with_capacity(saves);
     for k in 1..=saves {
         let prefix = format!("{dir}/ckpt-{k}");
@@ -95,10 +108,17 @@ fn run() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// A value for every variable of `spec`: variable `i`, element `j` is `i + j / 1000`.
-fn values_of(spec: &SpecFile) -> Result<BTreeMap<String, HostTensor>, Box<dyn Error>> {
+/// A value for every variable of `spec` but those `left_out`: variable `i`, element `j` is
+/// `i + j / 1000`.
+fn values_of(
+    spec: &SpecFile,
+    left_out: &BTreeMap<String, LeftOut>,
+) -> Result<BTreeMap<String, HostTensor>, Box<dyn Error>> {
     let mut values = BTreeMap::new();
     for (i, variable) in spec.variables.iter().enumerate() {
+        if left_out.contains_key(&variable.checkpoint_key) {
+            continue;
+        }
         if variable.dtype != "float32" {
             return Err(format!(
                 "{}: only float32 variables are made here, not {}",
