@@ -192,6 +192,9 @@ impl Safetensors {
         let buffer: &[u8] = map.as_deref().map(|map| &map[..]).unwrap_or_default();
         let header = header::read(buffer)
             .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
+        // Every tensor's dtype and shape checked in the file's order, those of tensors left
+        // out later included; a shape is built (`shape_of`, whose error this is) only when a
+        // dimension does not fit, not for each of 100,000 tensors.
         for header::Entry { name, info } in &header.entries {
             dtype_of(path, name, info)?;
             if info.shape.iter().any(|&dim| i64::try_from(dim).is_err()) {
@@ -535,6 +538,35 @@ mod tests {
             reading.wait_leaving_out(&left_out(&["a", "d"]))
         });
         assert_eq!(keys(asked.unwrap()), ["b", "c"]);
+    }
+
+    /// A file is checked whole before any tensor is left out: a shape with a dimension past
+    /// i64 (of no bytes, so the header is valid) is refused, naming its tensor, even when that
+    /// tensor is another process's, and the same when every tensor is made.
+    #[test]
+    fn a_shape_too_large_is_refused_whatever_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.safetensors");
+        let header = serde_json::json!({
+            "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+            "b": {"dtype": "F32", "shape": [u64::MAX, 0], "data_offsets": [4, 4]},
+        });
+        let mut text = header.to_string().into_bytes();
+        text.resize(text.len().next_multiple_of(8), b' ');
+        let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&text);
+        bytes.extend_from_slice(&[0; 4]);
+        std::fs::write(&path, bytes).unwrap();
+        for (making, out) in [(Making::WhenAsked, &["b"][..]), (Making::Now, &[][..])] {
+            let refused = with_values_read_beside(&path, making, |reading| {
+                reading.wait_leaving_out(&left_out(out))
+            });
+            let error = format!("{:#}", refused.unwrap_err());
+            assert!(
+                error.contains("tensor `b`: shape too large"),
+                "{making:?}: {error}"
+            );
+        }
     }
 
     /// A file is checked whole before any tensor is left out: a dtype TensorFlow has none for
