@@ -8,7 +8,8 @@
 # (tests/mpi/objects*.json: the same files, report, --out and --expect outcome), `restore --out`
 # written in place by the ranks (tests/mpi/mixed3.json, big3.json), where a rank cannot reach
 # the file (gathered instead) and on a full disk, a wrong number of ranks, one rank failing,
-# and ranks killed at random times during a save.
+# ranks killed at random times during a save, and examples/cluster_saves (a framework's
+# session) on 3 ranks against one process.
 # Needs `mpirun` and an MPI library with its headers (Debian: openmpi-bin libopenmpi-dev) and
 # libclang (bindgen); `.ci/run` installs them. Prints one `N passed, M failed` line.
 set -euo pipefail
@@ -19,9 +20,10 @@ cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun_() { timeout 300 mpirun --oversubscribe "$@"; }
 
-cargo build --locked --quiet --features mpi --example mpi_rendezvous --bin saveplan
+cargo build --locked --quiet --features mpi --example mpi_rendezvous --example cluster_saves --bin saveplan
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 example="$target_dir/debug/examples/mpi_rendezvous"
+saves_example="$target_dir/debug/examples/cluster_saves"
 bin="$target_dir/debug/saveplan"
 work="$(mktemp -d)"
 all_work="$work"
@@ -369,6 +371,33 @@ kill_drills() {
     echo "kill drills: ${SAVEPLAN_KILL_ROUNDS:-6} rounds, a rank killed in $killed (the others had ended), $old kept the old checkpoint, $new had merged the new one"
 }
 check "kill -9 of a rank during a save: previous checkpoint whole, next save cleans up" kill_drills
+
+# examples/cluster_saves (a framework's session, saving twice), each rank making only the values
+# of the variables it saves (asked once the session is bound): the same files as one process.
+# A spec it cannot make values for is refused in one line, before any save.
+framework_saves() {
+    local dir="$work" out
+    python3 - "$dir/spec.json" <<'PY' || return 1
+import json, sys
+variables = [{"checkpoint_key": f"layer_{i:02}/kernel", "dtype": "float32", "shape": [3, i + 1],
+              "device": f"/job:worker/replica:0/task:{i % 3}/device:CPU:0"} for i in range(12)]
+json.dump({"variables": variables}, open(sys.argv[1], "w"))
+PY
+    mkdir "$dir/one" "$dir/many"
+    "$saves_example" "$dir/spec.json" "$dir/one" --saves 2 >/dev/null || return 1
+    mpirun_ --quiet -n 3 "$saves_example" "$dir/spec.json" "$dir/many" --saves 2 --cluster mpi \
+        >/dev/null || return 1
+    [ -f "$dir/one/ckpt-2.index" ] || { echo "no second checkpoint"; return 1; }
+    diff -r "$dir/one" "$dir/many" || { echo "the files differ"; return 1; }
+    python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); s["variables"][4]["dtype"] = "int64"; json.dump(s, open(sys.argv[1], "w"))' "$dir/spec.json"
+    mkdir "$dir/bad"
+    if out="$("$saves_example" "$dir/spec.json" "$dir/bad" --saves 1 2>&1)"; then
+        echo "a spec with an int64 variable was saved"; return 1
+    fi
+    [ "$out" = "error: layer_04/kernel: only float32 variables are made here, not int64" ] \
+        || { echo "not the one line expected: $out"; return 1; }
+}
+check "examples/cluster_saves on 3 ranks, each making its own values = one process" framework_saves
 
 # docs/cluster.md's console example, run as printed (saveplan the binary under test, mpirun
 # with --oversubscribe) in a folder holding a copy of examples/.
