@@ -491,11 +491,16 @@ mod tests {
             header.insert((*name).to_owned(), entry);
             at += len;
         }
-        let mut text = serde_json::Value::Object(header).to_string().into_bytes();
+        write(path, &serde_json::Value::Object(header), at);
+    }
+
+    /// A `.safetensors` file at `path` of `header` (padded to 8 bytes) and `data` bytes.
+    fn write(path: &Path, header: &serde_json::Value, data: usize) {
+        let mut text = header.to_string().into_bytes();
         text.resize(text.len().next_multiple_of(8), b' ');
         let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(&text);
-        bytes.resize(bytes.len() + at, 7);
+        bytes.resize(bytes.len() + data, 7);
         std::fs::write(path, bytes).unwrap();
     }
 
@@ -551,12 +556,7 @@ mod tests {
             "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
             "b": {"dtype": "F32", "shape": [u64::MAX, 0], "data_offsets": [4, 4]},
         });
-        let mut text = header.to_string().into_bytes();
-        text.resize(text.len().next_multiple_of(8), b' ');
-        let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(&text);
-        bytes.extend_from_slice(&[0; 4]);
-        std::fs::write(&path, bytes).unwrap();
+        write(&path, &header, 4);
         for (making, out) in [(Making::WhenAsked, &["b"][..]), (Making::Now, &[][..])] {
             let refused = with_values_read_beside(&path, making, |reading| {
                 reading.wait_leaving_out(&left_out(out))
