@@ -61,6 +61,7 @@ mod targets;
 pub mod values;
 
 use rustc_hash::FxHashSet;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -178,19 +179,26 @@ impl Session {
     /// traced save and restore plans are compiled (a session without its restore plan,
     /// [`Plans::SaveOnly`], traces the save plan alone: [`trace_flat_save_as`]); in eager mode
     /// each call runs the spec's [`EagerSaver`] instead.
-    pub fn from_spec(spec: &SpecFile, options: SessionOptions) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, |_| None)
+    ///
+    /// `spec` is lent (`&spec`) or handed over (`spec`): a spec handed over is freed as its
+    /// trackables are made ([`SpecFile::into_trackables`]), so that the trace takes its memory
+    /// back rather than fresh pages. Every `from_spec_*` takes it either way.
+    pub fn from_spec<'a>(
+        spec: impl Into<Cow<'a, SpecFile>>,
+        options: SessionOptions,
+    ) -> Result<Session, SessionError> {
+        Session::from_spec_given(spec.into(), options, |_| None)
     }
 
     /// [`Session::from_spec`], then [`Session::assign`] of `values`, with the values put in
     /// on one core while the plans compile on the other (in eager mode, after). Errors come
     /// in the order of the two calls.
-    pub fn from_spec_with_values(
-        spec: &SpecFile,
+    pub fn from_spec_with_values<'a>(
+        spec: impl Into<Cow<'a, SpecFile>>,
         options: SessionOptions,
         values: BTreeMap<String, HostTensor>,
     ) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, move |_| Some(values))
+        Session::from_spec_given(spec.into(), options, move |_| Some(values))
     }
 
     /// [`Session::from_spec_with_values`], asking `values` for the values only once the keys
@@ -201,23 +209,30 @@ impl Session {
     /// leaves out ([`SessionOptions::task`]; none otherwise), which it need not make. When
     /// `values` gives `None` (it failed; the caller knows why), the session is made without
     /// them. Errors come in the order of the two calls.
-    pub fn from_spec_with_values_when_bound(
-        spec: &SpecFile,
+    pub fn from_spec_with_values_when_bound<'a>(
+        spec: impl Into<Cow<'a, SpecFile>>,
         options: SessionOptions,
         values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
-        Session::from_spec_given(spec, options, values)
+        Session::from_spec_given(spec.into(), options, values)
     }
 
     /// [`Session::from_spec`], with the values `values` gives (handed the tensors whose
     /// values are ignored) assigned, if any.
     fn from_spec_given(
-        spec: &SpecFile,
+        spec: Cow<'_, SpecFile>,
         options: SessionOptions,
         values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
     ) -> Result<Session, SessionError> {
-        let trackables = spec.trackables()?;
-        let trace_options = spec.options()?;
+        // A spec handed over is let go of as its trackables are made, so that they and the
+        // trace take its memory back (its errors first, then the options', as for one lent).
+        let (trackables, trace_options) = match spec {
+            Cow::Borrowed(spec) => (spec.trackables()?, spec.options()?),
+            Cow::Owned(spec) => {
+                let trace_options = spec.options();
+                (spec.into_trackables()?, trace_options?)
+            }
+        };
         // A task of a cluster that only saves or only restores traces its share when the
         // plan allows it; the values of the keys it leaves out are other tasks' to check and
         // save, and the tensors it leaves out other tasks' to restore.

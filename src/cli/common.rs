@@ -76,31 +76,27 @@ pub fn compile_file(path: &Path, form: Form) -> anyhow::Result<Compilation> {
         .with_context(|| path.display().to_string())
 }
 
-/// Traces the spec `text` (of the file `path`) into a session. The parsed spec is left to the
-/// process's exit ([`free_at_exit`]).
-pub fn spec_session(path: &Path, text: &str, options: SessionOptions) -> anyhow::Result<Session> {
+/// Traces the spec `text` (of the file `path`) into a session. The text and the parsed spec
+/// are freed as soon as they are read ([`parse_spec`], [`Session::from_spec`]).
+pub fn spec_session(path: &Path, text: String, options: SessionOptions) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
-    let session = Session::from_spec(&spec, options).with_context(|| format!("{}", path.display()));
-    free_at_exit(spec);
-    session
+    Session::from_spec(spec, options).with_context(|| format!("{}", path.display()))
 }
 
 /// Traces the spec `text` (of the file `path`) into a session with the values `values` gives
 /// (of the file `values_path`), asked for once the keys are bound
 /// ([`Session::from_spec_with_values_when_bound`]); an error names the file it is about.
-/// The parsed spec is left to the process's exit ([`free_at_exit`]), as the session is.
+/// The text and the parsed spec are freed as soon as they are read.
 pub fn spec_session_with_values(
     path: &Path,
-    text: &str,
+    text: String,
     options: SessionOptions,
     values_path: &Path,
     values: impl FnOnce(&BTreeMap<String, LeftOut>) -> Option<BTreeMap<String, HostTensor>> + Send,
 ) -> anyhow::Result<Session> {
     let spec = parse_spec(path, text, &options)?;
-    let session = Session::from_spec_with_values_when_bound(&spec, options, values)
-        .map_err(|err| session_error(err, path, values_path));
-    free_at_exit(spec);
-    session
+    Session::from_spec_with_values_when_bound(spec, options, values)
+        .map_err(|err| session_error(err, path, values_path))
 }
 
 /// A session's error, named after the file it is about: the values file `values_path` for
@@ -115,9 +111,12 @@ pub fn session_error(err: SessionError, path: &Path, values_path: &Path) -> anyh
 }
 
 /// Parses the spec `text` of the file `path`, and has the heap its session's trace is about to
-/// write populated ahead.
-fn parse_spec(path: &Path, text: &str, options: &SessionOptions) -> anyhow::Result<SpecFile> {
-    let spec = SpecFile::parse(text).with_context(|| format!("{}", path.display()))?;
+/// write populated ahead. The text is freed here, once read: the trace that follows takes
+/// its memory back rather than fresh pages (on a host running several tasks' processes, a
+/// page fault is the costliest thing a byte of the heap does).
+fn parse_spec(path: &Path, text: String, options: &SessionOptions) -> anyhow::Result<SpecFile> {
+    let spec = SpecFile::parse(&text).with_context(|| format!("{}", path.display()))?;
+    drop(text);
     prefault(Session::trace_heap_estimate(
         Session::traced_variables(&spec, options),
         options,

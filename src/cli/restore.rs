@@ -116,7 +116,7 @@ fn restore(args: &Args, cluster: Option<&Cluster>) -> anyhow::Result<std::proces
         task: cluster.and_then(Cluster::task_hint),
         ..args.run.options()?
     };
-    let session = with_reader(spec_session(&args.spec, &text, options)?, &prefix, reader);
+    let session = with_reader(spec_session(&args.spec, text, options)?, &prefix, reader);
     let session = match cluster {
         None => session,
         Some(cluster) => session.with_cluster(Arc::clone(cluster.get()?)),

@@ -51,14 +51,14 @@ pub fn run(args: Args) -> anyhow::Result<std::process::ExitCode> {
             save_objects(&args.spec, &text, &args.values, &args.prefix, cluster)?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
-        save_spec(&args, &text, cluster)
+        save_spec(&args, text, cluster)
     })
 }
 
 /// `saveplan save` of a plain spec: this process's task of it, with `cluster`.
 fn save_spec(
     args: &Args,
-    text: &str,
+    text: String,
     cluster: Option<&Cluster>,
 ) -> anyhow::Result<std::process::ExitCode> {
     let options = SessionOptions {

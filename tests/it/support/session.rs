@@ -36,7 +36,7 @@ pub fn spec_session_on(relative: &str, backend: Backend) -> Session {
         backend,
         ..SessionOptions::default()
     };
-    Session::from_spec(&spec(relative), options).unwrap_or_else(|err| {
+    Session::from_spec(spec(relative), options).unwrap_or_else(|err| {
         panic!(
             "{relative} on {backend}: {}",
             error_chain(&err, ErrorForm::OneLine)
