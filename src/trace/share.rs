@@ -149,23 +149,12 @@ fn task_share(
         }
         lowered.push(lower(variable_name(trackable)));
     }
-    let mut names: FxHashSet<&str> =
-        FxHashSet::with_capacity_and_hasher(lowered.len(), Default::default());
-    for name in &lowered {
-        if !names.insert(name) {
-            return None;
-        }
-    }
-    // No name is the scope of another. The names are walked in input order, not the set's:
-    // the set's order visits their bytes all over the heap, one cache miss each.
-    for name in &lowered {
-        let mut scope: &str = name;
-        while let Some(slash) = scope.bytes().rposition(|byte| byte == b'/') {
-            scope = &scope[..slash];
-            if names.contains(scope) {
-                return None;
-            }
-        }
+    let clear = match lowered.is_sorted_by(|a, b| a < b) {
+        true => increasing_names_clear(&lowered),
+        false => names_clear(&lowered),
+    };
+    if !clear {
+        return None;
     }
     // Each of the tracer's groups on a device naming its job, and so on a task of the
     // cluster (its replica and task 0 when missing, as the partitioner places it).
@@ -206,6 +195,58 @@ fn task_share(
         }
     }
     owner.iter().any(Option::is_some).then_some(owner)
+}
+
+/// Whether the (lower-cased) `names` are distinct and none is the scope of another (`a` of
+/// `a/b`, `a/b` of `a/b/c`).
+fn names_clear(names: &[Cow<'_, str>]) -> bool {
+    let mut set: FxHashSet<&str> =
+        FxHashSet::with_capacity_and_hasher(names.len(), Default::default());
+    if !names.iter().all(|name| set.insert(name)) {
+        return false;
+    }
+    // Walked in input order, not the set's: the set's order visits the names' bytes all over
+    // the heap, one cache miss each.
+    names.iter().all(|name| {
+        let mut scope: &str = name;
+        while let Some(slash) = scope.bytes().rposition(|byte| byte == b'/') {
+            scope = &scope[..slash];
+            if set.contains(scope) {
+                return false;
+            }
+        }
+        true
+    })
+}
+
+/// [`names_clear`] of names in strictly increasing order (so distinct), in one pass and
+/// without a set: the usual case (names made of checkpoint keys, which come sorted), where a
+/// set costs every process of a cluster a cache miss per name.
+///
+/// A name between `p` and `s` in sorted order, when `p` is a prefix of `s`, has `p` as a
+/// prefix too. So the names seen that are prefixes of the current one are those of a stack
+/// of the names seen, popped of each that is not a prefix of the next; each is a prefix of
+/// the next one up, so their lengths increase, and a scope of the name is the one whose
+/// length is that of the name up to one of its `/` (a binary search per `/`, so that no
+/// input, however nested, costs more than that).
+fn increasing_names_clear(names: &[Cow<'_, str>]) -> bool {
+    let mut prefixes: Vec<&str> = Vec::new();
+    for name in names {
+        while prefixes.last().is_some_and(|top| !name.starts_with(top)) {
+            prefixes.pop();
+        }
+        let mut slashes =
+            (name.bytes().enumerate()).filter_map(|(at, byte)| (byte == b'/').then_some(at));
+        if slashes.any(|at| {
+            prefixes
+                .binary_search_by_key(&at, |prefix| prefix.len())
+                .is_ok()
+        }) {
+            return false;
+        }
+        prefixes.push(name);
+    }
+    true
 }
 
 /// The name of a one-tensor trackable's variable: its `VarHandleOp`'s before uniquing.
@@ -265,4 +306,57 @@ fn saver_names_clear(trackables: &[Trackable], trace: &FlatTrace) -> bool {
     // variables left out took some that kept ones would otherwise get.
     saver_bases.insert(Cow::Borrowed("zeros"));
     (trackables.iter()).all(|trackable| !saver_bases.contains(&base(variable_name(trackable))))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn names(names: &[&str]) -> Vec<Cow<'static, str>> {
+        names
+            .iter()
+            .map(|name| Cow::Owned((*name).to_owned()))
+            .collect()
+    }
+
+    /// The one-pass check of sorted names finds the scopes the set finds, `/` after a prefix
+    /// only, through names in between that share the prefix.
+    #[test]
+    fn sorted_names_are_checked_as_the_set_checks_them() {
+        let cases: [(&[&str], bool); 8] = [
+            (&["a", "a/b"], false),
+            (&["a/b", "a/b-x", "a/b/c"], false),
+            (&["a/b", "a/bc", "a/bc/d"], false),
+            (&["a", "a-b", "a.c/d", "a0/a"], true),
+            (&["a-b", "a/b"], true),
+            (&["a/b/c", "a/b/d", "b"], true),
+            (&["x", "x/", "y"], false),
+            (&["/", "//"], false),
+        ];
+        for (given, clear) in cases {
+            let given = names(given);
+            assert!(given.is_sorted_by(|a, b| a < b));
+            assert_eq!(increasing_names_clear(&given), clear, "{given:?}");
+            assert_eq!(names_clear(&given), clear, "{given:?}");
+        }
+        // A chain of names each a prefix of the next: one binary search per `/`, not a walk
+        // of the chain for each name.
+        let chain: Vec<Cow<'_, str>> = (1..=3_000).map(|n| Cow::Owned("a".repeat(n))).collect();
+        assert!(increasing_names_clear(&chain));
+        let mut scoped = chain.clone();
+        scoped.push(Cow::Owned(format!("{}/b", "a".repeat(3_000))));
+        assert!(!increasing_names_clear(&scoped));
+    }
+
+    proptest! {
+        /// For any set of names over an alphabet of `/` and a few characters before and after
+        /// it, sorted, both checks agree.
+        #[test]
+        fn both_checks_agree(set in proptest::collection::btree_set("[ab/.0-]{1,5}", 0..40)) {
+            let given: Vec<Cow<'_, str>> = set.into_iter().map(Cow::Owned).collect();
+            prop_assert_eq!(increasing_names_clear(&given), names_clear(&given), "{:?}", given);
+        }
+    }
 }
