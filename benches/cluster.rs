@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo bench --features mpi --bench cluster -- [big] [many-small] [--ranks N]... \
-//!     [--big-tensors N] [--repeat N] [--dir DIR] [--one-core-each]
+//!     [--big-tensors N] [--repeat N] [--dir DIR] [--one-core-each] [--mpirun-env NAME=VALUE]...
 //! ```
 //!
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
@@ -20,7 +20,11 @@
 //! (no run pays for writing back what the run before it wrote); ratios are MPI over one process. Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
-//! each would run them; ranks up to the number of cores). Needs `mpirun` (Open MPI; as root it also needs
+//! each would run them; ranks up to the number of cores). `--mpirun-env NAME=VALUE` sets an
+//! environment variable of every rank (`mpirun -x NAME=VALUE`), say
+//! `HWLOC_COMPONENTS=-pci,-linuxio` (docs/cluster.md). Before the workloads, the cost of
+//! starting a cluster at all: a save of one float32\[1\] per task under `mpirun` against one
+//! process, which every MPI row pays. Needs `mpirun` (Open MPI; as root it also needs
 //! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -49,6 +53,8 @@ struct Options {
     /// One core per process: the single process on core 0, rank `r` on core `r` (as one
     /// host per task of the same size would run them).
     one_core_each: bool,
+    /// Environment variables of every rank (`mpirun -x NAME=VALUE`).
+    mpirun_env: Vec<String>,
 }
 
 fn main() {
@@ -67,24 +73,37 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create the bench folder");
     let cpu_before = machine::cpu_time(machine::Who::Children);
     println!(
-        "MPI (one process per task) vs one process, CLI save and restore (best of {}{}); load average {}",
+        "MPI (one process per task) vs one process, CLI save and restore (best of {}{}{}); load average {}",
         options.repeat,
         match options.one_core_each {
             true => ", one core per process",
             false => ", every process on every core",
         },
+        match options.mpirun_env.is_empty() {
+            true => String::new(),
+            false => format!(", ranks with {}", options.mpirun_env.join(" ")),
+        },
         machine::load_average()
     );
-    latency();
+    latency(&options);
     let saves_example = build_example("cluster_saves");
     if saves_example.is_none() {
         println!("  one session saving several times: not measured (the example did not build)");
     }
     for &ranks in &options.ranks {
         let launcher = best_of(options.repeat, || {
-            run(Command::new("mpirun").args(mpirun_args(ranks)).arg("true"))
+            run(Command::new("mpirun")
+                .args(mpirun_args(ranks, &options))
+                .arg("true"))
         });
         println!("  mpirun -n {ranks} true: {:.3} s", launcher.as_secs_f64());
+        let (one, many) = start_up(&cli, &dir, ranks, &options);
+        println!(
+            "  starting {ranks} tasks (a save of one float32[1] per task): one process {:.3} s, MPI {:.3} s (+{:.3} s)",
+            one.as_secs_f64(),
+            many.as_secs_f64(),
+            many.as_secs_f64() - one.as_secs_f64(),
+        );
     }
     for workload in &options.workloads {
         let (shape, count): (&[u64], usize) = match workload.as_str() {
@@ -100,7 +119,7 @@ fn main() {
             let cli_run = |mut args: Vec<std::ffi::OsString>, cluster: bool| {
                 run(&mut cli_command(
                     &cli,
-                    (ranks, options.one_core_each),
+                    (ranks, &options),
                     cluster,
                     &mut args,
                 ));
@@ -208,20 +227,57 @@ fn settle() {
     run(&mut Command::new("sync"));
 }
 
-/// `mpirun`'s arguments for `ranks` processes on this machine. Open MPI's `ob1` messaging
-/// layer (shared memory between the processes of one host) is asked for by name: left to
-/// choose, Open MPI first starts UCX, which costs each process about 0.2 s here before
-/// settling on shared memory too (docs/cluster.md says so to users).
-fn mpirun_args(ranks: usize) -> Vec<String> {
-    vec![
+/// `mpirun`'s arguments for `ranks` processes on this machine, with the environment
+/// `--mpirun-env` gives. Open MPI's `ob1` messaging layer (shared memory between the
+/// processes of one host) is asked for by name: left to choose, Open MPI first starts UCX,
+/// which costs each process about 0.2 s here before settling on shared memory too
+/// (docs/cluster.md says so to users).
+fn mpirun_args(ranks: usize, options: &Options) -> Vec<String> {
+    let mut args: Vec<String> = vec![
         "--oversubscribe".into(),
         "--quiet".into(),
         "--mca".into(),
         "pml".into(),
         "ob1".into(),
-        "-n".into(),
-        ranks.to_string(),
-    ]
+    ];
+    for variable in &options.mpirun_env {
+        args.extend(["-x".into(), variable.clone()]);
+    }
+    args.extend(["-n".into(), ranks.to_string()]);
+    args
+}
+
+/// The best times of a save of one float32\[1\] per task by one process and by `ranks`
+/// processes under `mpirun` (in turns): what a cluster run costs before any work.
+fn start_up(cli: &Path, dir: &Path, ranks: usize, options: &Options) -> (Duration, Duration) {
+    let (spec, values) = (dir.join("start-up.json"), dir.join("start-up.safetensors"));
+    std::fs::write(&spec, spec_text(ranks, &[1], ranks)).expect("write the spec");
+    write_values(&values, ranks, &[1]);
+    let save = |cluster: bool| {
+        let prefix = dir.join(if cluster { "start-many" } else { "start-one" });
+        let _ = std::fs::remove_dir_all(&prefix);
+        let mut args = vec![
+            "save".into(),
+            spec.clone().into_os_string(),
+            "--values".into(),
+            values.clone().into_os_string(),
+            "--prefix".into(),
+            prefix.join("ckpt").into_os_string(),
+        ];
+        run(&mut cli_command(cli, (ranks, options), cluster, &mut args));
+    };
+    let times = best_in_turns(options.repeat, || save(false), || save(true));
+    same_files(&dir.join("start-one"), &dir.join("start-many"));
+    for name in [
+        "start-one",
+        "start-many",
+        "start-up.json",
+        "start-up.safetensors",
+    ] {
+        let _ = std::fs::remove_dir_all(dir.join(name));
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    times
 }
 
 /// The CLI (or `examples/cluster_saves`, which takes the same `--cluster mpi`) with `args`:
@@ -230,12 +286,12 @@ fn mpirun_args(ranks: usize) -> Vec<String> {
 /// (`mpirun --bind-to core`).
 fn cli_command(
     cli: &Path,
-    (ranks, one_core_each): (usize, bool),
+    (ranks, options): (usize, &Options),
     cluster: bool,
     args: &mut Vec<std::ffi::OsString>,
 ) -> Command {
     if !cluster {
-        let mut command = match one_core_each {
+        let mut command = match options.one_core_each {
             true => {
                 let mut taskset = Command::new("taskset");
                 taskset.args(["-c", "0"]).arg(cli);
@@ -248,8 +304,8 @@ fn cli_command(
     }
     args.extend(["--cluster".into(), "mpi".into()]);
     let mut command = Command::new("mpirun");
-    command.args(mpirun_args(ranks));
-    if one_core_each {
+    command.args(mpirun_args(ranks, options));
+    if options.one_core_each {
         command.args(["--bind-to", "core", "--map-by", "core"]);
     }
     command.arg(cli).args(args.iter());
@@ -378,7 +434,7 @@ fn steady(
             "--saves".into(),
             saves.to_string().into(),
         ];
-        let mut command = cli_command(example, (ranks, options.one_core_each), cluster, &mut args);
+        let mut command = cli_command(example, (ranks, options), cluster, &mut args);
         settle();
         let output = command.output().expect("run examples/cluster_saves");
         assert!(output.status.success(), "{command:?} failed");
@@ -409,10 +465,10 @@ fn steady(
 }
 
 /// Builds `examples/mpi_rendezvous` and prints its round trips on 2 ranks.
-fn latency() {
+fn latency(options: &Options) {
     let output = match build_example("mpi_rendezvous") {
         Some(example) => Command::new("mpirun")
-            .args(mpirun_args(2))
+            .args(mpirun_args(2, options))
             .arg(example)
             .arg("--latency")
             .output()
@@ -436,6 +492,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         repeat: 3,
         dir: std::env::temp_dir(),
         one_core_each: false,
+        mpirun_env: Vec::new(),
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -451,6 +508,10 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--repeat" => options.repeat = value()?.parse().map_err(|_| "bad --repeat")?,
             "--dir" => options.dir = PathBuf::from(value()?),
             "--one-core-each" => options.one_core_each = true,
+            "--mpirun-env" => match value()? {
+                variable if variable.contains('=') => options.mpirun_env.push(variable),
+                other => return Err(format!("--mpirun-env {other}: expected NAME=VALUE")),
+            },
             "--bench" => {}
             other => return Err(format!("unknown argument `{other}`")),
         }
