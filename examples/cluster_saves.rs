@@ -18,6 +18,13 @@
 //! checkpoint). The cluster bench (`benches/cluster.rs`) runs it against one process.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // an example program's report
 
+/// mimalloc, as the `saveplan` binary has: glibc's allocator spends several times longer in
+/// `malloc` in a process Open MPI runs than in one alone, which would be measured as the
+/// cluster's cost (docs/benchmarks.md).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::sync::Arc;
