@@ -126,15 +126,7 @@ fn main() {
             };
             let save = |prefix: &Path, cluster: bool| {
                 let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
-                let args = vec![
-                    "save".into(),
-                    spec.clone().into_os_string(),
-                    "--values".into(),
-                    values.clone().into_os_string(),
-                    "--prefix".into(),
-                    prefix.as_os_str().to_owned(),
-                ];
-                cli_run(args, cluster);
+                cli_run(save_args(&spec, &values, prefix), cluster);
             };
             let restore = |prefix: &Path, cluster: bool| {
                 let args = vec![
@@ -247,6 +239,18 @@ fn mpirun_args(ranks: usize, options: &Options) -> Vec<String> {
     args
 }
 
+/// The CLI's arguments to save the spec `spec` with the values `values` at `prefix`.
+fn save_args(spec: &Path, values: &Path, prefix: &Path) -> Vec<std::ffi::OsString> {
+    vec![
+        "save".into(),
+        spec.into(),
+        "--values".into(),
+        values.into(),
+        "--prefix".into(),
+        prefix.into(),
+    ]
+}
+
 /// The best times of a save of one float32\[1\] per task by one process and by `ranks`
 /// processes under `mpirun` (in turns): what a cluster run costs before any work.
 fn start_up(cli: &Path, dir: &Path, ranks: usize, options: &Options) -> (Duration, Duration) {
@@ -256,14 +260,7 @@ fn start_up(cli: &Path, dir: &Path, ranks: usize, options: &Options) -> (Duratio
     let save = |cluster: bool| {
         let prefix = dir.join(if cluster { "start-many" } else { "start-one" });
         let _ = std::fs::remove_dir_all(&prefix);
-        let mut args = vec![
-            "save".into(),
-            spec.clone().into_os_string(),
-            "--values".into(),
-            values.clone().into_os_string(),
-            "--prefix".into(),
-            prefix.join("ckpt").into_os_string(),
-        ];
+        let mut args = save_args(&spec, &values, &prefix.join("ckpt"));
         run(&mut cli_command(cli, (ranks, options), cluster, &mut args));
     };
     let times = best_in_turns(options.repeat, || save(false), || save(true));
