@@ -265,15 +265,11 @@ fn start_up(cli: &Path, dir: &Path, ranks: usize, options: &Options) -> (Duratio
     };
     let times = best_in_turns(options.repeat, || save(false), || save(true));
     same_files(&dir.join("start-one"), &dir.join("start-many"));
-    for name in [
-        "start-one",
-        "start-many",
-        "start-up.json",
-        "start-up.safetensors",
-    ] {
-        let _ = std::fs::remove_dir_all(dir.join(name));
-        let _ = std::fs::remove_file(dir.join(name));
+    for folder in ["start-one", "start-many"] {
+        let _ = std::fs::remove_dir_all(dir.join(folder));
     }
+    let _ = std::fs::remove_file(spec);
+    let _ = std::fs::remove_file(values);
     times
 }
 

@@ -341,8 +341,8 @@ mod tests {
             assert_eq!(increasing_names_clear(&given), clear, "{given:?}");
             assert_eq!(names_clear(&given), clear, "{given:?}");
         }
-        // A chain of names each a prefix of the next: one binary search per `/`, not a walk
-        // of the chain for each name.
+        // A chain of names each a prefix of the next (the deepest stack the pass can hold):
+        // clear, and a scoped name after it is still found.
         let chain: Vec<Cow<'_, str>> = (1..=3_000).map(|n| Cow::Owned("a".repeat(n))).collect();
         assert!(increasing_names_clear(&chain));
         let mut scoped = chain.clone();

@@ -508,6 +508,43 @@ fn session_errors_come_in_a_fixed_order() {
     }
 }
 
+/// A spec handed over to a session (`Session::from_spec(spec)`, whose entries are moved into
+/// its trackables) fails as a lent one does, with the same first error: the entries' before
+/// the options', and the first bad entry in input order.
+#[test]
+fn a_spec_handed_over_fails_as_a_lent_one() {
+    let entry = |key: &str, dtype: &str| {
+        format!(r#"{{"checkpoint_key": "{key}", "dtype": "{dtype}", "shape": [2]}}"#)
+    };
+    let bad_options = r#""options": {"experimental_sharding_callback": "NoSuchPolicy"}"#;
+    for text in [
+        format!(
+            r#"{{"variables": [{}, {}], {bad_options}}}"#,
+            entry("a", "float32"),
+            entry("b", "float33")
+        ),
+        format!(
+            r#"{{"variables": [{}, {}]}}"#,
+            entry("a", "x"),
+            entry("b", "float33")
+        ),
+        format!(
+            r#"{{"variables": [{}], {bad_options}}}"#,
+            entry("a", "float32")
+        ),
+    ] {
+        let spec = SpecFile::parse(&text).unwrap();
+        let lent = Session::from_spec(&spec, SessionOptions::default())
+            .err()
+            .expect("refused");
+        let given = Session::from_spec(spec, SessionOptions::default())
+            .err()
+            .expect("refused");
+        assert_eq!(given.to_string(), lent.to_string(), "{text}");
+        assert_eq!(format!("{given:?}"), format!("{lent:?}"), "{text}");
+    }
+}
+
 /// A session made with one plan ([`Plans`]) writes and reads what a full one does, has no
 /// keys or plan of the other side, and refuses to run the plan it left out with a typed
 /// error; on every backend.

@@ -269,8 +269,16 @@ fn names_that_could_move_refuse_the_share() {
             "{names:?}"
         );
     }
-    // The same name twice (case aside), or one variable's name the scope of another's.
-    for names in [&["a", "b", "A", "c"][..], &["a", "b", "a/x", "c"]] {
+    // The same name twice (case aside), or one variable's name the scope of another's; in
+    // input order and sorted (checked in one pass then), a name between a scope and its
+    // child included.
+    for names in [
+        &["a", "b", "A", "c"][..],
+        &["a", "b", "a/x", "c"],
+        &["A", "a", "b", "c"],
+        &["a", "a-b", "a/x", "c"],
+        &["a/b", "a/b.c", "a/b/d", "e"],
+    ] {
         assert_eq!(
             shares_match(&with_names(names), &format!("{names:?}")),
             0,

@@ -270,11 +270,11 @@ mod tests {
         SpecFile::parse(&text).unwrap().trackables().unwrap()
     }
 
-    /// A key given twice with the same slice spec is refused, the first one given twice in
-    /// input order named, whether the keys come sorted or not; a key with distinct slices is
-    /// not.
+    /// A key given twice with the same slice spec is refused (keys given twice never
+    /// increase strictly, so the set checks them), the first one given twice in input order
+    /// named; a key with distinct slices is not, its pairs increasing or not.
     #[test]
-    fn keys_given_twice_are_refused_sorted_or_not() {
+    fn keys_given_twice_are_refused_and_distinct_pairs_pass() {
         let options = TraceOptions::default();
         let twice: [(&[(&str, &str)], &str); 4] = [
             (&[("a", ""), ("a", "")], "a"),
