@@ -149,11 +149,7 @@ fn task_share(
         }
         lowered.push(lower(variable_name(trackable)));
     }
-    let clear = match lowered.is_sorted_by(|a, b| a < b) {
-        true => increasing_names_clear(&lowered),
-        false => names_clear(&lowered),
-    };
-    if !clear {
+    if !names_clear(&lowered) {
         return None;
     }
     // Each of the tracer's groups on a device naming its job, and so on a task of the
@@ -198,42 +194,27 @@ fn task_share(
 }
 
 /// Whether the (lower-cased) `names` are distinct and none is the scope of another (`a` of
-/// `a/b`, `a/b` of `a/b/c`).
-fn names_clear(names: &[Cow<'_, str>]) -> bool {
-    let mut set: FxHashSet<&str> =
-        FxHashSet::with_capacity_and_hasher(names.len(), Default::default());
-    if !names.iter().all(|name| set.insert(name)) {
-        return false;
-    }
-    // Walked in input order, not the set's: the set's order visits the names' bytes all over
-    // the heap, one cache miss each.
-    names.iter().all(|name| {
-        let mut scope: &str = name;
-        while let Some(slash) = scope.bytes().rposition(|byte| byte == b'/') {
-            scope = &scope[..slash];
-            if set.contains(scope) {
-                return false;
-            }
-        }
-        true
-    })
-}
-
-/// [`names_clear`] of names in strictly increasing order (so distinct), in one pass and
-/// without a set: the usual case (names made of checkpoint keys, which come sorted), where a
-/// set costs every process of a cluster a cache miss per name.
+/// `a/b`, `a/b` of `a/b/c`): sorted (at once when they come sorted, as names made of
+/// checkpoint keys do), then checked in one pass, without a set of them, which would cost
+/// every process of a cluster a cache miss per name.
 ///
 /// A name between `p` and `s` in sorted order, when `p` is a prefix of `s`, has `p` as a
 /// prefix too. So the names seen that are prefixes of the current one are those of a stack
 /// of the names seen, popped of each that is not a prefix of the next; each is a prefix of
-/// the next one up, so their lengths increase, and a scope of the name is the one whose
-/// length is that of the name up to one of its `/` (a binary search per `/`, so that no
-/// input, however nested, costs more than that).
-fn increasing_names_clear(names: &[Cow<'_, str>]) -> bool {
+/// the next one up, so their lengths increase. The same name twice is the top of the stack
+/// when it comes again, and a scope of the name is the one whose length is that of the name
+/// up to one of its `/` (a binary search per `/`, so that no input, however nested, costs
+/// more than that).
+fn names_clear(names: &[Cow<'_, str>]) -> bool {
+    let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    sorted.sort_unstable();
     let mut prefixes: Vec<&str> = Vec::new();
-    for name in names {
+    for name in sorted {
         while prefixes.last().is_some_and(|top| !name.starts_with(top)) {
             prefixes.pop();
+        }
+        if prefixes.last() == Some(&name) {
+            return false;
         }
         let mut slashes =
             (name.bytes().enumerate()).filter_map(|(at, byte)| (byte == b'/').then_some(at));
@@ -321,11 +302,22 @@ mod tests {
             .collect()
     }
 
-    /// The one-pass check of sorted names finds the scopes the set finds, `/` after a prefix
-    /// only, through names in between that share the prefix.
+    /// What [`names_clear`] answers, by its definition: every pair of names compared.
+    fn clear_by_pairs(names: &[Cow<'_, str>]) -> bool {
+        names.iter().enumerate().all(|(i, a)| {
+            names.iter().enumerate().all(|(j, b)| {
+                let scope =
+                    b.len() > a.len() && b.starts_with(&**a) && b.as_bytes()[a.len()] == b'/';
+                i == j || (a != b && !scope)
+            })
+        })
+    }
+
+    /// The one-pass check finds the same names and the scopes the definition finds, `/`
+    /// after a prefix only, through names in between that share the prefix, in any order.
     #[test]
-    fn sorted_names_are_checked_as_the_set_checks_them() {
-        let cases: [(&[&str], bool); 8] = [
+    fn names_are_checked_as_their_pairs_say() {
+        let cases: [(&[&str], bool); 11] = [
             (&["a", "a/b"], false),
             (&["a/b", "a/b-x", "a/b/c"], false),
             (&["a/b", "a/bc", "a/bc/d"], false),
@@ -334,29 +326,33 @@ mod tests {
             (&["a/b/c", "a/b/d", "b"], true),
             (&["x", "x/", "y"], false),
             (&["/", "//"], false),
+            (&["b", "a", "b"], false),
+            (&["a/b/c", "b", "a/b"], false),
+            (&["b", "a/c", "a-c", "a"], false),
         ];
         for (given, clear) in cases {
             let given = names(given);
-            assert!(given.is_sorted_by(|a, b| a < b));
-            assert_eq!(increasing_names_clear(&given), clear, "{given:?}");
             assert_eq!(names_clear(&given), clear, "{given:?}");
+            assert_eq!(clear_by_pairs(&given), clear, "{given:?}");
         }
         // A chain of names each a prefix of the next (the deepest stack the pass can hold):
         // clear, and a scoped name after it is still found.
         let chain: Vec<Cow<'_, str>> = (1..=3_000).map(|n| Cow::Owned("a".repeat(n))).collect();
-        assert!(increasing_names_clear(&chain));
+        assert!(names_clear(&chain));
         let mut scoped = chain.clone();
         scoped.push(Cow::Owned(format!("{}/b", "a".repeat(3_000))));
-        assert!(!increasing_names_clear(&scoped));
+        assert!(!names_clear(&scoped));
     }
 
     proptest! {
-        /// For any set of names over an alphabet of `/` and a few characters before and after
-        /// it, sorted, both checks agree.
+        /// For any list of names over an alphabet of `/` and a few characters before and
+        /// after it, repeats and any order included, the check answers what the pairs say.
         #[test]
-        fn both_checks_agree(set in proptest::collection::btree_set("[ab/.0-]{1,5}", 0..40)) {
-            let given: Vec<Cow<'_, str>> = set.into_iter().map(Cow::Owned).collect();
-            prop_assert_eq!(increasing_names_clear(&given), names_clear(&given), "{:?}", given);
+        fn the_check_answers_what_the_pairs_say(
+            given in proptest::collection::vec("[ab/.0-]{1,5}", 0..40)
+        ) {
+            let given: Vec<Cow<'_, str>> = given.into_iter().map(Cow::Owned).collect();
+            prop_assert_eq!(names_clear(&given), clear_by_pairs(&given), "{:?}", given);
         }
     }
 }
