@@ -83,7 +83,8 @@ pub use targets::{infer_targets, meta_graph_targets};
 
 use crate::exec::rendezvous::{ClusterTask, GatherNames, Rendezvous, gather};
 use crate::exec::{
-    Backend, BundleIo, CheckpointIo, HostTensor, StepEvent, TaskPlans, VarKey, VariableStore,
+    Backend, BundleIo, CheckpointIo, HostTensor, StepEvent, TaskPlans, VarKey, VarKeyRef,
+    VariableStore,
 };
 use crate::export::MetaGraph;
 use crate::trace::spec::SpecFile;
@@ -601,30 +602,31 @@ impl Session {
             return Ok(true);
         };
         let store = &self.bound.variables;
-        let variable_error = |key: &VarKey| {
-            let key = key.shared_name.clone();
-            move |source| SessionError::Variable { key, source }
-        };
         // Task 0 holds its own already; the others' come in as (container, name) pairs.
         let own = || -> Result<Vec<(Vec<String>, HostTensor)>, SessionError> {
             if cluster.task() == 0 {
                 return Ok(Vec::new());
             }
-            (store.keys().into_iter())
-                .filter(|key| send(key))
-                .map(|key| {
-                    let value = store.get(&key).map_err(variable_error(&key))?;
-                    Ok((vec![key.container, key.shared_name], value))
-                })
-                .collect()
+            Ok((store.entries().into_iter())
+                .filter(|(key, _)| send(key))
+                .map(|(key, value)| (vec![key.container, key.shared_name], value))
+                .collect())
         };
-        let take = |mut name: Vec<String>, value: HostTensor| {
-            let shared_name = name.pop().unwrap_or_default();
-            let key = VarKey::new(name.pop().unwrap_or_default(), shared_name);
-            store
-                .put(&key, value)
+        // Put under one lock for the whole gather, taken at the first value (on task 0, which
+        // reads nothing of the store meanwhile).
+        let mut writer = None;
+        let take = |name: &[&str], value: HostTensor| {
+            let key = VarKeyRef {
+                container: name.first().copied().unwrap_or_default(),
+                shared_name: name.get(1).copied().unwrap_or_default(),
+            };
+            (writer.get_or_insert_with(|| store.writer()))
+                .put(key, value)
                 .map(drop)
-                .map_err(variable_error(&key))
+                .map_err(|source| SessionError::Variable {
+                    key: key.shared_name.to_owned(),
+                    source,
+                })
         };
         let names = GatherNames {
             arity: 2,

@@ -446,6 +446,15 @@ impl VariableStore {
         keys
     }
 
+    /// Every variable with its value, sorted by key, read under one lock.
+    pub fn entries(&self) -> Vec<(VarKey, HostTensor)> {
+        let mut entries: Vec<(VarKey, HostTensor)> = (self.read().slots.iter())
+            .filter_map(|slot| Some((slot.key.clone(), slot.variable.as_ref()?.value.clone())))
+            .collect();
+        entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        entries
+    }
+
     /// The number of variables.
     pub fn len(&self) -> usize {
         self.read().live
@@ -625,5 +634,28 @@ impl SlotCache {
     /// Records `slots` (all of one store) as the resolved list.
     pub(crate) fn set(&self, slots: Arc<[VarSlot]>) {
         *lock(&self.0) = Some(slots);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_the_variables_with_values_sorted_by_key() {
+        let store = VariableStore::new();
+        for (container, name, value) in [("", "c", 3), ("x", "a", 1), ("", "b", 2), ("", "a", 0)] {
+            let key = VarKey::new(container, name);
+            store.put(&key, HostTensor::int32_scalar(value)).unwrap();
+        }
+        // A variable taken keeps its slot, empty: not an entry.
+        store.take(&VarKey::new("", "b")).unwrap();
+        let entries: Vec<(String, HostTensor)> = (store.entries().into_iter())
+            .map(|(key, value)| (key.to_string(), value))
+            .collect();
+        let expected = [("a", 0), ("c", 3), ("x/a", 1)]
+            .map(|(key, value)| (key.to_owned(), HostTensor::int32_scalar(value)));
+        assert_eq!(entries, expected);
+        assert_eq!(store.entries().len(), store.keys().len());
     }
 }

@@ -111,8 +111,8 @@ impl Checkpoint {
                     .map(|(key, value)| (vec![key.clone()], value.clone()))
                     .collect())
             };
-            let take = |mut name: Vec<String>, value| {
-                gathered.insert(name.pop().unwrap_or_default(), value);
+            let take = |name: &[&str], value| {
+                gathered.insert(name.first().copied().unwrap_or_default().to_owned(), value);
                 Ok::<_, CheckpointError>(())
             };
             let restored = match gather(cluster, names, sent, take)? {

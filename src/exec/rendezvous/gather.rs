@@ -5,10 +5,13 @@
 //! name (`saveplan/gather/keys`), then which of its values travel alone (`…/layout`, an int32
 //! per value: 1 alone, 0 batched), then the values: each of 64 KiB or more alone, under its
 //! index (`saveplan/gather/N`, sent without a copy where the transport can), the others in
-//! order in batches of about 4 MiB (`…/batchK`, a string vector of values in the [`wire`]
-//! form), so that 100,000 small values are a handful of messages, not 100,000. Task 0
-//! receives them task by task, in order, and checks that every part fits the keys. Every task then meets the others at a barrier, so
-//! a task that failed (and aborted the rendezvous, as every failure here does) fails them all.
+//! order in batches of about 4 MiB (`…/batchK`, a `uint8` vector of values in the [`wire`]
+//! form, each led by its length), so that 100,000 small values are a handful of messages,
+//! not 100,000, each sent from where it lies and decoded from where it arrived. Task 0
+//! receives them task by task, in order, and checks that every part fits the keys (names
+//! that are not UTF-8, batches that end early or hold more). Every task then meets the
+//! others at a barrier, so a task that failed (and aborted the rendezvous, as every failure
+//! here does) fails them all.
 
 use saveplan_ir::DType;
 
@@ -27,12 +30,14 @@ fn alone(value: &HostTensor) -> bool {
     value.bytes().is_some_and(|bytes| bytes.len() >= ALONE)
 }
 
-/// Small values collected for one message: a string vector whose elements are the values in
-/// the [`wire`] form (unnamed).
+/// Small values collected for one message: a `uint8` vector of the values in the [`wire`]
+/// form (unnamed), each led by its length as a little-endian `u64`. The message is one
+/// buffer, which a transport sends from where it lies (MPI's does), and task 0 decodes each
+/// value from where it arrived: no value is copied or allocated on its own on the way but
+/// for its decoded bytes.
 #[derive(Default)]
 struct Batch {
-    values: Vec<Vec<u8>>,
-    bytes: usize,
+    bytes: Vec<u8>,
     /// Batches handed out so far.
     sent: usize,
 }
@@ -40,23 +45,63 @@ struct Batch {
 impl Batch {
     /// Adds `value`; returns the batch to send once it is full.
     fn push(&mut self, value: &HostTensor) -> Option<HostTensor> {
-        let mut encoded = Vec::new();
-        wire::encode("", value, &mut encoded);
-        self.bytes += encoded.len();
-        self.values.push(encoded);
-        (self.bytes >= BATCH).then(|| self.take())
+        if self.bytes.is_empty() {
+            self.bytes.reserve(BATCH);
+        }
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; 8]);
+        wire::encode("", value, &mut self.bytes);
+        let len = (self.bytes.len() - at - 8) as u64;
+        self.bytes[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        (self.bytes.len() >= BATCH).then(|| self.take())
     }
 
     /// The last batch, unless it is empty.
     fn finish(&mut self) -> Option<HostTensor> {
-        (!self.values.is_empty()).then(|| self.take())
+        (!self.bytes.is_empty()).then(|| self.take())
     }
 
     fn take(&mut self) -> HostTensor {
-        let values = std::mem::take(&mut self.values);
-        self.bytes = 0;
+        let bytes = std::mem::take(&mut self.bytes);
         self.sent += 1;
-        HostTensor::from_strings(vec![values.len() as u64], values).expect("a vector")
+        HostTensor::from_bytes(DType::UInt8, vec![bytes.len() as u64], bytes)
+            .expect("a vector of its own length")
+    }
+}
+
+/// A batch received ([`Batch`]), and how far into it its values were taken.
+struct Batched {
+    batch: HostTensor,
+    at: usize,
+}
+
+impl Batched {
+    /// `batch`, checked to be a non-empty `uint8` vector.
+    fn new(batch: HostTensor) -> Option<Batched> {
+        let is_batch = batch.dtype() == DType::UInt8
+            && batch.shape().len() == 1
+            && batch.bytes().is_some_and(|bytes| !bytes.is_empty());
+        is_batch.then_some(Batched { batch, at: 0 })
+    }
+
+    /// The bytes not taken yet.
+    fn rest(&self) -> &[u8] {
+        &self.batch.bytes().unwrap_or_default()[self.at..]
+    }
+
+    /// The next value, decoded.
+    fn next(&mut self) -> Result<HostTensor, String> {
+        let rest = self.rest();
+        let (len, rest) =
+            (rest.split_first_chunk::<8>()).ok_or("batched value: its length is cut short")?;
+        let len = usize::try_from(u64::from_le_bytes(*len))
+            .ok()
+            .filter(|&len| len <= rest.len())
+            .ok_or("batched value: longer than its batch")?;
+        let (_, value) =
+            wire::decode(&rest[..len]).map_err(|err| format!("batched value: {err}"))?;
+        self.at += 8 + len;
+        Ok(value)
     }
 }
 
@@ -72,14 +117,15 @@ pub struct GatherNames {
 
 /// Brings every task's named tensors to task 0: `own` gives this task's (each name
 /// `names.arity` strings), and on task 0 `take` is handed every task's, its own first, then
-/// task 1's, and so on. Returns whether this task took them (task 0). Any error, this task's
-/// own (`own`, `take`) or the rendezvous's, aborts the rendezvous with its line, so that no
-/// task is left waiting; every task meets at a barrier at the end.
+/// task 1's, and so on (each name as its `names.arity` strings, borrowed). Returns whether
+/// this task took them (task 0). Any error, this task's own (`own`, `take`) or the
+/// rendezvous's, aborts the rendezvous with its line, so that no task is left waiting; every
+/// task meets at a barrier at the end.
 pub fn gather<E>(
     rendezvous: &dyn Rendezvous,
     names: GatherNames,
     own: impl FnOnce() -> Result<Vec<(Vec<String>, HostTensor)>, E>,
-    mut take: impl FnMut(Vec<String>, HostTensor) -> Result<(), E>,
+    mut take: impl FnMut(&[&str], HostTensor) -> Result<(), E>,
 ) -> Result<bool, E>
 where
     E: From<RendezvousError> + std::error::Error,
@@ -90,19 +136,17 @@ where
     let gathered = (|| -> Result<(), E> {
         let named = own()?;
         if task != 0 {
-            let strings = named.iter().flat_map(|(name, _)| name.iter().cloned());
+            let (names, values): (Vec<Vec<String>>, Vec<HostTensor>) = named.into_iter().unzip();
             rendezvous.send(
                 &key(task, "keys".into()),
-                HostTensor::string_vector(strings),
+                HostTensor::string_vector(names.into_iter().flatten()),
             )?;
-            let layout: Vec<i32> = (named.iter())
-                .map(|(_, value)| i32::from(alone(value)))
-                .collect();
+            let layout: Vec<i32> = values.iter().map(|value| i32::from(alone(value))).collect();
             let layout = HostTensor::from_i32s(vec![layout.len() as u64], &layout)
                 .expect("a vector of its own length");
             rendezvous.send(&key(task, "layout".into()), layout)?;
             let mut batch = Batch::default();
-            for (index, (_, value)) in named.into_iter().enumerate() {
+            for (index, value) in values.into_iter().enumerate() {
                 if alone(&value) {
                     rendezvous.send(&key(task, index.to_string()), value)?;
                     continue;
@@ -117,7 +161,8 @@ where
             return Ok(());
         }
         for (name, value) in named {
-            take(name, value)?;
+            let name: Vec<&str> = name.iter().map(String::as_str).collect();
+            take(&name, value)?;
         }
         for src in 1..n_tasks {
             let bad = |what: &str| RendezvousError::BadMessage {
@@ -143,32 +188,35 @@ where
                         .collect()
                 })
                 .ok_or_else(|| bad("layout is not a 0 or 1 per value"))?;
-            let mut batched = Vec::new().into_iter();
+            let mut batched: Option<Batched> = None;
             let mut batches = 0;
-            for (index, name) in strings.chunks_exact(names.arity).enumerate() {
-                let name = (name.iter())
-                    .map(|part| String::from_utf8_lossy(part).into_owned())
-                    .collect();
+            let mut name: Vec<&str> = Vec::with_capacity(names.arity);
+            for (index, parts) in strings.chunks_exact(names.arity).enumerate() {
+                name.clear();
+                for part in parts {
+                    name.push(std::str::from_utf8(part).map_err(|_| bad("keys are not UTF-8"))?);
+                }
                 let value = match layout[index] {
                     true => rendezvous.recv(&key(src, index.to_string()))?,
                     false => {
-                        if batched.len() == 0 {
-                            let batch = rendezvous.recv(&key(src, format!("batch{batches}")))?;
-                            batches += 1;
-                            batched = (batch.into_strings())
-                                .filter(|values| !values.is_empty())
-                                .ok_or_else(|| bad("batch is not a vector of values"))?
-                                .into_iter();
-                        }
-                        let element = batched.next().expect("a batch left");
-                        wire::decode(&element)
-                            .map_err(|err| bad(&format!("batched value: {err}")))?
-                            .1
+                        let mut batch = match batched.take() {
+                            Some(batch) if !batch.rest().is_empty() => batch,
+                            _ => {
+                                let batch =
+                                    rendezvous.recv(&key(src, format!("batch{batches}")))?;
+                                batches += 1;
+                                Batched::new(batch)
+                                    .ok_or_else(|| bad("batch is not a vector of values"))?
+                            }
+                        };
+                        let value = batch.next().map_err(|what| bad(&what))?;
+                        batched = Some(batch);
+                        value
                     }
                 };
-                take(name, value)?;
+                take(&name, value)?;
             }
-            if batched.len() > 0 {
+            if batched.is_some_and(|batch| !batch.rest().is_empty()) {
                 return Err(bad("batch holds values past its keys").into());
             }
         }
@@ -238,7 +286,7 @@ mod tests {
                 NAMES,
                 || Ok(values_of(0)),
                 |name, value| {
-                    gathered.push((name, value));
+                    gathered.push((name.iter().map(|part| part.to_string()).collect(), value));
                     Ok(())
                 },
             )
@@ -297,12 +345,15 @@ mod tests {
     /// Task 0's error when task 1 sends the keys `a`, `b` with `layout` and, when given,
     /// `batch` as its first batch; task 1 must have been told.
     fn gather_error(layout: &[i32], batch: Option<HostTensor>) -> String {
+        keys_error(HostTensor::string_vector(["a", "b"]), layout, batch)
+    }
+
+    /// [`gather_error`] with task 1 sending `keys` as its keys.
+    fn keys_error(keys: HostTensor, layout: &[i32], batch: Option<HostTensor>) -> String {
         let cluster = LocalRendezvous::new(2);
         let other = cluster.task(1).unwrap();
         let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
-        other
-            .send(&key("keys"), HostTensor::string_vector(["a", "b"]))
-            .unwrap();
+        other.send(&key("keys"), keys).unwrap();
         let layout = HostTensor::from_i32s(vec![layout.len() as u64], layout).unwrap();
         other.send(&key("layout"), layout).unwrap();
         if let Some(batch) = batch {
@@ -324,6 +375,16 @@ mod tests {
         gather_error(&[0, 0], Some(batch))
     }
 
+    /// A batch of `values` as [`Batch`] makes it: each led by its length.
+    fn batch_of(values: &[Vec<u8>]) -> HostTensor {
+        let mut bytes = Vec::new();
+        for value in values {
+            bytes.extend_from_slice(&(value.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(value);
+        }
+        HostTensor::from_bytes(DType::UInt8, vec![bytes.len() as u64], bytes).unwrap()
+    }
+
     #[test]
     fn batches_that_do_not_fit_the_keys_are_refused() {
         let encoded = |value: i32| {
@@ -331,17 +392,55 @@ mod tests {
             wire::encode("", &HostTensor::int32_scalar(value), &mut bytes);
             bytes
         };
-        let three = HostTensor::string_vector([encoded(1), encoded(2), encoded(3)]);
-        let error = batch_error(three);
-        assert!(
-            error.contains("batch holds values past its keys"),
-            "{error}"
+        let refused = |batch: HostTensor, why: &str| {
+            let error = batch_error(batch);
+            assert!(error.contains(why), "{error}");
+        };
+        refused(
+            batch_of(&[encoded(1), encoded(2), encoded(3)]),
+            "batch holds values past its keys",
         );
-        let not_strings = HostTensor::int32_scalar(1);
-        let error = batch_error(not_strings);
-        assert!(error.contains("batch is not a vector of values"), "{error}");
-        let garbage = HostTensor::string_vector([b"\x01".to_vec(), encoded(2)]);
-        let error = batch_error(garbage);
-        assert!(error.contains("batched value"), "{error}");
+        refused(
+            HostTensor::int32_scalar(1),
+            "batch is not a vector of values",
+        );
+        // The earlier form, a string vector of values.
+        refused(
+            HostTensor::string_vector([encoded(1), encoded(2)]),
+            "batch is not a vector of values",
+        );
+        refused(
+            HostTensor::from_bytes(DType::UInt8, vec![0], Vec::new()).unwrap(),
+            "batch is not a vector of values",
+        );
+        refused(
+            batch_of(&[b"\x01".to_vec(), encoded(2)]),
+            "batched value: message ends early",
+        );
+        // A length past the batch's end, and a length cut short.
+        let mut long = batch_of(&[encoded(1), encoded(2)])
+            .bytes()
+            .unwrap()
+            .to_vec();
+        let last = long.len() - encoded(2).len() - 8;
+        long[last..last + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        refused(
+            HostTensor::from_bytes(DType::UInt8, vec![long.len() as u64], long).unwrap(),
+            "batched value: longer than its batch",
+        );
+        let mut cut = batch_of(&[encoded(1)]).bytes().unwrap().to_vec();
+        cut.extend_from_slice(&[1, 0, 0]);
+        refused(
+            HostTensor::from_bytes(DType::UInt8, vec![cut.len() as u64], cut).unwrap(),
+            "batched value: its length is cut short",
+        );
+    }
+
+    #[test]
+    fn keys_that_are_not_utf8_are_refused() {
+        // The first name, checked before its value is waited for.
+        let keys = HostTensor::string_vector([b"\xff".to_vec(), b"a".to_vec()]);
+        let error = keys_error(keys, &[1, 1], None);
+        assert!(error.contains("keys are not UTF-8"), "{error}");
     }
 }
