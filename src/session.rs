@@ -596,7 +596,9 @@ impl Session {
 
     /// [`Session::gather`] of the variables `send` keeps alone: the others stay where they
     /// are (their values written some other way, as `restore --out` writes a large tensor
-    /// in place from the task that holds it).
+    /// in place from the task that holds it). Task 0 holds its variables' lock from the
+    /// first value it takes to the end of the gather: another thread using the session's
+    /// variables meanwhile waits for it.
     pub fn gather_where(&self, send: impl Fn(&VarKey) -> bool) -> Result<bool, SessionError> {
         let Some(cluster) = self.cluster.as_deref() else {
             return Ok(true);
@@ -609,17 +611,14 @@ impl Session {
             }
             Ok((store.entries().into_iter())
                 .filter(|(key, _)| send(key))
-                .map(|(key, value)| (vec![key.container, key.shared_name], value))
+                .map(|(key, value)| (gather_name(key), value))
                 .collect())
         };
         // Put under one lock for the whole gather, taken at the first value (on task 0, which
         // reads nothing of the store meanwhile).
         let mut writer = None;
         let take = |name: &[&str], value: HostTensor| {
-            let key = VarKeyRef {
-                container: name.first().copied().unwrap_or_default(),
-                shared_name: name.get(1).copied().unwrap_or_default(),
-            };
+            let key = gathered_key(name);
             (writer.get_or_insert_with(|| store.writer()))
                 .put(key, value)
                 .map(drop)
@@ -714,5 +713,37 @@ impl Session {
             other => SessionError::Runner(Box::new(other)),
         })?;
         Ok(())
+    }
+}
+
+/// The name a variable travels under in a gather ([`Session::gather_where`]): its container
+/// and its shared name.
+fn gather_name(key: VarKey) -> Vec<String> {
+    vec![key.container, key.shared_name]
+}
+
+/// The variable of a name [`gather_name`] made (the gather hands over names of two strings).
+fn gathered_key<'a>(name: &[&'a str]) -> VarKeyRef<'a> {
+    VarKeyRef {
+        container: name.first().copied().unwrap_or_default(),
+        shared_name: name.get(1).copied().unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gathered_name_is_the_variable_it_was_made_of() {
+        for key in [
+            VarKey::new("", "v"),
+            VarKey::new("box", "v/w"),
+            VarKey::new("c", ""),
+        ] {
+            let name = gather_name(key.clone());
+            let name: Vec<&str> = name.iter().map(String::as_str).collect();
+            assert_eq!(gathered_key(&name).to_key(), key);
+        }
     }
 }

@@ -46,7 +46,9 @@ impl Batch {
     /// Adds `value`; returns the batch to send once it is full.
     fn push(&mut self, value: &HostTensor) -> Option<HostTensor> {
         if self.bytes.is_empty() {
-            self.bytes.reserve(BATCH);
+            // Room for the value that takes it past `BATCH` too (a fixed-width value batched
+            // is under `ALONE` bytes), so that a full batch is not copied to grow.
+            self.bytes.reserve(BATCH + ALONE + 4096);
         }
         let at = self.bytes.len();
         self.bytes.extend_from_slice(&[0; 8]);
@@ -188,19 +190,24 @@ where
                         .collect()
                 })
                 .ok_or_else(|| bad("layout is not a 0 or 1 per value"))?;
+            // Every name checked before any value is taken or waited for.
+            let strings: Vec<&str> = (strings.iter())
+                .map(|part| std::str::from_utf8(part))
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad("keys are not UTF-8"))?;
             let mut batched: Option<Batched> = None;
             let mut batches = 0;
-            let mut name: Vec<&str> = Vec::with_capacity(names.arity);
-            for (index, parts) in strings.chunks_exact(names.arity).enumerate() {
-                name.clear();
-                for part in parts {
-                    name.push(std::str::from_utf8(part).map_err(|_| bad("keys are not UTF-8"))?);
-                }
+            for (index, name) in strings.chunks_exact(names.arity).enumerate() {
                 let value = match layout[index] {
                     true => rendezvous.recv(&key(src, index.to_string()))?,
                     false => {
                         let mut batch = match batched.take() {
                             Some(batch) if !batch.rest().is_empty() => batch,
+                            // A batch but the last holds `BATCH` bytes or more: one that
+                            // held less was the last, and values are still to come.
+                            Some(batch) if batch.at < BATCH => {
+                                return Err(bad("batches end before its keys").into());
+                            }
                             _ => {
                                 let batch =
                                     rendezvous.recv(&key(src, format!("batch{batches}")))?;
@@ -214,7 +221,7 @@ where
                         value
                     }
                 };
-                take(&name, value)?;
+                take(name, value)?;
             }
             if batched.is_some_and(|batch| !batch.rest().is_empty()) {
                 return Err(bad("batch holds values past its keys").into());
@@ -413,6 +420,20 @@ mod tests {
             HostTensor::from_bytes(DType::UInt8, vec![0], Vec::new()).unwrap(),
             "batch is not a vector of values",
         );
+        // A batch's bytes in another dtype, or not as a vector.
+        let bytes = batch_of(&[encoded(1), encoded(2)])
+            .bytes()
+            .unwrap()
+            .to_vec();
+        let n = bytes.len() as u64;
+        for (dtype, shape) in [
+            (DType::Int8, vec![n]),
+            (DType::UInt8, vec![1, n]),
+            (DType::UInt8, vec![n, 1]),
+        ] {
+            let batch = HostTensor::from_bytes(dtype, shape, bytes.clone()).unwrap();
+            refused(batch, "batch is not a vector of values");
+        }
         refused(
             batch_of(&[b"\x01".to_vec(), encoded(2)]),
             "batched value: message ends early",
@@ -437,9 +458,18 @@ mod tests {
     }
 
     #[test]
+    fn batches_that_end_between_values_before_the_keys_do_are_refused() {
+        // One value where two are due: the batch is under `BATCH` bytes, so it was the last.
+        let mut one = Vec::new();
+        wire::encode("", &HostTensor::int32_scalar(1), &mut one);
+        let error = batch_error(batch_of(&[one]));
+        assert!(error.contains("batches end before its keys"), "{error}");
+    }
+
+    #[test]
     fn keys_that_are_not_utf8_are_refused() {
-        // The first name, checked before its value is waited for.
-        let keys = HostTensor::string_vector([b"\xff".to_vec(), b"a".to_vec()]);
+        // The last name: every name is checked before any value is waited for.
+        let keys = HostTensor::string_vector([b"a".to_vec(), b"\xff".to_vec()]);
         let error = keys_error(keys, &[1, 1], None);
         assert!(error.contains("keys are not UTF-8"), "{error}");
     }
