@@ -12,16 +12,16 @@ use std::sync::Arc;
 
 use saveplan::checkpoint::{Assertion, ObjectSpec, RestoreKind};
 use saveplan::exec::rendezvous::{
-    ClusterRun, ClusterTask, LocalRendezvous, Rendezvous, RendezvousKey,
+    ClusterRun, ClusterTask, LocalRendezvous, Rendezvous, RendezvousError, RendezvousKey,
 };
 use saveplan::exec::{
-    Backend, BundleIo, CompiledPlan, HostTensor, RunContext, TaskPlans, VariableStore,
+    Backend, BundleIo, CompiledPlan, HostTensor, RunContext, TaskPlans, VarKey, VariableStore,
 };
 use saveplan::partition::{PartitionOptions, SaverRun, partition};
-use saveplan::session::{Mode, Run, Runner, Session, SessionOptions};
+use saveplan::session::{Mode, Run, Runner, Session, SessionError, SessionOptions};
 use saveplan::trace::spec::SpecFile;
 use saveplan_ir::slice::ShapeAndSlice;
-use saveplan_ir::{Module, SaverDef};
+use saveplan_ir::{DType, Module, SaverDef};
 
 use crate::partition::{CASES, compiled};
 use crate::support::exec::{fill_variables, verified};
@@ -550,6 +550,35 @@ fn what_cannot_run_in_a_cluster_is_refused_before_writing() {
 /// than dropping that task's values, and the other task hears of it.
 #[test]
 fn a_gather_refuses_malformed_keys() {
+    let b = HostTensor::int64_scalar(7);
+    let (error, heard) = gather_against(&["", "b", "odd"], &[b]);
+    let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
+    assert!(text.contains("not (container, name) pairs"), "{text}");
+    assert!(heard.is_err(), "task 1 was not told");
+}
+
+/// Task 0 of a gather refuses a value its variable cannot hold (an int64 where `c` is a
+/// float32[4]) with the variable's name, and the other task hears of it.
+#[test]
+fn a_gather_refuses_a_value_of_another_dtype() {
+    let (error, heard) = gather_against(&["", "c"], &[HostTensor::int64_scalar(7)]);
+    assert!(
+        matches!(&error, SessionError::Variable { key, .. } if key == "c"),
+        "{error:?}"
+    );
+    assert!(heard.is_err(), "task 1 was not told");
+}
+
+/// Task 0 of `p1_two_tasks` (its `c` a float32[4] holding a value) gathers while task 1, on its
+/// own thread, sends `keys` and `values` as a gather's sender does (the values in one batch)
+/// and then waits at the gather's closing barrier; a gather still waiting after 10 s is
+/// aborted. A gather that wrongly takes them, or waits for more, therefore ends, and fails the
+/// test, rather than hanging it. Returns task 0's error and what task 1
+/// heard.
+fn gather_against(
+    keys: &[&str],
+    values: &[HostTensor],
+) -> (SessionError, Result<(), RendezvousError>) {
     let text = std::fs::read_to_string("tests/fixtures/part/p1_two_tasks/case.json").unwrap();
     let spec = SpecFile::parse(&text).unwrap();
     let rendezvous = LocalRendezvous::new(2);
@@ -557,14 +586,48 @@ fn a_gather_refuses_malformed_keys() {
     let session = Session::from_spec(&spec, SessionOptions::default())
         .unwrap()
         .with_cluster(Arc::new(rendezvous.task(0).unwrap()));
-    let keys = RendezvousKey::new(1, 0, "saveplan/gather/keys");
-    other
-        .send(&keys, HostTensor::string_vector(["", "w", "odd"]))
-        .unwrap();
-    let error = session.gather().unwrap_err();
-    let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
-    assert!(text.contains("not (container, name) pairs"), "{text}");
-    assert!(other.barrier().is_err(), "task 1 was not told");
+    let c = HostTensor::from_f32s(vec![4], &[1., 2., 3., 4.]).unwrap();
+    session.variables().put(&VarKey::new("", "c"), c).unwrap();
+    let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
+    let layout = HostTensor::from_i32s(vec![values.len() as u64], &vec![0; values.len()]).unwrap();
+    let mut batch = vec![1]; // the last batch
+    for value in values {
+        let at = batch.len();
+        batch.extend_from_slice(&[0; 8]);
+        saveplan::exec::rendezvous::wire::encode("", value, &mut batch);
+        let len = (batch.len() - at - 8) as u64;
+        batch[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    }
+    let batch = HostTensor::from_bytes(DType::UInt8, vec![batch.len() as u64], batch).unwrap();
+    let task1 = || {
+        other.send(
+            &key("keys"),
+            HostTensor::string_vector(keys.iter().copied()),
+        )?;
+        other.send(&key("layout"), layout)?;
+        other.send(&key("batch0"), batch)?;
+        other.barrier()
+    };
+    std::thread::scope(|scope| {
+        let heard = scope.spawn(task1);
+        // A gather that waits for what never comes is aborted after a while, and its error
+        // then fails the test.
+        let (done, deadline) = std::sync::mpsc::channel::<()>();
+        let watchdog = &other;
+        scope.spawn(move || {
+            let waited = deadline.recv_timeout(std::time::Duration::from_secs(10));
+            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                watchdog.abort("the test's deadline passed");
+            }
+        });
+        let gathered = session.gather();
+        drop(done);
+        let heard = heard.join().expect("task 1 does not panic");
+        match gathered {
+            Ok(_) => panic!("task 0 gathered what it should refuse; task 1 heard {heard:?}"),
+            Err(error) => (error, heard),
+        }
+    })
 }
 
 /// A send leaves as soon as its value exists: in every task's plan of every partition case,

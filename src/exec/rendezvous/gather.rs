@@ -5,11 +5,13 @@
 //! name (`saveplan/gather/keys`), then which of its values travel alone (`…/layout`, an int32
 //! per value: 1 alone, 0 batched), then the values: each of 64 KiB or more alone, under its
 //! index (`saveplan/gather/N`, sent without a copy where the transport can), the others in
-//! order in batches of about 4 MiB (`…/batchK`, a `uint8` vector of values in the [`wire`]
-//! form, each led by its length), so that 100,000 small values are a handful of messages,
-//! not 100,000, each sent from where it lies and decoded from where it arrived. Task 0
-//! receives them task by task, in order, and checks that every part fits the keys (names
-//! that are not UTF-8, batches that end early or hold more). Every task then meets the
+//! order in batches of about 4 MiB (`…/batchK`, a `uint8` vector: a byte saying whether it
+//! is the last batch, then values in the [`wire`] form, each led by its length), so that
+//! 100,000 small values are a handful of messages, not 100,000, each sent from where it lies
+//! and decoded from where it arrived. Task 0 receives them task by task, in order, and checks
+//! that every part fits the keys (names that are not UTF-8, batches that end before the keys
+//! do or go on past them), never waiting for a batch the last one said does not come. Every
+//! task then meets the
 //! others at a barrier, so a task that failed (and aborted the rendezvous, as every failure
 //! here does) fails them all.
 
@@ -30,11 +32,12 @@ fn alone(value: &HostTensor) -> bool {
     value.bytes().is_some_and(|bytes| bytes.len() >= ALONE)
 }
 
-/// Small values collected for one message: a `uint8` vector of the values in the [`wire`]
-/// form (unnamed), each led by its length as a little-endian `u64`. The message is one
-/// buffer, which a transport sends from where it lies (MPI's does), and task 0 decodes each
-/// value from where it arrived: no value is copied or allocated on its own on the way but
-/// for its decoded bytes.
+/// Small values collected for one message: a `uint8` vector whose first byte is 1 on the
+/// last batch and 0 on the others ([`LAST`], [`MORE`]), then the values in the [`wire`] form
+/// (unnamed), each led by its length as a little-endian `u64`. The message is one buffer,
+/// which a transport sends from where it lies (MPI's does), and task 0 decodes each value
+/// from where it arrived: no value is copied or allocated on its own on the way but for its
+/// decoded bytes.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
@@ -42,48 +45,63 @@ struct Batch {
     sent: usize,
 }
 
+/// A batch's first byte: it is the last.
+const LAST: u8 = 1;
+/// A batch's first byte: another follows.
+const MORE: u8 = 0;
+
 impl Batch {
-    /// Adds `value`; returns the batch to send once it is full.
+    /// Adds `value`; returns the batch before it to send once that one is full (a batch is
+    /// handed out when a value follows it, so that whether it is the last is known).
     fn push(&mut self, value: &HostTensor) -> Option<HostTensor> {
+        let full = (self.bytes.len() >= BATCH).then(|| self.take(MORE));
         if self.bytes.is_empty() {
             // Room for the value that takes it past `BATCH` too (a fixed-width value batched
             // is under `ALONE` bytes), so that a full batch is not copied to grow.
             self.bytes.reserve(BATCH + ALONE + 4096);
+            self.bytes.push(MORE);
         }
         let at = self.bytes.len();
         self.bytes.extend_from_slice(&[0; 8]);
         wire::encode("", value, &mut self.bytes);
         let len = (self.bytes.len() - at - 8) as u64;
         self.bytes[at..at + 8].copy_from_slice(&len.to_le_bytes());
-        (self.bytes.len() >= BATCH).then(|| self.take())
+        full
     }
 
-    /// The last batch, unless it is empty.
+    /// The last batch, unless no value is left for one.
     fn finish(&mut self) -> Option<HostTensor> {
-        (!self.bytes.is_empty()).then(|| self.take())
+        (!self.bytes.is_empty()).then(|| self.take(LAST))
     }
 
-    fn take(&mut self) -> HostTensor {
-        let bytes = std::mem::take(&mut self.bytes);
+    fn take(&mut self, last: u8) -> HostTensor {
+        let mut bytes = std::mem::take(&mut self.bytes);
+        bytes[0] = last;
         self.sent += 1;
         HostTensor::from_bytes(DType::UInt8, vec![bytes.len() as u64], bytes)
             .expect("a vector of its own length")
     }
 }
 
-/// A batch received ([`Batch`]), and how far into it its values were taken.
+/// A batch received ([`Batch`]), whether it is the last, and how far into it its values were
+/// taken.
 struct Batched {
     batch: HostTensor,
+    last: bool,
     at: usize,
 }
 
 impl Batched {
-    /// `batch`, checked to be a non-empty `uint8` vector.
+    /// `batch`, checked to be a `uint8` vector that says whether it is the last and holds a
+    /// value.
     fn new(batch: HostTensor) -> Option<Batched> {
-        let is_batch = batch.dtype() == DType::UInt8
-            && batch.shape().len() == 1
-            && batch.bytes().is_some_and(|bytes| !bytes.is_empty());
-        is_batch.then_some(Batched { batch, at: 0 })
+        let last = match batch.bytes()? {
+            [LAST, _, ..] => true,
+            [MORE, _, ..] => false,
+            _ => return None,
+        };
+        let is_batch = batch.dtype() == DType::UInt8 && batch.shape().len() == 1;
+        is_batch.then_some(Batched { batch, last, at: 1 })
     }
 
     /// The bytes not taken yet.
@@ -136,12 +154,11 @@ where
     let key =
         |src: usize, what: String| RendezvousKey::new(src, 0, format!("saveplan/gather/{what}"));
     let gathered = (|| -> Result<(), E> {
-        let named = own()?;
+        let (own_names, values): (Vec<Vec<String>>, Vec<HostTensor>) = own()?.into_iter().unzip();
         if task != 0 {
-            let (names, values): (Vec<Vec<String>>, Vec<HostTensor>) = named.into_iter().unzip();
             rendezvous.send(
                 &key(task, "keys".into()),
-                HostTensor::string_vector(names.into_iter().flatten()),
+                HostTensor::string_vector(own_names.into_iter().flatten()),
             )?;
             let layout: Vec<i32> = values.iter().map(|value| i32::from(alone(value))).collect();
             let layout = HostTensor::from_i32s(vec![layout.len() as u64], &layout)
@@ -162,8 +179,11 @@ where
             }
             return Ok(());
         }
-        for (name, value) in named {
-            let name: Vec<&str> = name.iter().map(String::as_str).collect();
+        // Task 0's own, each name handed over borrowed as the others' are.
+        let mut name: Vec<&str> = Vec::with_capacity(names.arity);
+        for (own_name, value) in own_names.iter().zip(values) {
+            name.clear();
+            name.extend(own_name.iter().map(String::as_str));
             take(&name, value)?;
         }
         for src in 1..n_tasks {
@@ -191,21 +211,19 @@ where
                 })
                 .ok_or_else(|| bad("layout is not a 0 or 1 per value"))?;
             // Every name checked before any value is taken or waited for.
-            let strings: Vec<&str> = (strings.iter())
+            let parts: Vec<&str> = (strings.iter())
                 .map(|part| std::str::from_utf8(part))
                 .collect::<Result<_, _>>()
                 .map_err(|_| bad("keys are not UTF-8"))?;
             let mut batched: Option<Batched> = None;
             let mut batches = 0;
-            for (index, name) in strings.chunks_exact(names.arity).enumerate() {
+            for (index, name) in parts.chunks_exact(names.arity).enumerate() {
                 let value = match layout[index] {
                     true => rendezvous.recv(&key(src, index.to_string()))?,
                     false => {
                         let mut batch = match batched.take() {
                             Some(batch) if !batch.rest().is_empty() => batch,
-                            // A batch but the last holds `BATCH` bytes or more: one that
-                            // held less was the last, and values are still to come.
-                            Some(batch) if batch.at < BATCH => {
+                            Some(batch) if batch.last => {
                                 return Err(bad("batches end before its keys").into());
                             }
                             _ => {
@@ -223,8 +241,13 @@ where
                 };
                 take(name, value)?;
             }
-            if batched.is_some_and(|batch| !batch.rest().is_empty()) {
-                return Err(bad("batch holds values past its keys").into());
+            if let Some(batch) = batched {
+                if !batch.rest().is_empty() {
+                    return Err(bad("batch holds values past its keys").into());
+                }
+                if !batch.last {
+                    return Err(bad("batches go on past its keys").into());
+                }
             }
         }
         Ok(())
@@ -355,26 +378,48 @@ mod tests {
         keys_error(HostTensor::string_vector(["a", "b"]), layout, batch)
     }
 
-    /// [`gather_error`] with task 1 sending `keys` as its keys.
+    /// [`gather_error`] with task 1 sending `keys` as its keys. Task 1 runs on its own thread
+    /// and then waits at the gather's barrier, and a gather still waiting after 10 s is
+    /// aborted, so that a gather that wrongly takes what it was sent, or waits for more, fails
+    /// the test rather than hanging it.
     fn keys_error(keys: HostTensor, layout: &[i32], batch: Option<HostTensor>) -> String {
         let cluster = LocalRendezvous::new(2);
         let other = cluster.task(1).unwrap();
         let key = |what: &str| RendezvousKey::new(1, 0, format!("saveplan/gather/{what}"));
-        other.send(&key("keys"), keys).unwrap();
         let layout = HostTensor::from_i32s(vec![layout.len() as u64], layout).unwrap();
-        other.send(&key("layout"), layout).unwrap();
-        if let Some(batch) = batch {
-            other.send(&key("batch0"), batch).unwrap();
-        }
-        let error = gather::<RendezvousError>(
-            &cluster.task(0).unwrap(),
-            NAMES,
-            || Ok(Vec::new()),
-            |_, _| Ok(()),
-        )
-        .unwrap_err();
-        assert!(other.barrier().is_err(), "task 1 was not told");
-        error.to_string()
+        let task1 = || {
+            other.send(&key("keys"), keys)?;
+            other.send(&key("layout"), layout)?;
+            if let Some(batch) = batch {
+                other.send(&key("batch0"), batch)?;
+            }
+            other.barrier()
+        };
+        std::thread::scope(|scope| {
+            let heard = scope.spawn(task1);
+            // A gather that waits for what never comes is aborted after a while, and its
+            // error then fails the test.
+            let (done, deadline) = std::sync::mpsc::channel::<()>();
+            let watchdog = &other;
+            scope.spawn(move || {
+                let waited = deadline.recv_timeout(std::time::Duration::from_secs(10));
+                if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    watchdog.abort("the test's deadline passed");
+                }
+            });
+            let gathered = gather::<RendezvousError>(
+                &cluster.task(0).unwrap(),
+                NAMES,
+                || Ok(Vec::new()),
+                |_, _| Ok(()),
+            );
+            drop(done);
+            let heard = heard.join().expect("task 1 does not panic");
+            assert!(heard.is_err(), "task 1 was not told");
+            gathered
+                .expect_err("task 0 took what it should refuse")
+                .to_string()
+        })
     }
 
     /// [`gather_error`] of `batch` for the keys `a`, `b`, both batched.
@@ -382,9 +427,14 @@ mod tests {
         gather_error(&[0, 0], Some(batch))
     }
 
-    /// A batch of `values` as [`Batch`] makes it: each led by its length.
+    /// The last batch of `values` as [`Batch`] makes it: each led by its length.
     fn batch_of(values: &[Vec<u8>]) -> HostTensor {
-        let mut bytes = Vec::new();
+        batch_flagged(LAST, values)
+    }
+
+    /// A batch of `values` whose first byte is `flag`.
+    fn batch_flagged(flag: u8, values: &[Vec<u8>]) -> HostTensor {
+        let mut bytes = vec![flag];
         for value in values {
             bytes.extend_from_slice(&(value.len() as u64).to_le_bytes());
             bytes.extend_from_slice(value);
@@ -420,6 +470,14 @@ mod tests {
             HostTensor::from_bytes(DType::UInt8, vec![0], Vec::new()).unwrap(),
             "batch is not a vector of values",
         );
+        // A batch that does not say whether it is the last, or holds no value.
+        refused(
+            batch_flagged(2, &[encoded(1), encoded(2)]),
+            "batch is not a vector of values",
+        );
+        for flag in [LAST, MORE] {
+            refused(batch_flagged(flag, &[]), "batch is not a vector of values");
+        }
         // A batch's bytes in another dtype, or not as a vector.
         let bytes = batch_of(&[encoded(1), encoded(2)])
             .bytes()
@@ -444,6 +502,7 @@ mod tests {
             .unwrap()
             .to_vec();
         let last = long.len() - encoded(2).len() - 8;
+        assert_eq!(long[0], LAST);
         long[last..last + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         refused(
             HostTensor::from_bytes(DType::UInt8, vec![long.len() as u64], long).unwrap(),
@@ -458,12 +517,40 @@ mod tests {
     }
 
     #[test]
-    fn batches_that_end_between_values_before_the_keys_do_are_refused() {
-        // One value where two are due: the batch is under `BATCH` bytes, so it was the last.
+    fn batches_that_end_before_the_keys_do_or_go_on_past_them_are_refused() {
         let mut one = Vec::new();
         wire::encode("", &HostTensor::int32_scalar(1), &mut one);
-        let error = batch_error(batch_of(&[one]));
+        // One value where two are due, in the last batch: no batch is waited for.
+        let error = batch_error(batch_of(std::slice::from_ref(&one)));
         assert!(error.contains("batches end before its keys"), "{error}");
+        // Both values, in a batch that says another follows.
+        let error = batch_error(batch_flagged(MORE, &[one.clone(), one]));
+        assert!(error.contains("batches go on past its keys"), "{error}");
+    }
+
+    /// A batch is handed out only when a value follows it, so the one that ends exactly full
+    /// is the last and says so; every batch but the last says another follows.
+    #[test]
+    fn only_the_last_batch_says_it_is_the_last() {
+        let value = HostTensor::from_bytes(DType::UInt8, vec![1 << 10], vec![3; 1 << 10]).unwrap();
+        let mut encoded = Vec::new();
+        wire::encode("", &value, &mut encoded);
+        let per_batch = (BATCH - 1).div_ceil(8 + encoded.len());
+        let mut batch = Batch::default();
+        let mut sent: Vec<HostTensor> = (0..2 * per_batch)
+            .filter_map(|_| batch.push(&value))
+            .collect();
+        sent.extend(batch.finish());
+        let flags: Vec<u8> = sent.iter().map(|batch| batch.bytes().unwrap()[0]).collect();
+        assert_eq!(flags, [MORE, LAST]);
+        for sent in &sent {
+            let mut batched = Batched::new(sent.clone()).unwrap();
+            for _ in 0..per_batch {
+                assert!(batched.next().unwrap() == value);
+            }
+            assert!(batched.rest().is_empty());
+        }
+        assert!(batch.finish().is_none(), "nothing left for a batch");
     }
 
     #[test]
