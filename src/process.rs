@@ -1,6 +1,9 @@
 //! Process-wide settings for programs that run saveplan. The library never applies them
-//! itself: the `saveplan` binary does, first thing in `main`, and a program embedding the
-//! library decides for itself.
+//! itself (but for [`tcp_without_delay_to`], which MPI's rendezvous applies to its own
+//! connections to the launcher): the `saveplan` binary does, first thing in `main`, and a
+//! program embedding the library decides for itself.
+
+use std::net::SocketAddr;
 
 /// Asks the kernel not to back this process's anonymous memory with transparent huge pages
 /// (`prctl(PR_SET_THP_DISABLE)`), whatever the allocator or the code advises. Returns whether
@@ -128,8 +131,71 @@ fn populate(start: usize, end: usize) -> usize {
     at - start
 }
 
+/// Turns Nagle's algorithm off (`TCP_NODELAY`) on every TCP connection of this process to one
+/// of `servers`, found among the descriptors in `/proc/self/fd` (none elsewhere). Only the
+/// option changes: no byte is sent, and nothing else about the connection.
+///
+/// The library applies this itself in one place: MPI's rendezvous, to its connections to the
+/// launcher's PMIx server before `MPI_Finalize` (`exec::rendezvous`), whose small requests
+/// otherwise wait about 40 ms for a delayed acknowledgement.
+pub fn tcp_without_delay_to(servers: &[SocketAddr]) {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in fds.flatten() {
+        let Some(fd) = (entry.file_name().to_str()).and_then(|name| name.parse().ok()) else {
+            continue;
+        };
+        if peer(fd).is_some_and(|peer| servers.contains(&peer)) {
+            let on: libc::c_int = 1;
+            // SAFETY: `setsockopt` reads `size_of::<c_int>()` bytes from `on`; a descriptor
+            // closed or reused meanwhile makes it fail or reach a socket that is then not
+            // the server's, either harmless for an option that only decides when bytes leave.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&raw const on).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+    }
+}
+
+/// The address of the peer of descriptor `fd`, when it is a connected IPv4 or IPv6 socket.
+fn peer(fd: libc::c_int) -> Option<SocketAddr> {
+    // SAFETY: all-zero bytes are a valid `sockaddr_storage`.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `getpeername` writes at most `len` bytes into `storage` and the length into
+    // `len`; any descriptor number is allowed (it fails on what is not a connected socket).
+    let got = unsafe { libc::getpeername(fd, (&raw mut storage).cast(), &mut len) };
+    if got != 0 {
+        return None;
+    }
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says `storage` holds a `sockaddr_in`, which fits in it.
+            let v4 = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(v4.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says `storage` holds a `sockaddr_in6`, which fits in it.
+            let v6 = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(v6.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
+    use std::net::{TcpListener, TcpStream};
+
     use super::*;
 
     #[test]
@@ -240,5 +306,25 @@ mod tests {
         ] {
             assert_eq!(anonymous_writable_range(other), None, "{other}");
         }
+    }
+
+    /// Of two connections, only the one to the server named loses Nagle's algorithm.
+    #[test]
+    fn only_connections_to_the_server_lose_the_delay() {
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_server = TcpStream::connect(server.local_addr().unwrap()).unwrap();
+        let to_other = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+        assert!(!to_server.nodelay().unwrap() && !to_other.nodelay().unwrap());
+        assert_eq!(
+            peer(std::os::fd::AsRawFd::as_raw_fd(&to_server)),
+            Some(server.local_addr().unwrap())
+        );
+        tcp_without_delay_to(&[server.local_addr().unwrap()]);
+        assert!(to_server.nodelay().unwrap());
+        assert!(!to_other.nodelay().unwrap());
+        // What is not a connected socket has no peer.
+        assert_eq!(peer(std::os::fd::AsRawFd::as_raw_fd(&server)), None);
+        assert_eq!(peer(-1), None);
     }
 }

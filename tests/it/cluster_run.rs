@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use saveplan::checkpoint::{Assertion, ObjectSpec, RestoreKind};
 use saveplan::exec::rendezvous::{
@@ -612,16 +613,9 @@ fn gather_against(
         let heard = scope.spawn(task1);
         // A gather that waits for what never comes is aborted after a while, and its error
         // then fails the test.
-        let (done, deadline) = std::sync::mpsc::channel::<()>();
-        let watchdog = &other;
-        scope.spawn(move || {
-            let waited = deadline.recv_timeout(std::time::Duration::from_secs(10));
-            if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-                watchdog.abort("the test's deadline passed");
-            }
-        });
+        let deadline = other.deadline(Duration::from_secs(10), "the test's deadline passed");
         let gathered = session.gather();
-        drop(done);
+        drop(deadline);
         let heard = heard.join().expect("task 1 does not panic");
         match gathered {
             Ok(_) => panic!("task 0 gathered what it should refuse; task 1 heard {heard:?}"),

@@ -17,10 +17,17 @@
 //!    back to the gather.
 //! 3. Each process writes at their offsets the tensors of [`IN_PLACE`] bytes or more that it
 //!    holds whole (the first task holding every variable of one writes it: the plan says
-//!    which, the same in every process), and syncs them.
+//!    which, the same in every process).
 //! 4. The rest (smaller tensors, and tensors whose slices several tasks hold) are gathered to
 //!    task 0 ([`Session::gather_where`], which ends at a barrier: every write is done by
-//!    then); task 0 writes them, syncs the file and renames it over `--out`.
+//!    then); task 0 writes them and renames the file over `--out`.
+//!
+//! Where every process has the file in one page cache (one kernel: every process writes
+//! through the same inode as task 0, [`Identity`]) nothing is synced, as a single process's
+//! restore syncs nothing: each write is every process's to read as soon as it is made. Where
+//! one does not (a folder shared between hosts), each process syncs what it wrote before the
+//! barrier, and task 0 syncs the file before renaming it, so that no reader on any host sees
+//! `--out` before its bytes.
 //!
 //! A failure anywhere aborts the rendezvous with its line, so every process fails; the
 //! temporary file is deleted and `--out` is left as it was.
@@ -70,10 +77,14 @@ pub fn write_in_place(session: &Session, out: &Path) -> anyhow::Result<bool> {
         let Some(mut file) = share_file(rendezvous, out, &layout)? else {
             return Ok(false);
         };
-        // This task's tensors written in place, then synced, before the gather's barrier.
+        // This task's tensors written in place (then synced where another kernel reads
+        // them), before the gather's barrier.
         let mine = session.values_where(|index| layout.writer[index] == Some(task))?;
         (layout.write(file.file(), &mine))
-            .and_then(|()| file.file().sync_data())
+            .and_then(|()| match file.synced {
+                true => file.file().sync_data(),
+                false => Ok(()),
+            })
             .map_err(|err| cannot_write(out, &err))?;
         drop(mine);
         // The variables of the tensors written in place stay; one that a gathered tensor
@@ -231,6 +242,8 @@ struct OutFile {
     path: PathBuf,
     /// Task 0: whether the file is still to be renamed over `--out` (deleted when dropped).
     owned: bool,
+    /// Whether writes are synced: some process does not share task 0's page cache.
+    synced: bool,
 }
 
 impl OutFile {
@@ -238,11 +251,15 @@ impl OutFile {
         &self.file
     }
 
-    /// Task 0: syncs the file and renames it over `out`, with the mode a new file gets.
+    /// Task 0: syncs the file (where writes are synced) and renames it over `out`, with the
+    /// mode a new file gets.
     fn commit(&mut self, out: &Path) -> anyhow::Result<()> {
-        (self.file.sync_all())
-            .and_then(|()| std::fs::rename(&self.path, out))
-            .map_err(|err| cannot_write(out, &err))?;
+        (match self.synced {
+            true => self.file.sync_all(),
+            false => Ok(()),
+        })
+        .and_then(|()| std::fs::rename(&self.path, out))
+        .map_err(|err| cannot_write(out, &err))?;
         self.owned = false;
         set_new_file_mode(out)
     }
@@ -267,28 +284,39 @@ fn share_file(
     let key = |src: usize, dst: usize, what: &str| {
         RendezvousKey::new(src, dst, format!("saveplan/out/{what}"))
     };
-    let flag =
-        |value: bool| HostTensor::from_i32s(vec![1], &[i32::from(value)]).expect("one element");
-    let is_set = |value: HostTensor| value.bytes() == Some(&1i32.to_le_bytes()[..]);
+    // What a process says of task 0's file (`opened`), and what task 0 says back (`shared`):
+    // not reached, reached, or reached in task 0's page cache.
+    const NOT: i32 = 0;
+    const REACHED: i32 = 1;
+    const SAME_PAGES: i32 = 2;
+    let number = |value: i32| HostTensor::from_i32s(vec![1], &[value]).expect("one element");
+    let number_of = |value: HostTensor| match value.bytes() {
+        Some(&[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]),
+        _ => NOT,
+    };
     if task == 0 {
-        let file = create_beside(out, layout)?;
-        // The name's bytes as they are: a name need not be UTF-8.
+        let mut file = create_beside(out, layout)?;
+        // The name's bytes as they are (a name need not be UTF-8), and which file it is.
         let path = file.path.as_os_str().as_bytes();
+        let identity = Identity::of(&file.file).map(|identity| identity.0);
+        let identity = identity.as_deref().unwrap_or_default().as_bytes();
         for dst in 1..n_tasks {
-            rendezvous.send(&key(0, dst, "file"), HostTensor::string_vector([path]))?;
+            let sent = HostTensor::string_vector([path, identity]);
+            rendezvous.send(&key(0, dst, "file"), sent)?;
         }
-        let mut shared = true;
+        let mut shared = SAME_PAGES;
         for src in 1..n_tasks {
-            shared &= is_set(rendezvous.recv(&key(src, 0, "opened"))?);
+            shared = shared.min(number_of(rendezvous.recv(&key(src, 0, "opened"))?));
         }
         for dst in 1..n_tasks {
-            rendezvous.send(&key(0, dst, "shared"), flag(shared))?;
+            rendezvous.send(&key(0, dst, "shared"), number(shared))?;
         }
-        return Ok(shared.then_some(file));
+        file.synced = shared == REACHED;
+        return Ok((shared != NOT).then_some(file));
     }
-    let path = rendezvous.recv(&key(0, task, "file"))?;
-    let path = match path.strings() {
-        Some([path]) => PathBuf::from(OsStr::from_bytes(path)),
+    let sent = rendezvous.recv(&key(0, task, "file"))?;
+    let (path, identity) = match sent.strings() {
+        Some([path, identity]) => (PathBuf::from(OsStr::from_bytes(path)), identity),
         _ => anyhow::bail!("task 0 sent no file name for --out"),
     };
     // Task 0's file, if this process reaches it: its name is new, and its length is the one
@@ -298,13 +326,41 @@ fn share_file(
         .open(&path)
         .ok()
         .filter(|file| file.metadata().is_ok_and(|meta| meta.len() == layout.len));
-    rendezvous.send(&key(task, 0, "opened"), flag(opened.is_some()))?;
-    let shared = is_set(rendezvous.recv(&key(0, task, "shared"))?);
-    Ok(opened.filter(|_| shared).map(|file| OutFile {
+    let said = match &opened {
+        None => NOT,
+        Some(file) => match Identity::of(file) {
+            Some(Identity(mine)) if !identity.is_empty() && mine.as_bytes() == identity => {
+                SAME_PAGES
+            }
+            _ => REACHED,
+        },
+    };
+    rendezvous.send(&key(task, 0, "opened"), number(said))?;
+    let shared = number_of(rendezvous.recv(&key(0, task, "shared"))?);
+    Ok(opened.filter(|_| shared != NOT).map(|file| OutFile {
         file,
         path,
         owned: false,
+        synced: shared == REACHED,
     }))
+}
+
+/// Which file an open file is, to the kernel that opened it: the kernel's boot id (new at
+/// every boot of every machine), the file's device and inode. Two processes holding files of
+/// one identity hold one inode of one kernel, whose pages they share: what one writes the
+/// other reads, with no sync between. `None` where the kernel does not say its boot id (not
+/// Linux): the file is then taken as another kernel's.
+#[derive(Debug, PartialEq, Eq)]
+struct Identity(String);
+
+impl Identity {
+    fn of(file: &File) -> Option<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let meta = file.metadata().ok()?;
+        let boot = boot.trim();
+        (!boot.is_empty()).then(|| Identity(format!("{boot} {} {}", meta.dev(), meta.ino())))
+    }
 }
 
 /// Task 0: a new file beside `out` (`bundle::small_file::temp_beside`: the temporary files
@@ -320,6 +376,7 @@ fn create_beside(out: &Path, layout: &Layout) -> anyhow::Result<OutFile> {
         file,
         path,
         owned: true,
+        synced: true,
     };
     (file.file.set_len(layout.len))
         .and_then(|()| file.file.write_all_at(&layout.header, 0))
@@ -442,6 +499,88 @@ mod tests {
             .filter(|name| name.starts_with('.'))
             .collect();
         assert!(hidden.is_empty(), "{hidden:?}");
+    }
+
+    /// One file opened twice is one identity (one inode of this kernel); another file is
+    /// another.
+    #[test]
+    fn a_file_opened_twice_is_one_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"a").unwrap();
+        std::fs::write(&b, b"b").unwrap();
+        let identity = |path: &Path| Identity::of(&File::open(path).unwrap()).expect("Linux");
+        assert_eq!(identity(&a), identity(&a));
+        assert_ne!(identity(&a), identity(&b));
+    }
+
+    /// Task 0 and another process on this kernel share the file's pages and sync nothing; a
+    /// process that reaches the file on another kernel (played here by the test) makes both
+    /// sync, whichever of them it is.
+    #[test]
+    fn only_processes_on_another_kernel_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.safetensors");
+        let described = [(
+            "w",
+            Described {
+                dtype: Dtype::F32,
+                shape: vec![4],
+                len: 16,
+            },
+        )];
+        let layout = Layout::new(&described, vec![Some(1)]).expect("a layout");
+        let key = |src: usize, dst: usize, what: &str| {
+            RendezvousKey::new(src, dst, format!("saveplan/out/{what}"))
+        };
+        let number = |value: i32| HostTensor::from_i32s(vec![1], &[value]).unwrap();
+        let said = |value: HostTensor| value.bytes().unwrap().to_vec();
+        // Both on this kernel.
+        let cluster = LocalRendezvous::new(2);
+        let (zero, one) = std::thread::scope(|scope| {
+            let one = scope.spawn(|| share_file(&cluster.task(1).unwrap(), &out, &layout));
+            let zero = share_file(&cluster.task(0).unwrap(), &out, &layout);
+            (
+                zero.unwrap().unwrap(),
+                one.join().unwrap().unwrap().unwrap(),
+            )
+        });
+        assert!(!zero.synced && !one.synced);
+        drop((zero, one));
+        // Task 1 on another kernel: task 0 syncs.
+        let cluster = LocalRendezvous::new(2);
+        let other = cluster.task(1).unwrap();
+        let zero = std::thread::scope(|scope| {
+            let zero = scope.spawn(|| share_file(&cluster.task(0).unwrap(), &out, &layout));
+            let sent = other.recv(&key(0, 1, "file")).unwrap();
+            assert_eq!(sent.strings().unwrap().len(), 2, "a path and an identity");
+            other.send(&key(1, 0, "opened"), number(1)).unwrap();
+            assert_eq!(
+                said(other.recv(&key(0, 1, "shared")).unwrap()),
+                1i32.to_le_bytes()
+            );
+            zero.join().unwrap().unwrap().unwrap()
+        });
+        assert!(zero.synced);
+        // Task 0 on another kernel (its file reached, its identity not this kernel's): task 1
+        // says so and syncs.
+        let path = dir.path().join(".out.safetensors.tmp");
+        std::fs::write(&path, vec![0; layout.len as usize]).unwrap();
+        let cluster = LocalRendezvous::new(2);
+        let zero = cluster.task(0).unwrap();
+        let one = std::thread::scope(|scope| {
+            let one = scope.spawn(|| share_file(&cluster.task(1).unwrap(), &out, &layout));
+            let identity = "another-kernel 1 2".as_bytes();
+            let sent = HostTensor::string_vector([path.as_os_str().as_bytes(), identity]);
+            zero.send(&key(0, 1, "file"), sent).unwrap();
+            assert_eq!(
+                said(zero.recv(&key(1, 0, "opened")).unwrap()),
+                1i32.to_le_bytes()
+            );
+            zero.send(&key(0, 1, "shared"), number(1)).unwrap();
+            one.join().unwrap().unwrap().unwrap()
+        });
+        assert!(one.synced);
     }
 
     /// Task 0's last step failing (its rename: `--out` ends in a slash) fails every task with

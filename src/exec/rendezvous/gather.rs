@@ -259,6 +259,7 @@ where
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use super::*;
     use crate::exec::rendezvous::LocalRendezvous;
@@ -399,21 +400,14 @@ mod tests {
             let heard = scope.spawn(task1);
             // A gather that waits for what never comes is aborted after a while, and its
             // error then fails the test.
-            let (done, deadline) = std::sync::mpsc::channel::<()>();
-            let watchdog = &other;
-            scope.spawn(move || {
-                let waited = deadline.recv_timeout(std::time::Duration::from_secs(10));
-                if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-                    watchdog.abort("the test's deadline passed");
-                }
-            });
+            let deadline = other.deadline(Duration::from_secs(10), "the test's deadline passed");
             let gathered = gather::<RendezvousError>(
                 &cluster.task(0).unwrap(),
                 NAMES,
                 || Ok(Vec::new()),
                 |_, _| Ok(()),
             );
-            drop(done);
+            drop(deadline);
             let heard = heard.join().expect("task 1 does not panic");
             assert!(heard.is_err(), "task 1 was not told");
             gathered

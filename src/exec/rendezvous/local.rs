@@ -4,7 +4,10 @@
 //! one condition variable that every send, barrier arrival and abort wakes.
 
 use std::collections::HashMap;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::{RecvDone, Rendezvous, RendezvousError, RendezvousKey, check_recv, check_send};
 use crate::exec::sync::{lock, unpoisoned};
@@ -107,6 +110,47 @@ impl std::fmt::Debug for LocalTask {
     }
 }
 
+impl LocalTask {
+    /// Aborts the rendezvous as this task with `reason` unless the returned [`Deadline`] is
+    /// dropped within `within`: a bound on a run of in-process tasks (a test's, or a
+    /// framework's watchdog), so that a task waiting for what never comes fails with
+    /// [`RendezvousError::Aborted`] rather than waiting forever.
+    pub fn deadline(&self, within: Duration, reason: &str) -> Deadline {
+        let (done, waited) = mpsc::channel::<()>();
+        let task = LocalTask {
+            shared: Arc::clone(&self.shared),
+            task: self.task,
+        };
+        let reason = reason.to_owned();
+        let thread = std::thread::spawn(move || {
+            if waited.recv_timeout(within) == Err(RecvTimeoutError::Timeout) {
+                task.abort(&reason);
+            }
+        });
+        Deadline {
+            done: Some(done),
+            thread: Some(thread),
+        }
+    }
+}
+
+/// A pending abort of a [`LocalRendezvous`] ([`LocalTask::deadline`]); dropping it in time
+/// cancels it.
+#[derive(Debug)]
+pub struct Deadline {
+    done: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl Rendezvous for LocalTask {
     fn task(&self) -> usize {
         self.task
@@ -206,6 +250,29 @@ impl Rendezvous for LocalTask {
                 task,
                 reason: reason.clone(),
             }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receive of what never comes fails once the deadline passes, with its reason; a
+    /// deadline dropped in time aborts nothing.
+    #[test]
+    fn a_deadline_aborts_a_wait_unless_dropped_in_time() {
+        let cluster = LocalRendezvous::new(2);
+        let (zero, one) = (cluster.task(0).unwrap(), cluster.task(1).unwrap());
+        drop(one.deadline(Duration::from_secs(600), "too late"));
+        assert!(cluster.aborted().is_none());
+        let _deadline = one.deadline(Duration::from_millis(50), "the deadline passed");
+        let key = RendezvousKey::new(1, 0, "never");
+        match zero.recv(&key) {
+            Err(RendezvousError::Aborted { task: 1, reason }) => {
+                assert_eq!(reason, "the deadline passed");
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

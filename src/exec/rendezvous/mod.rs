@@ -24,6 +24,8 @@
 
 pub mod conformance;
 mod gather;
+#[cfg(any(feature = "mpi", test))]
+mod launcher;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -32,7 +34,7 @@ pub mod wire;
 use thiserror::Error;
 
 pub use gather::{GatherNames, gather};
-pub use local::{LocalRendezvous, LocalTask};
+pub use local::{Deadline, LocalRendezvous, LocalTask};
 #[cfg(feature = "mpi")]
 pub use mpi::MpiRendezvous;
 

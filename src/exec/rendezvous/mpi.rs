@@ -395,6 +395,7 @@ fn progress_thread(
     }
     mover.shutdown();
     drop(mover);
+    super::launcher::links_without_delay();
     drop(universe);
 }
 
