@@ -58,8 +58,9 @@
 //!   [`export::object_graph`].
 //!
 //! The `saveplan` binary (`src/main.rs`, `src/cli/`) sits on top and is the only code that
-//! prints. [`process`] holds the process-wide settings it applies (a library never applies
-//! them for its caller).
+//! prints. [`process`] holds the process-wide settings it applies (the library applies none
+//! for its caller but one: MPI's rendezvous turns Nagle's algorithm off on Open MPI's
+//! connections to its PMIx server before finalizing, [`process::tcp_without_delay_to`]).
 //!
 //! # Example
 //!

@@ -1,7 +1,8 @@
 //! Process-wide settings for programs that run saveplan. The library never applies them
-//! itself (but for [`tcp_without_delay_to`], which MPI's rendezvous applies to its own
-//! connections to the launcher): the `saveplan` binary does, first thing in `main`, and a
-//! program embedding the library decides for itself.
+//! itself, but for one: [`tcp_without_delay_to`], which MPI's rendezvous applies, with no
+//! opt-out, to Open MPI's connections to the node's PMIx server before finalizing. The
+//! `saveplan` binary applies the others first thing in `main`, and a program embedding the
+//! library decides for itself.
 
 use std::net::SocketAddr;
 
@@ -132,11 +133,13 @@ fn populate(start: usize, end: usize) -> usize {
 }
 
 /// Turns Nagle's algorithm off (`TCP_NODELAY`) on every TCP connection of this process to one
-/// of `servers`, found among the descriptors in `/proc/self/fd` (none elsewhere). Only the
-/// option changes: no byte is sent, and nothing else about the connection.
+/// of `servers`, found by scanning the descriptors in `/proc/self/fd` (none outside Linux),
+/// whoever opened them. Only the option changes: nothing is written (data already queued on
+/// such a connection may leave at once, which is the point), and nothing else about the
+/// connection.
 ///
-/// The library applies this itself in one place: MPI's rendezvous, to its connections to the
-/// launcher's PMIx server before `MPI_Finalize` (`exec::rendezvous`), whose small requests
+/// The library applies this itself in one place: MPI's rendezvous, to Open MPI's connections
+/// to the node's PMIx server before `MPI_Finalize` (`exec::rendezvous`), whose small requests
 /// otherwise wait about 40 ms for a delayed acknowledgement.
 pub fn tcp_without_delay_to(servers: &[SocketAddr]) {
     let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
@@ -185,8 +188,9 @@ fn peer(fd: libc::c_int) -> Option<SocketAddr> {
         libc::AF_INET6 => {
             // SAFETY: the family says `storage` holds a `sockaddr_in6`, which fits in it.
             let v6 = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in6>() };
-            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
-            Some(SocketAddr::from((ip, u16::from_be(v6.sin6_port))))
+            // An IPv4 peer of an IPv6 socket (`::ffff:a.b.c.d`) is said as IPv4.
+            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr).to_canonical();
+            Some(SocketAddr::new(ip, u16::from_be(v6.sin6_port)))
         }
         _ => None,
     }

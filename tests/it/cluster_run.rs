@@ -552,34 +552,29 @@ fn what_cannot_run_in_a_cluster_is_refused_before_writing() {
 #[test]
 fn a_gather_refuses_malformed_keys() {
     let b = HostTensor::int64_scalar(7);
-    let (error, heard) = gather_against(&["", "b", "odd"], &[b]);
+    let error = gather_against(&["", "b", "odd"], &[b]);
     let text = crate::support::error_chain(&error, crate::support::ErrorForm::OneLine);
     assert!(text.contains("not (container, name) pairs"), "{text}");
-    assert!(heard.is_err(), "task 1 was not told");
 }
 
 /// Task 0 of a gather refuses a value its variable cannot hold (an int64 where `c` is a
 /// float32[4]) with the variable's name, and the other task hears of it.
 #[test]
 fn a_gather_refuses_a_value_of_another_dtype() {
-    let (error, heard) = gather_against(&["", "c"], &[HostTensor::int64_scalar(7)]);
+    let error = gather_against(&["", "c"], &[HostTensor::int64_scalar(7)]);
     assert!(
         matches!(&error, SessionError::Variable { key, .. } if key == "c"),
         "{error:?}"
     );
-    assert!(heard.is_err(), "task 1 was not told");
 }
 
 /// Task 0 of `p1_two_tasks` (its `c` a float32[4] holding a value) gathers while task 1, on its
 /// own thread, sends `keys` and `values` as a gather's sender does (the values in one batch)
-/// and then waits at the gather's closing barrier; a gather still waiting after 10 s is
-/// aborted. A gather that wrongly takes them, or waits for more, therefore ends, and fails the
-/// test, rather than hanging it. Returns task 0's error and what task 1
-/// heard.
-fn gather_against(
-    keys: &[&str],
-    values: &[HostTensor],
-) -> (SessionError, Result<(), RendezvousError>) {
+/// and then waits at the gather's closing barrier; after 10 s task 1 aborts the rendezvous
+/// itself. Returns task 0's error, once task 1 was told of it by task 0's abort: a gather that
+/// wrongly takes what it was sent, waits for more, or fails without telling task 1 fails the
+/// test rather than hanging it.
+fn gather_against(keys: &[&str], values: &[HostTensor]) -> SessionError {
     let text = std::fs::read_to_string("tests/fixtures/part/p1_two_tasks/case.json").unwrap();
     let spec = SpecFile::parse(&text).unwrap();
     let rendezvous = LocalRendezvous::new(2);
@@ -615,12 +610,18 @@ fn gather_against(
         // then fails the test.
         let deadline = other.deadline(Duration::from_secs(10), "the test's deadline passed");
         let gathered = session.gather();
-        drop(deadline);
+        // Task 1 waits at the barrier until task 0's abort, or the deadline's (its own).
         let heard = heard.join().expect("task 1 does not panic");
-        match gathered {
+        drop(deadline);
+        let error = match gathered {
             Ok(_) => panic!("task 0 gathered what it should refuse; task 1 heard {heard:?}"),
-            Err(error) => (error, heard),
-        }
+            Err(error) => error,
+        };
+        assert!(
+            matches!(heard, Err(RendezvousError::Aborted { task: 0, .. })),
+            "task 1 was not told by task 0: {heard:?}"
+        );
+        error
     })
 }
 

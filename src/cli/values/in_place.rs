@@ -11,10 +11,11 @@
 //!    writes, byte for byte; each tensor's offset follows the crate's order (dtype alignment
 //!    descending, then name).
 //! 2. Task 0 creates the file under a temporary name beside `--out` (`.<name>.tmp<pid>-<n>`,
-//!    header written, full length set) and sends the others its path; each says whether it
-//!    could open that file, and task 0 tells every process whether all could. If one could
-//!    not (another host, not sharing the folder), task 0 deletes it and every process falls
-//!    back to the gather.
+//!    header written, full length set) and sends the others its path and its [`Identity`];
+//!    each answers whether it could not open that file, opened it, or opened that same inode
+//!    on task 0's kernel, and task 0 sends every process the least of the answers. If one
+//!    could not (another host, not sharing the folder), task 0 deletes it and every process
+//!    falls back to the gather.
 //! 3. Each process writes at their offsets the tensors of [`IN_PLACE`] bytes or more that it
 //!    holds whole (the first task holding every variable of one writes it: the plan says
 //!    which, the same in every process).
@@ -25,9 +26,10 @@
 //! Where every process has the file in one page cache (one kernel: every process writes
 //! through the same inode as task 0, [`Identity`]) nothing is synced, as a single process's
 //! restore syncs nothing: each write is every process's to read as soon as it is made. Where
-//! one does not (a folder shared between hosts), each process syncs what it wrote before the
-//! barrier, and task 0 syncs the file before renaming it, so that no reader on any host sees
-//! `--out` before its bytes.
+//! one does not (a folder shared between hosts), each process that does not syncs what it
+//! wrote before the barrier, and task 0 syncs the file before renaming it (which covers the
+//! writes made through its page cache), so that no reader on any host sees `--out` before its
+//! bytes.
 //!
 //! A failure anywhere aborts the rendezvous with its line, so every process fails; the
 //! temporary file is deleted and `--out` is left as it was.
@@ -291,7 +293,9 @@ fn share_file(
     const SAME_PAGES: i32 = 2;
     let number = |value: i32| HostTensor::from_i32s(vec![1], &[value]).expect("one element");
     let number_of = |value: HostTensor| match value.bytes() {
-        Some(&[a, b, c, d]) => i32::from_le_bytes([a, b, c, d]),
+        Some(&[a, b, c, d]) => Some(i32::from_le_bytes([a, b, c, d]))
+            .filter(|number| (NOT..=SAME_PAGES).contains(number))
+            .unwrap_or(NOT),
         _ => NOT,
     };
     if task == 0 {
@@ -341,15 +345,18 @@ fn share_file(
         file,
         path,
         owned: false,
-        synced: shared == REACHED,
+        // What this process wrote through task 0's own pages, task 0's sync covers.
+        synced: shared == REACHED && said == REACHED,
     }))
 }
 
 /// Which file an open file is, to the kernel that opened it: the kernel's boot id (new at
-/// every boot of every machine), the file's device and inode. Two processes holding files of
-/// one identity hold one inode of one kernel, whose pages they share: what one writes the
-/// other reads, with no sync between. `None` where the kernel does not say its boot id (not
-/// Linux): the file is then taken as another kernel's.
+/// every boot of every machine) and host name, the file's device and inode. Two processes
+/// holding files of one identity hold one inode of one kernel, whose pages they share: what
+/// one writes the other reads, with no sync between. (Two virtual machines resumed from one
+/// memory snapshot share a boot id: their host names tell them apart, unless those are the
+/// same too.) `None` where the kernel does not say its boot id (not Linux): the file is then
+/// taken as another kernel's.
 #[derive(Debug, PartialEq, Eq)]
 struct Identity(String);
 
@@ -357,9 +364,10 @@ impl Identity {
     fn of(file: &File) -> Option<Identity> {
         use std::os::unix::fs::MetadataExt;
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let meta = file.metadata().ok()?;
-        let boot = boot.trim();
-        (!boot.is_empty()).then(|| Identity(format!("{boot} {} {}", meta.dev(), meta.ino())))
+        let (boot, host) = (boot.trim(), host.trim());
+        (!boot.is_empty()).then(|| Identity(format!("{boot} {host} {} {}", meta.dev(), meta.ino())))
     }
 }
 
@@ -503,6 +511,7 @@ mod tests {
 
     /// One file opened twice is one identity (one inode of this kernel); another file is
     /// another.
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_file_opened_twice_is_one_identity() {
         let dir = tempfile::tempdir().unwrap();
@@ -516,7 +525,8 @@ mod tests {
 
     /// Task 0 and another process on this kernel share the file's pages and sync nothing; a
     /// process that reaches the file on another kernel (played here by the test) makes both
-    /// sync, whichever of them it is.
+    /// sync, whichever of them it is; so does a task 0 that cannot say which file it is.
+    #[cfg(target_os = "linux")]
     #[test]
     fn only_processes_on_another_kernel_sync() {
         let dir = tempfile::tempdir().unwrap();
@@ -566,21 +576,21 @@ mod tests {
         // says so and syncs.
         let path = dir.path().join(".out.safetensors.tmp");
         std::fs::write(&path, vec![0; layout.len as usize]).unwrap();
-        let cluster = LocalRendezvous::new(2);
-        let zero = cluster.task(0).unwrap();
-        let one = std::thread::scope(|scope| {
-            let one = scope.spawn(|| share_file(&cluster.task(1).unwrap(), &out, &layout));
-            let identity = "another-kernel 1 2".as_bytes();
-            let sent = HostTensor::string_vector([path.as_os_str().as_bytes(), identity]);
-            zero.send(&key(0, 1, "file"), sent).unwrap();
-            assert_eq!(
-                said(zero.recv(&key(1, 0, "opened")).unwrap()),
-                1i32.to_le_bytes()
-            );
-            zero.send(&key(0, 1, "shared"), number(1)).unwrap();
-            one.join().unwrap().unwrap().unwrap()
-        });
-        assert!(one.synced);
+        for identity in ["another-kernel host 1 2", ""] {
+            let cluster = LocalRendezvous::new(2);
+            let zero = cluster.task(0).unwrap();
+            let one = std::thread::scope(|scope| {
+                let one = scope.spawn(|| share_file(&cluster.task(1).unwrap(), &out, &layout));
+                let identity = identity.as_bytes();
+                let sent = HostTensor::string_vector([path.as_os_str().as_bytes(), identity]);
+                zero.send(&key(0, 1, "file"), sent).unwrap();
+                let opened = said(zero.recv(&key(1, 0, "opened")).unwrap());
+                assert_eq!(opened, 1i32.to_le_bytes());
+                zero.send(&key(0, 1, "shared"), number(1)).unwrap();
+                one.join().unwrap().unwrap().unwrap()
+            });
+            assert!(one.synced, "task 0's identity {identity:?}");
+        }
     }
 
     /// Task 0's last step failing (its rename: `--out` ends in a slash) fails every task with

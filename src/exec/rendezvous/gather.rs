@@ -11,9 +11,8 @@
 //! and decoded from where it arrived. Task 0 receives them task by task, in order, and checks
 //! that every part fits the keys (names that are not UTF-8, batches that end before the keys
 //! do or go on past them), never waiting for a batch the last one said does not come. Every
-//! task then meets the
-//! others at a barrier, so a task that failed (and aborted the rendezvous, as every failure
-//! here does) fails them all.
+//! task then meets the others at a barrier, so a task that failed (and aborted the
+//! rendezvous, as every failure here does) fails them all.
 
 use saveplan_ir::DType;
 
@@ -24,7 +23,7 @@ use crate::exec::tensor::HostTensor;
 /// Values of this many bytes or more travel alone (a transport may send them without a copy,
 /// as MPI's does); smaller ones, and strings, travel in batches.
 const ALONE: usize = 64 << 10;
-/// A batch is sent once its values take this many bytes.
+/// A batch is handed out once its values take this many bytes and another value follows.
 const BATCH: usize = 4 << 20;
 
 /// Whether `value` travels alone.
@@ -407,12 +406,15 @@ mod tests {
                 || Ok(Vec::new()),
                 |_, _| Ok(()),
             );
-            drop(deadline);
+            // Task 1 waits at the barrier until task 0's abort, or the deadline's (its own).
             let heard = heard.join().expect("task 1 does not panic");
-            assert!(heard.is_err(), "task 1 was not told");
-            gathered
-                .expect_err("task 0 took what it should refuse")
-                .to_string()
+            drop(deadline);
+            let error = (gathered.expect_err("task 0 took what it should refuse")).to_string();
+            assert!(
+                matches!(heard, Err(RendezvousError::Aborted { task: 0, .. })),
+                "task 1 was not told by task 0: {heard:?}"
+            );
+            error
         })
     }
 

@@ -3,15 +3,17 @@
 
 use std::net::SocketAddr;
 
-/// Turns Nagle's algorithm off on this process's connections to the launcher's PMIx server
-/// (the addresses Open MPI's `mpirun` gives in `PMIX_SERVER_URI*`), before `MPI_Finalize`.
+/// Turns Nagle's algorithm off on this process's connections to the node's PMIx server
+/// (`mpirun`, or Open MPI's daemon on another node: the addresses Open MPI gives each process
+/// in `PMIX_SERVER_URI*`), before `MPI_Finalize`.
 ///
 /// PMIx's client talks to its server over loopback TCP with Nagle's algorithm on, and
 /// finalizing sends a few small requests in a row, one the server does not answer: the next
 /// is then held until the server's delayed acknowledgement, about 40 ms on Linux, in every
 /// rank. With the delay off, `MPI_Finalize` takes about 4 ms instead of 46
-/// (`docs/benchmarks.md`). Only the socket option changes: no byte is sent, and what is not a
-/// TCP connection to that server (or a launcher that gives no such address) is left as it is.
+/// (`docs/benchmarks.md`). Only the socket option changes ([`crate::process::tcp_without_delay_to`]),
+/// and what is not a TCP connection to that server (or a launcher that gives no such address)
+/// is left as it is.
 #[cfg(feature = "mpi")]
 pub(super) fn links_without_delay() {
     let servers = pmix_servers(std::env::vars_os());

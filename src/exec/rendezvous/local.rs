@@ -137,6 +137,7 @@ impl LocalTask {
 /// A pending abort of a [`LocalRendezvous`] ([`LocalTask::deadline`]); dropping it in time
 /// cancels it.
 #[derive(Debug)]
+#[must_use = "a deadline dropped at once is cancelled"]
 pub struct Deadline {
     done: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -264,7 +265,8 @@ mod tests {
     fn a_deadline_aborts_a_wait_unless_dropped_in_time() {
         let cluster = LocalRendezvous::new(2);
         let (zero, one) = (cluster.task(0).unwrap(), cluster.task(1).unwrap());
-        drop(one.deadline(Duration::from_secs(600), "too late"));
+        let cancelled = one.deadline(Duration::from_millis(200), "too late");
+        drop(cancelled); // joins its thread: had it not been cancelled, it would have aborted
         assert!(cluster.aborted().is_none());
         let _deadline = one.deadline(Duration::from_millis(50), "the deadline passed");
         let key = RendezvousKey::new(1, 0, "never");
