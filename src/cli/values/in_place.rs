@@ -509,6 +509,26 @@ mod tests {
         assert!(hidden.is_empty(), "{hidden:?}");
     }
 
+    /// One float32[4] `w`, written by task 1: the smallest layout of an in-place write.
+    fn one_vector() -> [(&'static str, Described); 1] {
+        let w = Described {
+            dtype: Dtype::F32,
+            shape: vec![4],
+            len: 16,
+        };
+        [("w", w)]
+    }
+
+    /// The key of `share_file`'s message `what` from `src` to `dst`.
+    fn out_key(src: usize, dst: usize, what: &str) -> RendezvousKey {
+        RendezvousKey::new(src, dst, format!("saveplan/out/{what}"))
+    }
+
+    /// An answer of `share_file`'s exchange, as sent.
+    fn answer(value: i32) -> HostTensor {
+        HostTensor::from_i32s(vec![1], &[value]).unwrap()
+    }
+
     /// One file opened twice is one identity (one inode of this kernel); another file is
     /// another.
     #[cfg(target_os = "linux")]
@@ -531,19 +551,9 @@ mod tests {
     fn only_processes_on_another_kernel_sync() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.safetensors");
-        let described = [(
-            "w",
-            Described {
-                dtype: Dtype::F32,
-                shape: vec![4],
-                len: 16,
-            },
-        )];
+        let described = one_vector();
         let layout = Layout::new(&described, vec![Some(1)]).expect("a layout");
-        let key = |src: usize, dst: usize, what: &str| {
-            RendezvousKey::new(src, dst, format!("saveplan/out/{what}"))
-        };
-        let number = |value: i32| HostTensor::from_i32s(vec![1], &[value]).unwrap();
+        let key = out_key;
         let said = |value: HostTensor| value.bytes().unwrap().to_vec();
         // Both on this kernel.
         let cluster = LocalRendezvous::new(2);
@@ -564,7 +574,7 @@ mod tests {
             let zero = scope.spawn(|| share_file(&cluster.task(0).unwrap(), &out, &layout));
             let sent = other.recv(&key(0, 1, "file")).unwrap();
             assert_eq!(sent.strings().unwrap().len(), 2, "a path and an identity");
-            other.send(&key(1, 0, "opened"), number(1)).unwrap();
+            other.send(&key(1, 0, "opened"), answer(1)).unwrap();
             assert_eq!(
                 said(other.recv(&key(0, 1, "shared")).unwrap()),
                 1i32.to_le_bytes()
@@ -586,11 +596,57 @@ mod tests {
                 zero.send(&key(0, 1, "file"), sent).unwrap();
                 let opened = said(zero.recv(&key(1, 0, "opened")).unwrap());
                 assert_eq!(opened, 1i32.to_le_bytes());
-                zero.send(&key(0, 1, "shared"), number(1)).unwrap();
+                zero.send(&key(0, 1, "shared"), answer(1)).unwrap();
                 one.join().unwrap().unwrap().unwrap()
             });
             assert!(one.synced, "task 0's identity {identity:?}");
         }
+    }
+
+    /// Three tasks, task 2 (played by the test) reaching task 0's file from another kernel:
+    /// task 0 syncs before its rename, task 1, writing through task 0's pages, does not. An
+    /// answer that is none of the three counts as "not reached" (the gather then), and a
+    /// message from task 0 without the file's identity is refused.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_process_on_another_kernel_makes_task_0_sync_not_its_neighbours() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.safetensors");
+        let described = one_vector();
+        let layout = Layout::new(&described, vec![Some(1)]).expect("a layout");
+        let key = out_key;
+        for (told, reached) in [(1, true), (7, false), (-1, false)] {
+            let cluster = LocalRendezvous::new(3);
+            let two = cluster.task(2).unwrap();
+            let (zero, one) = std::thread::scope(|scope| {
+                let zero = scope.spawn(|| share_file(&cluster.task(0).unwrap(), &out, &layout));
+                let one = scope.spawn(|| share_file(&cluster.task(1).unwrap(), &out, &layout));
+                two.recv(&key(0, 2, "file")).unwrap();
+                two.send(&key(2, 0, "opened"), answer(told)).unwrap();
+                two.recv(&key(0, 2, "shared")).unwrap();
+                let zero = zero.join().unwrap().unwrap();
+                (zero, one.join().unwrap().unwrap())
+            });
+            match (zero, one) {
+                (Some(zero), Some(one)) if reached => assert!(zero.synced && !one.synced),
+                (None, None) if !reached => {}
+                _ => panic!("answer {told}: not the file every task opened, or not none"),
+            }
+        }
+        // Task 0's message as it was before the identity: a path alone.
+        let cluster = LocalRendezvous::new(2);
+        let zero = cluster.task(0).unwrap();
+        let sent = HostTensor::string_vector([out.as_os_str().as_bytes()]);
+        zero.send(&key(0, 1, "file"), sent).unwrap();
+        let Err(error) = share_file(&cluster.task(1).unwrap(), &out, &layout) else {
+            panic!("a message without the identity taken");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("task 0 sent no file name for --out"),
+            "{error}"
+        );
     }
 
     /// Task 0's last step failing (its rename: `--out` ends in a slash) fails every task with

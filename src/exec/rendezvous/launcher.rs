@@ -37,9 +37,8 @@ fn pmix_servers(
 fn pmix_addresses(uri: &str) -> Vec<SocketAddr> {
     (uri.split(';'))
         .filter_map(|part| {
-            let address = (part.strip_prefix("tcp4://"))
-                .or_else(|| part.strip_prefix("tcp6://"))
-                .or_else(|| part.strip_prefix("tcp://"))?;
+            let address =
+                (part.strip_prefix("tcp4://")).or_else(|| part.strip_prefix("tcp6://"))?;
             address.parse().ok()
         })
         .collect()
