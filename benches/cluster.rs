@@ -2,7 +2,7 @@
 //! spread over N tasks, run under `mpirun -n N … --cluster mpi` (one process per task, meeting
 //! through MPI) against the same command in one process (every task on a thread of its own,
 //! meeting in memory), in the same run, on the same bytes. Also the rendezvous's round trip
-//! (`examples/mpi_rendezvous --latency`, built here) and `mpirun -n N true`, the launcher's
+//! and what an idle one costs (`examples/mpi_rendezvous --latency` and `--idle`, built here) and `mpirun -n N true`, the launcher's
 //! own fixed cost, which every MPI row includes. Then a framework's steady state:
 //! `examples/cluster_saves` (built here) makes one session per process and saves several
 //! times; its median save and the making of its session, under `mpirun` against one process,
@@ -457,23 +457,27 @@ fn steady(
     (one, many)
 }
 
-/// Builds `examples/mpi_rendezvous` and prints its round trips on 2 ranks.
+/// Builds `examples/mpi_rendezvous` and prints its round trips on 2 ranks, then what each of
+/// the 2 ranks' processes spends a second with its rendezvous idle.
 fn latency(options: &Options) {
-    let output = match build_example("mpi_rendezvous") {
-        Some(example) => Command::new("mpirun")
-            .args(mpirun_args(2, options))
-            .arg(example)
-            .arg("--latency")
+    let example = build_example("mpi_rendezvous");
+    for (mode, what) in [("--latency", "round trip"), ("--idle", "idle cost")] {
+        let output = example.as_ref().and_then(|example| {
+            (Command::new("mpirun")
+                .args(mpirun_args(2, options))
+                .arg(example)
+                .arg(mode))
             .output()
-            .ok(),
-        _ => None,
-    };
-    match output {
-        Some(output) if output.status.success() => print!(
-            "  rendezvous (MPI, 2 ranks), {}",
-            String::from_utf8_lossy(&output.stdout)
-        ),
-        _ => println!("  rendezvous round trip: not measured (the example did not build or run)"),
+            .ok()
+        });
+        match output {
+            Some(output) if output.status.success() => {
+                for line in String::from_utf8_lossy(&output.stdout).lines() {
+                    println!("  rendezvous (MPI, 2 ranks), {line}");
+                }
+            }
+            _ => println!("  rendezvous {what}: not measured (the example did not build or run)"),
+        }
     }
 }
 

@@ -10,7 +10,10 @@
 //! and with `--fail R` it aborts with a reason and exits 1: `tests/mpi/run.sh` checks that
 //! every rank is gone within 30 s either way, and that on `--fail` each names the failed task.
 //! With `--latency` (2 ranks or more) ranks 0 and 1 bounce values and rank 0 prints the median
-//! round trip of a 4-byte value and the rate of a 64 MiB one. With `--big` (2 ranks or more)
+//! round trip of a 4-byte value and the rate of a 64 MiB one. With `--idle` every rank meets
+//! the others, leaves its rendezvous idle for 2 s and prints what its process spent a second
+//! meanwhile (its MPI progress thread's): `idle: task T: C ms of CPU and S context switches a
+//! second`. With `--big` (2 ranks or more)
 //! rank 0 sends rank 1 a value of 1 GiB and 5 bytes, past the largest MPI message, and rank 1
 //! sends it back: both check every byte, and rank 0 prints `big value: … bytes there and back`.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // an example program's report
@@ -29,6 +32,23 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args == ["--latency"] {
         let code = latency(&rendezvous);
+        drop(rendezvous);
+        std::process::exit(code);
+    }
+    if args == ["--idle"] {
+        let code = match idle(&rendezvous) {
+            Ok((cpu, switches)) => {
+                println!(
+                    "idle: task {task}: {:.1} ms of CPU and {switches:.0} context switches a second",
+                    cpu * 1e3
+                );
+                0
+            }
+            Err(error) => {
+                say(&format!("error: {error}"));
+                1
+            }
+        };
         drop(rendezvous);
         std::process::exit(code);
     }
@@ -92,6 +112,34 @@ fn failure_drill(rendezvous: &MpiRendezvous, mode: &str, rank: usize) -> i32 {
 fn say(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// What this process spends a second while its rendezvous is idle for 2 s (after a barrier,
+/// its other threads asleep): CPU seconds and context switches, voluntary or not. Every task
+/// meets the others again before it returns.
+fn idle(rendezvous: &MpiRendezvous) -> Result<(f64, f64), String> {
+    const IDLE: f64 = 2.0;
+    rendezvous.barrier().map_err(|e| e.to_string())?;
+    let before = usage();
+    std::thread::sleep(std::time::Duration::from_secs_f64(IDLE));
+    let after = usage();
+    rendezvous.barrier().map_err(|e| e.to_string())?;
+    Ok(((after.0 - before.0) / IDLE, (after.1 - before.1) / IDLE))
+}
+
+/// This process's CPU seconds (user and system) and context switches so far.
+fn usage() -> (f64, f64) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` fills the struct it is handed; a zeroed one is valid either way.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 * 1e-6;
+    (
+        seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        (usage.ru_nvcsw + usage.ru_nivcsw) as f64,
+    )
 }
 
 /// Ranks 0 and 1 bounce one value of 1 GiB and 5 bytes (two MPI messages each way: the

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SAVEPLAN_KILL_ROUNDS: how many kill -9 rounds (default 6).
 # The MPI suite: builds saveplan with the `mpi` feature and runs, under Open MPI's `mpirun`,
-# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks and a value
-# over 1 GiB (MPI messages in parts) on 2, then
+# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks, a value
+# over 1 GiB (MPI messages in parts) and what an idle rendezvous costs on 2, then
 # `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
 # (one rank per task: the same files and the same --out as one process), of object specs
 # (tests/mpi/objects*.json: the same files, report, --out and --expect outcome), `restore --out`
@@ -56,6 +56,16 @@ big_value() {
         || { echo "$out"; return 1; }
 }
 check "a value over 1 GiB crosses MPI in parts, byte for byte" big_value
+# An idle rendezvous sleeps: over 2 s with nothing to do, each rank's MPI progress thread wakes
+# a few hundred times a second at most (it once looked at MPI every 100 µs: about 5,000 context
+# switches and 0.15 s of CPU a second, each rank, for as long as the rendezvous lived).
+idle_cost() {
+    local out
+    out="$(mpirun_ -n 2 "$example" --idle 2>&1)" || { echo "$out"; return 1; }
+    awk '/^idle: task [0-9]+: / { seen++; if ($4 + 0 >= 60 || $9 + 0 >= 1000) bad++ }
+         END { exit !(seen == 2 && !bad) }' <<<"$out" || { echo "$out"; return 1; }
+}
+check "an idle rendezvous costs under 60 ms of CPU and 1,000 context switches a second" idle_cost
 
 # A rank that fails makes every rank say so in one line and exit 1; a rank killed outright
 # makes mpirun end the others. Either way everything is gone within 30 s.

@@ -4,7 +4,11 @@
 //! (`MPI_THREAD_FUNNELED` is all it asks of the library). The run's threads hand it outgoing
 //! messages through a channel and wait on a mailbox it fills; it posts every send as a
 //! non-blocking `MPI_Isend` and keeps receiving whatever arrives, so two tasks sending large
-//! values to each other at once never wait on each other. Messages are tagged:
+//! values to each other at once never wait on each other. With nothing to do it sleeps between
+//! looks at MPI, longer the longer nothing happens, as far as what it watches for allows
+//! ([`Watching`]): 100 µs at most while a message is in flight, 1 ms while a thread of the run
+//! waits for one, 10 ms when none does (a thread that starts waiting wakes it), so that an
+//! idle rendezvous costs a framework's process next to nothing. Messages are tagged:
 //!
 //! * `DATA`: a value in the [`super::wire`] form, split into parts of at most 1 GiB (MPI counts
 //!   are 32-bit); each part starts with the whole message's length, and parts from one sender
@@ -80,6 +84,8 @@ struct State {
     mailbox: HashMap<(usize, String), HostTensor>,
     /// Receives waiting for their value ([`Rendezvous::recv_async`]), by sender and name.
     waiting: HashMap<(usize, String), RecvDone>,
+    /// Threads of the run blocked in [`Rendezvous::recv`] or [`Rendezvous::barrier`].
+    blocked: usize,
     /// The first abort seen (this task's or a peer's).
     aborted: Option<(usize, String)>,
     /// Barriers released so far.
@@ -156,6 +162,9 @@ enum Command {
         reason: String,
     },
     Barrier,
+    /// Nothing to do but look at MPI again at once: a thread of the run has started waiting
+    /// for what arrives (the thread may be asleep for a while when nothing was awaited).
+    Wake,
     Shutdown,
 }
 
@@ -199,6 +208,33 @@ impl MpiRendezvous {
             .send(command)
             .map_err(|_| RendezvousError::Transport("the MPI progress thread has stopped".into()))
     }
+
+    /// Blocks until `ready` gives an answer from the state, counted in [`State::blocked`] while
+    /// it waits, and the progress thread woken as the wait starts so that it looks at MPI as a
+    /// waiting thread needs ([`Command::Wake`]).
+    fn wait_until<T>(
+        &self,
+        mut ready: impl FnMut(&mut State) -> Option<Result<T, RendezvousError>>,
+    ) -> Result<T, RendezvousError> {
+        let mut state = lock(&self.shared.state);
+        let mut blocked = false;
+        let answer = loop {
+            if let Some(answer) = ready(&mut state) {
+                break answer;
+            }
+            if !blocked {
+                blocked = true;
+                state.blocked += 1;
+                // A stopped thread has set `failed`, which the next round reports.
+                let _ = self.command(Command::Wake);
+            }
+            state = self.shared.wait(state);
+        };
+        if blocked {
+            state.blocked -= 1;
+        }
+        answer
+    }
 }
 
 impl Rendezvous for MpiRendezvous {
@@ -238,14 +274,10 @@ impl Rendezvous for MpiRendezvous {
     fn recv(&self, key: &RendezvousKey) -> Result<HostTensor, RendezvousError> {
         check_recv(key, self.task, self.n_tasks)?;
         let wanted = (key.src, key.tensor.clone());
-        let mut state = lock(&self.shared.state);
-        loop {
-            state.check()?;
-            if let Some(value) = state.mailbox.remove(&wanted) {
-                return Ok(value);
-            }
-            state = self.shared.wait(state);
-        }
+        self.wait_until(|state| match state.check() {
+            Err(err) => Some(Err(err)),
+            Ok(()) => state.mailbox.remove(&wanted).map(Ok),
+        })
     }
 
     fn barrier(&self) -> Result<(), RendezvousError> {
@@ -255,14 +287,12 @@ impl Rendezvous for MpiRendezvous {
             state.released + 1
         };
         self.command(Command::Barrier)?;
-        let mut state = lock(&self.shared.state);
-        loop {
+        self.wait_until(|state| {
             if state.released >= target {
-                return Ok(());
+                return Some(Ok(()));
             }
-            state.check()?;
-            state = self.shared.wait(state);
-        }
+            state.check().err().map(Err)
+        })
     }
 
     fn recv_async(&self, key: &RendezvousKey, done: RecvDone) -> Result<(), RecvDone> {
@@ -278,6 +308,9 @@ impl Rendezvous for MpiRendezvous {
                 Some(value) => Ok(value),
                 None => {
                     state.waiting.insert(wanted, done);
+                    drop(state);
+                    // As in `wait_until`: a stopped thread has failed the rendezvous.
+                    let _ = self.command(Command::Wake);
                     return Ok(());
                 }
             },
@@ -370,9 +403,9 @@ fn progress_thread(
     };
     let mut idle = 0u32;
     loop {
-        // Waits for the run's next command only as long as the backoff says, so that what
-        // arrives from MPI is still looked at every 100 µs at the latest.
-        let command = match wait(idle) {
+        // Waits for the run's next command only as long as the backoff says (what arrives
+        // from MPI is looked at again after that).
+        let command = match wait(idle, || mover.watching()) {
             None => commands
                 .try_recv()
                 .map_err(|error| error == TryRecvError::Disconnected),
@@ -399,9 +432,26 @@ fn progress_thread(
     drop(universe);
 }
 
+/// What the progress thread watches MPI for, which says how long it may sleep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watching {
+    /// A message of ours in flight (a send posted, a message partly received): MPI moves it
+    /// only as the thread calls it, so it looks again within 100 µs, as it always did.
+    Transfer,
+    /// A thread of the run waits for a value or a barrier: what arrives is seen within a
+    /// small part of the time already waited (the sleeps grow 1 µs a round, up to 1 ms: after
+    /// a wait of T µs, about √(2T) µs; 140 µs into a wait of 10 ms).
+    Awaited,
+    /// Nothing: all that may come is a peer's abort or a value no thread waits for yet (a
+    /// thread that starts waiting wakes the progress thread at once, [`Command::Wake`]),
+    /// so the sleeps grow 10 µs a round, up to 10 ms.
+    Nothing,
+}
+
 /// How long the progress thread may wait for a command after `idle` rounds with nothing to
-/// do: not at all at first (spinning, then yielding), then 1 µs more each round up to 100 µs.
-fn wait(idle: u32) -> Option<Duration> {
+/// do: not at all at first (spinning, then yielding), then longer each round, as far as what
+/// it is `watching` for allows ([`Watching`], asked only once the thread would sleep).
+fn wait(idle: u32, watching: impl FnOnce() -> Watching) -> Option<Duration> {
     match idle {
         0..=64 => {
             std::hint::spin_loop();
@@ -411,7 +461,15 @@ fn wait(idle: u32) -> Option<Duration> {
             std::thread::yield_now();
             None
         }
-        _ => Some(Duration::from_micros(u64::from((idle - 256).min(100)))),
+        _ => {
+            let rounds = u64::from(idle - 256);
+            let micros = match watching() {
+                Watching::Transfer => rounds.min(100),
+                Watching::Awaited => rounds.min(1_000),
+                Watching::Nothing => (rounds * 10).min(10_000),
+            };
+            Some(Duration::from_micros(micros))
+        }
     }
 }
 
@@ -432,6 +490,18 @@ struct Mover {
 }
 
 impl Mover {
+    /// What this task waits on MPI for now ([`wait`]).
+    fn watching(&self) -> Watching {
+        if !(self.posted.is_empty() && self.partial.is_empty() && self.bodies.is_empty()) {
+            return Watching::Transfer;
+        }
+        let state = lock(&self.shared.state);
+        match state.blocked > 0 || !state.waiting.is_empty() {
+            true => Watching::Awaited,
+            false => Watching::Nothing,
+        }
+    }
+
     fn command(&mut self, command: Command) {
         match command {
             Command::Send { dst, message } => self.post_message(dst, message),
@@ -474,7 +544,7 @@ impl Mover {
                     self.post(0, self.barriers.to_le_bytes().to_vec(), ARRIVE);
                 }
             }
-            Command::Shutdown => {}
+            Command::Wake | Command::Shutdown => {}
         }
     }
 
