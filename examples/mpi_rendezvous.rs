@@ -11,9 +11,10 @@
 //! every rank is gone within 30 s either way, and that on `--fail` each names the failed task.
 //! With `--latency` (2 ranks or more) ranks 0 and 1 bounce values and rank 0 prints the median
 //! round trip of a 4-byte value and the rate of a 64 MiB one. With `--idle` every rank meets
-//! the others, leaves its rendezvous idle for 2 s and prints what its process spent a second
-//! meanwhile (its MPI progress thread's): `idle: task T: C ms of CPU and S context switches a
-//! second`. With `--big` (2 ranks or more)
+//! the others, leaves its rendezvous idle for the 2 s that follow and prints what its process
+//! spent a second meanwhile (its MPI progress thread's and Open MPI's own threads'; the
+//! progress thread's sleeps still growing): `idle: task T: C ms of CPU and S context switches
+//! a second`. With `--big` (2 ranks or more)
 //! rank 0 sends rank 1 a value of 1 GiB and 5 bytes, past the largest MPI message, and rank 1
 //! sends it back: both check every byte, and rank 0 prints `big value: … bytes there and back`.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // an example program's report

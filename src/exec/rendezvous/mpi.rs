@@ -27,6 +27,7 @@
 //! other task of the job.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -76,6 +77,8 @@ impl std::fmt::Debug for MpiRendezvous {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// A [`Command::Wake`] is on its way to the progress thread: no need to send another.
+    wake_pending: AtomicBool,
 }
 
 #[derive(Default)]
@@ -209,6 +212,15 @@ impl MpiRendezvous {
             .map_err(|_| RendezvousError::Transport("the MPI progress thread has stopped".into()))
     }
 
+    /// Has the progress thread look at MPI at once ([`Command::Wake`]), unless a wake is on its
+    /// way already. A thread that has stopped set `failed` before it stopped ([`Stopped`]),
+    /// which whoever waits is told.
+    fn wake_progress(&self) {
+        if !self.shared.wake_pending.swap(true, Ordering::SeqCst) {
+            let _ = self.command(Command::Wake);
+        }
+    }
+
     /// Blocks until `ready` gives an answer from the state, counted in [`State::blocked`] while
     /// it waits, and the progress thread woken as the wait starts so that it looks at MPI as a
     /// waiting thread needs ([`Command::Wake`]).
@@ -225,8 +237,7 @@ impl MpiRendezvous {
             if !blocked {
                 blocked = true;
                 state.blocked += 1;
-                // A stopped thread has set `failed`, which the next round reports.
-                let _ = self.command(Command::Wake);
+                self.wake_progress();
             }
             state = self.shared.wait(state);
         };
@@ -309,8 +320,7 @@ impl Rendezvous for MpiRendezvous {
                 None => {
                     state.waiting.insert(wanted, done);
                     drop(state);
-                    // As in `wait_until`: a stopped thread has failed the rendezvous.
-                    let _ = self.command(Command::Wake);
+                    self.wake_progress();
                     return Ok(());
                 }
             },
@@ -379,6 +389,9 @@ fn progress_thread(
     commands: Receiver<Command>,
     ready: Sender<Result<(usize, usize), RendezvousError>>,
 ) {
+    // Dropped last of this function's own, before `commands`: a run's thread whose command
+    // cannot be sent finds the rendezvous failed.
+    let _stopped = Stopped(Arc::clone(&shared));
     let Some((universe, _threading)) = mpi::initialize_with_threading(Threading::Funneled) else {
         let _ = ready.send(Err(RendezvousError::Transport(
             "MPI is already initialized in this process".into(),
@@ -432,6 +445,19 @@ fn progress_thread(
     drop(universe);
 }
 
+/// Fails the rendezvous when the progress thread ends, however it ends (a panic too): every
+/// later call, every waiting thread and every waiting receive is then told, rather than left
+/// waiting for a thread that is gone. (Once the rendezvous is dropped nobody is left to tell.)
+struct Stopped(Arc<Shared>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.update(|state| {
+            (state.failed).get_or_insert_with(|| "the MPI progress thread has stopped".into());
+        });
+    }
+}
+
 /// What the progress thread watches MPI for, which says how long it may sleep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Watching {
@@ -440,7 +466,7 @@ enum Watching {
     Transfer,
     /// A thread of the run waits for a value or a barrier: what arrives is seen within a
     /// small part of the time already waited (the sleeps grow 1 µs a round, up to 1 ms: after
-    /// a wait of T µs, about √(2T) µs; 140 µs into a wait of 10 ms).
+    /// a wait of T µs, at most about √(2T) µs; 140 µs into a wait of 10 ms).
     Awaited,
     /// Nothing: all that may come is a peer's abort or a value no thread waits for yet (a
     /// thread that starts waiting wakes the progress thread at once, [`Command::Wake`]),
@@ -544,7 +570,8 @@ impl Mover {
                     self.post(0, self.barriers.to_le_bytes().to_vec(), ARRIVE);
                 }
             }
-            Command::Wake | Command::Shutdown => {}
+            Command::Wake => self.shared.wake_pending.store(false, Ordering::SeqCst),
+            Command::Shutdown => {}
         }
     }
 
