@@ -5,6 +5,9 @@
 //! library decides for itself.
 
 use std::net::SocketAddr;
+use std::os::fd::{BorrowedFd, RawFd};
+
+use socket2::SockRef;
 
 /// Asks the kernel not to back this process's anonymous memory with transparent huge pages
 /// (`prctl(PR_SET_THP_DISABLE)`), whatever the allocator or the code advises. Returns whether
@@ -149,51 +152,28 @@ pub fn tcp_without_delay_to(servers: &[SocketAddr]) {
         let Some(fd) = (entry.file_name().to_str()).and_then(|name| name.parse().ok()) else {
             continue;
         };
-        if peer(fd).is_some_and(|peer| servers.contains(&peer)) {
-            let on: libc::c_int = 1;
-            // SAFETY: `setsockopt` reads `size_of::<c_int>()` bytes from `on`; a descriptor
-            // closed or reused meanwhile makes it fail or reach a socket that is then not
-            // the server's, either harmless for an option that only decides when bytes leave.
-            unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_NODELAY,
-                    (&raw const on).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+        if let Some(socket) = socket(fd)
+            && peer(&socket).is_some_and(|peer| servers.contains(&peer))
+        {
+            let _ = SockRef::from(&socket).set_tcp_nodelay(true);
         }
     }
 }
 
-/// The address of the peer of descriptor `fd`, when it is a connected IPv4 or IPv6 socket.
-fn peer(fd: libc::c_int) -> Option<SocketAddr> {
-    // SAFETY: all-zero bytes are a valid `sockaddr_storage`.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: `getpeername` writes at most `len` bytes into `storage` and the length into
-    // `len`; any descriptor number is allowed (it fails on what is not a connected socket).
-    let got = unsafe { libc::getpeername(fd, (&raw mut storage).cast(), &mut len) };
-    if got != 0 {
-        return None;
-    }
-    match libc::c_int::from(storage.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says `storage` holds a `sockaddr_in`, which fits in it.
-            let v4 = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in>() };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(v4.sin_port))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says `storage` holds a `sockaddr_in6`, which fits in it.
-            let v6 = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in6>() };
-            // An IPv4 peer of an IPv6 socket (`::ffff:a.b.c.d`) is said as IPv4.
-            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr).to_canonical();
-            Some(SocketAddr::new(ip, u16::from_be(v6.sin6_port)))
-        }
-        _ => None,
-    }
+/// Descriptor `fd` of this process, borrowed to be asked about as a socket.
+fn socket(fd: RawFd) -> Option<BorrowedFd<'static>> {
+    // SAFETY: `fd` is not -1 and was open when `/proc/self/fd` listed it; one closed or
+    // reused since makes the calls on it fail, or reach a socket that is then not the
+    // server's: harmless for reading its peer and for an option that only decides when bytes
+    // leave.
+    (fd >= 0).then(|| unsafe { BorrowedFd::borrow_raw(fd) })
+}
+
+/// The address of the peer of `socket`, when it is a connected IPv4 or IPv6 socket; an IPv4
+/// peer of an IPv6 socket (`::ffff:a.b.c.d`) is said as IPv4.
+fn peer(socket: &BorrowedFd<'_>) -> Option<SocketAddr> {
+    let peer = SockRef::from(socket).peer_addr().ok()?.as_socket()?;
+    Some(SocketAddr::new(peer.ip().to_canonical(), peer.port()))
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -320,15 +300,13 @@ mod tests {
         let to_server = TcpStream::connect(server.local_addr().unwrap()).unwrap();
         let to_other = TcpStream::connect(other.local_addr().unwrap()).unwrap();
         assert!(!to_server.nodelay().unwrap() && !to_other.nodelay().unwrap());
-        assert_eq!(
-            peer(std::os::fd::AsRawFd::as_raw_fd(&to_server)),
-            Some(server.local_addr().unwrap())
-        );
+        let fd = |stream: &dyn std::os::fd::AsRawFd| socket(stream.as_raw_fd()).unwrap();
+        assert_eq!(peer(&fd(&to_server)), Some(server.local_addr().unwrap()));
         tcp_without_delay_to(&[server.local_addr().unwrap()]);
         assert!(to_server.nodelay().unwrap());
         assert!(!to_other.nodelay().unwrap());
         // What is not a connected socket has no peer.
-        assert_eq!(peer(std::os::fd::AsRawFd::as_raw_fd(&server)), None);
-        assert_eq!(peer(-1), None);
+        assert_eq!(peer(&fd(&server)), None);
+        assert!(socket(-1).is_none());
     }
 }

@@ -83,10 +83,7 @@ pub fn write_in_place(session: &Session, out: &Path) -> anyhow::Result<bool> {
         // them), before the gather's barrier.
         let mine = session.values_where(|index| layout.writer[index] == Some(task))?;
         (layout.write(file.file(), &mine))
-            .and_then(|()| match file.synced {
-                true => file.file().sync_data(),
-                false => Ok(()),
-            })
+            .and_then(|()| file.sync(File::sync_data))
             .map_err(|err| cannot_write(out, &err))?;
         drop(mine);
         // The variables of the tensors written in place stay; one that a gathered tensor
@@ -253,15 +250,20 @@ impl OutFile {
         &self.file
     }
 
+    /// Runs `sync` on the file where writes are synced ([`OutFile::synced`]); else nothing.
+    fn sync(&self, sync: fn(&File) -> std::io::Result<()>) -> std::io::Result<()> {
+        match self.synced {
+            true => sync(&self.file),
+            false => Ok(()),
+        }
+    }
+
     /// Task 0: syncs the file (where writes are synced) and renames it over `out`, with the
     /// mode a new file gets.
     fn commit(&mut self, out: &Path) -> anyhow::Result<()> {
-        (match self.synced {
-            true => self.file.sync_all(),
-            false => Ok(()),
-        })
-        .and_then(|()| std::fs::rename(&self.path, out))
-        .map_err(|err| cannot_write(out, &err))?;
+        (self.sync(File::sync_all))
+            .and_then(|()| std::fs::rename(&self.path, out))
+            .map_err(|err| cannot_write(out, &err))?;
         self.owned = false;
         set_new_file_mode(out)
     }
@@ -509,18 +511,22 @@ mod tests {
         assert!(hidden.is_empty(), "{hidden:?}");
     }
 
-    /// One float32[4] `w`, written by task 1: the smallest layout of an in-place write.
-    fn one_vector() -> [(&'static str, Described); 1] {
+    /// A folder, an `--out` in it, and the smallest layout of an in-place write: one
+    /// float32[4] `w`, written by task 1.
+    fn one_vector_out() -> (tempfile::TempDir, PathBuf, Layout<'static>) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.safetensors");
         let w = Described {
             dtype: Dtype::F32,
             shape: vec![4],
             len: 16,
         };
-        [("w", w)]
+        let layout = Layout::new(&[("w", w)], vec![Some(1)]).expect("a layout");
+        (dir, out, layout)
     }
 
     /// The key of `share_file`'s message `what` from `src` to `dst`.
-    fn out_key(src: usize, dst: usize, what: &str) -> RendezvousKey {
+    fn key(src: usize, dst: usize, what: &str) -> RendezvousKey {
         RendezvousKey::new(src, dst, format!("saveplan/out/{what}"))
     }
 
@@ -549,11 +555,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn only_processes_on_another_kernel_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out.safetensors");
-        let described = one_vector();
-        let layout = Layout::new(&described, vec![Some(1)]).expect("a layout");
-        let key = out_key;
+        let (dir, out, layout) = one_vector_out();
         let said = |value: HostTensor| value.bytes().unwrap().to_vec();
         // Both on this kernel.
         let cluster = LocalRendezvous::new(2);
@@ -610,11 +612,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_process_on_another_kernel_makes_task_0_sync_not_its_neighbours() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("out.safetensors");
-        let described = one_vector();
-        let layout = Layout::new(&described, vec![Some(1)]).expect("a layout");
-        let key = out_key;
+        let (_dir, out, layout) = one_vector_out();
         for (told, reached) in [(1, true), (7, false), (-1, false)] {
             let cluster = LocalRendezvous::new(3);
             let two = cluster.task(2).unwrap();
