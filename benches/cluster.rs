@@ -17,7 +17,9 @@
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
 //! the best of `--repeat` runs (default 3), one process and MPI in turns, each after `sync`
-//! (no run pays for writing back what the run before it wrote); ratios are MPI over one process. Load averages
+//! (no run pays for writing back what the run before it wrote) and after removing, untimed,
+//! what its own side's last run wrote (so each side writes into the pages it freed); ratios
+//! are MPI over one process. Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). `--mpirun-env NAME=VALUE` sets an
@@ -125,8 +127,11 @@ fn main() {
                 ));
             };
             let save = |prefix: &Path, cluster: bool| {
-                let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
                 cli_run(save_args(&spec, &values, prefix), cluster);
+            };
+            // Each side's folder, emptied before its own save (outside the timing).
+            let clear = |prefix: &Path| {
+                let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
             };
             let restore = |prefix: &Path, cluster: bool| {
                 let args = vec![
@@ -142,14 +147,14 @@ fn main() {
             let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
             let (save_one, save_many) = best_in_turns(
                 options.repeat,
-                || save(&one_prefix, false),
-                || save(&many_prefix, true),
+                (|| clear(&one_prefix), || save(&one_prefix, false)),
+                (|| clear(&many_prefix), || save(&many_prefix, true)),
             );
             same_files(&dir.join("one"), &dir.join("many"));
             let (restore_one, restore_many) = best_in_turns(
                 options.repeat,
-                || restore(&one_prefix, false),
-                || restore(&many_prefix, true),
+                (|| {}, || restore(&one_prefix, false)),
+                (|| {}, || restore(&many_prefix, true)),
             );
             let ratio = |many: Duration, one: Duration| many.as_secs_f64() / one.as_secs_f64();
             println!(
@@ -190,23 +195,28 @@ fn main() {
     );
 }
 
-/// The best of `repeat` runs of `one` and of `many`, run in turns (one, many, one, …), so that
-/// a slow spell of the machine (its disk writing back, a neighbour on the host) falls on both
-/// alike rather than on all the runs of one. Before each run the page cache is written back
-/// ([`settle`]), so that no run pays for the writing back of the run before it.
+/// The best of `repeat` runs of `one` and of `many` (each a side's untimed clearing of what
+/// its previous run wrote, then its timed run), in turns (one, many, one, …), so that a slow
+/// spell of the machine (its disk writing back, a neighbour on the host) falls on both alike
+/// rather than on all the runs of one. Each side clears its own files right before its own
+/// run: the pages that frees are the ones its run writes into next, as warm for one side as
+/// for the other (this VM's fresh pages cost about 2 µs each to touch, docs/benchmarks.md).
+/// Before each run the page cache is written back ([`settle`]), so that no run pays for the
+/// writing back of the run before it.
 fn best_in_turns(
     repeat: usize,
-    mut one: impl FnMut(),
-    mut many: impl FnMut(),
+    mut one: (impl FnMut(), impl FnMut()),
+    mut many: (impl FnMut(), impl FnMut()),
 ) -> (Duration, Duration) {
-    let time = |run: &mut dyn FnMut()| {
+    let time = |clear: &mut dyn FnMut(), run: &mut dyn FnMut()| {
+        clear();
         settle();
         let start = std::time::Instant::now();
         run();
         start.elapsed()
     };
     (0..repeat.max(1))
-        .map(|_| (time(&mut one), time(&mut many)))
+        .map(|_| (time(&mut one.0, &mut one.1), time(&mut many.0, &mut many.1)))
         .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
             (a.min(x), b.min(y))
         })
@@ -257,13 +267,19 @@ fn start_up(cli: &Path, dir: &Path, ranks: usize, options: &Options) -> (Duratio
     let (spec, values) = (dir.join("start-up.json"), dir.join("start-up.safetensors"));
     std::fs::write(&spec, spec_text(ranks, &[1], ranks)).expect("write the spec");
     write_values(&values, ranks, &[1]);
+    let prefix = |cluster: bool| dir.join(if cluster { "start-many" } else { "start-one" });
+    let clear = |cluster: bool| {
+        let _ = std::fs::remove_dir_all(prefix(cluster));
+    };
     let save = |cluster: bool| {
-        let prefix = dir.join(if cluster { "start-many" } else { "start-one" });
-        let _ = std::fs::remove_dir_all(&prefix);
-        let mut args = save_args(&spec, &values, &prefix.join("ckpt"));
+        let mut args = save_args(&spec, &values, &prefix(cluster).join("ckpt"));
         run(&mut cli_command(cli, (ranks, options), cluster, &mut args));
     };
-    let times = best_in_turns(options.repeat, || save(false), || save(true));
+    let times = best_in_turns(
+        options.repeat,
+        (|| clear(false), || save(false)),
+        (|| clear(true), || save(true)),
+    );
     same_files(&dir.join("start-one"), &dir.join("start-many"));
     for folder in ["start-one", "start-many"] {
         let _ = std::fs::remove_dir_all(dir.join(folder));
@@ -408,7 +424,8 @@ struct Steady {
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
 /// processes), `saves` saves each, the best of `options.repeat` runs each, in turns as
-/// [`best_in_turns`] takes them; each turn's files are compared, then removed before the next.
+/// [`best_in_turns`] takes them: each side clears its own folder right before its run (so each
+/// writes into the pages its own last run freed); each turn's files are compared.
 fn steady(
     example: &Path,
     dir: &Path,
@@ -451,9 +468,9 @@ fn steady(
         measure(false, &mut one);
         measure(true, &mut many);
         same_files(&one_dir, &many_dir);
-        let _ = std::fs::remove_dir_all(&one_dir);
-        let _ = std::fs::remove_dir_all(&many_dir);
     }
+    let _ = std::fs::remove_dir_all(&one_dir);
+    let _ = std::fs::remove_dir_all(&many_dir);
     (one, many)
 }
 

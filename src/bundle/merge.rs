@@ -17,7 +17,7 @@ use super::journal::{self, unique_name};
 use super::proto::BundleEntryProto;
 use super::reader::{RawIndex, read_index_with};
 use super::sstable::{get_varint, put_varint};
-use super::writer::{WriteOptions, write_index};
+use super::writer::{EntryTable, WriteOptions, write_index};
 use super::{data_path, index_path};
 use crate::storage::local as fsops;
 
@@ -147,20 +147,13 @@ pub fn merge_bundles<P: AsRef<Path>>(
             return Err(BundleError::io(to, what, err));
         }
     }
-    let encoded: Vec<(Vec<u8>, Vec<u8>)> = merged
-        .into_iter()
-        .map(|(key, entry)| (key, entry.encode()))
-        .collect();
+    let mut encoded = EntryTable::default();
+    for (key, entry) in merged {
+        encoded.push_encoded(&key, |out| entry.encode_into(out));
+    }
     // The index is complete on disk before any data file moves (see above).
     let staged = unique_name(&index, ".merging");
-    write_index(
-        &staged,
-        total_shards as i32,
-        encoded
-            .iter()
-            .map(|(key, value)| (key.as_slice(), value.as_slice())),
-        options.write,
-    )?;
+    write_index(&staged, total_shards as i32, encoded.iter(), options.write)?;
     if let Err(err) = journal::commit(dest, &renames, &staged, options.write.fsync) {
         let _ = fsops::remove_file(&staged);
         return Err(err);
@@ -280,11 +273,11 @@ impl MergeEntry {
         }
     }
 
-    /// The entry's encoding.
-    fn encode(self) -> Vec<u8> {
+    /// Appends the entry's encoding to `out`.
+    fn encode_into(self, out: &mut Vec<u8>) {
         match self {
-            MergeEntry::Canonical(entry) => entry.encode(),
-            MergeEntry::Decoded(entry) => entry.encode_to_vec(),
+            MergeEntry::Canonical(entry) => entry.encode_into(out),
+            MergeEntry::Decoded(entry) => entry.encode(out).expect("a Vec grows as needed"),
         }
     }
 }
@@ -353,16 +346,14 @@ impl CanonicalEntry {
         })
     }
 
-    /// The bytes with the shard id as it is now.
-    fn encode(self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes.len() + 6);
+    /// Appends the entry's encoding, its `shard_id` field rewritten, to `out`.
+    fn encode_into(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.bytes[..self.shard_field.start]);
         if self.shard_id != 0 {
             out.push(3 << 3);
-            put_varint(&mut out, self.shard_id as u64);
+            put_varint(out, self.shard_id as u64);
         }
         out.extend_from_slice(&self.bytes[self.shard_field.end..]);
-        out
     }
 }
 
@@ -616,11 +607,9 @@ mod tests {
                     merged.shift_shard(base);
                     let mut shifted = entry.clone();
                     shifted.shard_id += base;
-                    assert_eq!(
-                        merged.encode(),
-                        shifted.encode_to_vec(),
-                        "{entry:?} + {base}"
-                    );
+                    let mut encoded = Vec::new();
+                    merged.encode_into(&mut encoded);
+                    assert_eq!(encoded, shifted.encode_to_vec(), "{entry:?} + {base}");
                     checked += 1;
                 }
             }
