@@ -18,8 +18,8 @@
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
 //! the best of `--repeat` runs (default 3), one process and MPI in turns, each after `sync`
 //! (no run pays for writing back what the run before it wrote) and after removing, untimed,
-//! what its own side's last run wrote (so each side writes into the pages it freed); ratios
-//! are MPI over one process. Load averages
+//! what its own side's last run wrote (so each side writes into the pages it freed; a first
+//! turn is not timed); ratios are MPI over one process. Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). `--mpirun-env NAME=VALUE` sets an
@@ -133,6 +133,8 @@ fn main() {
             let clear = |prefix: &Path| {
                 let _ = std::fs::remove_dir_all(prefix.parent().expect("in a folder"));
             };
+            // Each side restores into its own folder.
+            let restored = |prefix: &Path| prefix.with_file_name("out.safetensors");
             let restore = |prefix: &Path, cluster: bool| {
                 let args = vec![
                     "restore".into(),
@@ -140,9 +142,12 @@ fn main() {
                     "--prefix".into(),
                     prefix.as_os_str().to_owned(),
                     "--out".into(),
-                    dir.join("out.safetensors").into_os_string(),
+                    restored(prefix).into_os_string(),
                 ];
                 cli_run(args, cluster);
+            };
+            let unrestore = |prefix: &Path| {
+                let _ = std::fs::remove_file(restored(prefix));
             };
             let (one_prefix, many_prefix) = (dir.join("one/ckpt"), dir.join("many/ckpt"));
             let (save_one, save_many) = best_in_turns(
@@ -153,8 +158,8 @@ fn main() {
             same_files(&dir.join("one"), &dir.join("many"));
             let (restore_one, restore_many) = best_in_turns(
                 options.repeat,
-                (|| {}, || restore(&one_prefix, false)),
-                (|| {}, || restore(&many_prefix, true)),
+                (|| unrestore(&one_prefix), || restore(&one_prefix, false)),
+                (|| unrestore(&many_prefix), || restore(&many_prefix, true)),
             );
             let ratio = |many: Duration, one: Duration| many.as_secs_f64() / one.as_secs_f64();
             println!(
@@ -201,8 +206,9 @@ fn main() {
 /// rather than on all the runs of one. Each side clears its own files right before its own
 /// run: the pages that frees are the ones its run writes into next, as warm for one side as
 /// for the other (this VM's fresh pages cost about 2 µs each to touch, docs/benchmarks.md).
-/// Before each run the page cache is written back ([`settle`]), so that no run pays for the
-/// writing back of the run before it.
+/// A first turn is not timed: in it, the side that runs first would write into whatever the
+/// bench freed before. Before each run the page cache is written back ([`settle`]), so that
+/// no run pays for the writing back of the run before it.
 fn best_in_turns(
     repeat: usize,
     mut one: (impl FnMut(), impl FnMut()),
@@ -215,6 +221,8 @@ fn best_in_turns(
         run();
         start.elapsed()
     };
+    time(&mut one.0, &mut one.1);
+    time(&mut many.0, &mut many.1);
     (0..repeat.max(1))
         .map(|_| (time(&mut one.0, &mut one.1), time(&mut many.0, &mut many.1)))
         .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
@@ -424,8 +432,9 @@ struct Steady {
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
 /// processes), `saves` saves each, the best of `options.repeat` runs each, in turns as
-/// [`best_in_turns`] takes them: each side clears its own folder right before its run (so each
-/// writes into the pages its own last run freed); each turn's files are compared.
+/// [`best_in_turns`] takes them (a first turn untimed; each side clears its own folder right
+/// before its run, so each writes into the pages its own last run freed); each turn's files
+/// are compared.
 fn steady(
     example: &Path,
     dir: &Path,
@@ -464,6 +473,9 @@ fn steady(
         save: f64::INFINITY,
     };
     let (mut one, mut many) = (fresh(), fresh());
+    let mut untimed = fresh();
+    measure(false, &mut untimed);
+    measure(true, &mut untimed);
     for _ in 0..options.repeat.max(1) {
         measure(false, &mut one);
         measure(true, &mut many);

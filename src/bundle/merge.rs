@@ -147,7 +147,7 @@ pub fn merge_bundles<P: AsRef<Path>>(
             return Err(BundleError::io(to, what, err));
         }
     }
-    let mut encoded = EntryTable::default();
+    let mut encoded = EntryTable::with_capacity(merged.len());
     for (key, entry) in merged {
         encoded.push_encoded(&key, |out| entry.encode_into(out));
     }
@@ -607,9 +607,11 @@ mod tests {
                     merged.shift_shard(base);
                     let mut shifted = entry.clone();
                     shifted.shard_id += base;
-                    let mut encoded = Vec::new();
+                    // Appended after what the buffer holds.
+                    let mut encoded = vec![0xa5];
                     merged.encode_into(&mut encoded);
-                    assert_eq!(encoded, shifted.encode_to_vec(), "{entry:?} + {base}");
+                    assert_eq!(encoded[0], 0xa5);
+                    assert_eq!(encoded[1..], shifted.encode_to_vec(), "{entry:?} + {base}");
                     checked += 1;
                 }
             }

@@ -550,6 +550,14 @@ struct EntrySpan {
 }
 
 impl EntryTable {
+    /// A table with room for `entries` entries' spans.
+    pub(super) fn with_capacity(entries: usize) -> EntryTable {
+        EntryTable {
+            bytes: Vec::new(),
+            spans: Vec::with_capacity(entries),
+        }
+    }
+
     /// Appends `key` and `entry`, encoded.
     fn push(&mut self, key: &[u8], entry: &BundleEntryProto) {
         self.push_encoded(key, |out| {
@@ -557,11 +565,16 @@ impl EntryTable {
         });
     }
 
-    /// Appends `key` and the value `encode` appends to the buffer it is given.
+    /// Appends `key` and the value `encode` appends to the buffer it is given (it must only
+    /// append).
     pub(super) fn push_encoded(&mut self, key: &[u8], encode: impl FnOnce(&mut Vec<u8>)) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(key);
         encode(&mut self.bytes);
+        debug_assert!(
+            self.bytes.len() >= start + key.len(),
+            "`encode` only appends"
+        );
         self.spans.push(EntrySpan {
             start,
             key_len: key.len(),
