@@ -17,9 +17,12 @@
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
 //! the best of `--repeat` runs (default 3), one process and MPI in turns, each after `sync`
-//! (no run pays for writing back what the run before it wrote) and after removing, untimed,
-//! what its own side's last run wrote (so each side writes into the pages it freed; a first
-//! turn is not timed); ratios are MPI over one process. Load averages
+//! (no run pays for writing back what the run before it wrote) and then removing, untimed,
+//! what its own side's last run wrote (so each side writes into the pages it just freed; a
+//! first turn is not timed); the CLI rows' ratios are MPI over one process, then MPI less
+//! the start-up below over one process: a lower bound of what the work costs under MPI (a
+//! rank starts MPI on a thread of its own while it reads its spec, so part of the start-up
+//! is hidden in a real run, and taking all of it off takes off too much). Load averages
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). `--mpirun-env NAME=VALUE` sets an
@@ -92,6 +95,8 @@ fn main() {
     if saves_example.is_none() {
         println!("  one session saving several times: not measured (the example did not build)");
     }
+    // Each cluster size's start-up: what MPI adds before any work.
+    let mut start_ups = std::collections::BTreeMap::new();
     for &ranks in &options.ranks {
         let launcher = best_of(options.repeat, || {
             run(Command::new("mpirun")
@@ -106,6 +111,7 @@ fn main() {
             many.as_secs_f64(),
             many.as_secs_f64() - one.as_secs_f64(),
         );
+        start_ups.insert(ranks, many.saturating_sub(one));
     }
     for workload in &options.workloads {
         let (shape, count): (&[u64], usize) = match workload.as_str() {
@@ -161,9 +167,18 @@ fn main() {
                 (|| unrestore(&one_prefix), || restore(&one_prefix, false)),
                 (|| unrestore(&many_prefix), || restore(&many_prefix, true)),
             );
-            let ratio = |many: Duration, one: Duration| many.as_secs_f64() / one.as_secs_f64();
+            // MPI over one process, and the same less the start-up measured above: a lower
+            // bound of the work's ratio (part of the start-up overlaps the work).
+            let start_up = start_ups[&ranks];
+            let ratio = |many: Duration, one: Duration| {
+                let net = many.saturating_sub(start_up).as_secs_f64() / one.as_secs_f64();
+                format!(
+                    "{:.2}×; less the start-up, at least {net:.2}×",
+                    many.as_secs_f64() / one.as_secs_f64()
+                )
+            };
             println!(
-                "  {workload} ({count} × float32{shape:?}) on {ranks} tasks: save one process {:.3} s, MPI {:.3} s ({:.2}×); restore one process {:.3} s, MPI {:.3} s ({:.2}×)",
+                "  {workload} ({count} × float32{shape:?}) on {ranks} tasks: save one process {:.3} s, MPI {:.3} s ({}); restore one process {:.3} s, MPI {:.3} s ({})",
                 save_one.as_secs_f64(),
                 save_many.as_secs_f64(),
                 ratio(save_many, save_one),
@@ -200,34 +215,57 @@ fn main() {
     );
 }
 
-/// The best of `repeat` runs of `one` and of `many` (each a side's untimed clearing of what
-/// its previous run wrote, then its timed run), in turns (one, many, one, …), so that a slow
-/// spell of the machine (its disk writing back, a neighbour on the host) falls on both alike
-/// rather than on all the runs of one. Each side clears its own files right before its own
-/// run: the pages that frees are the ones its run writes into next, as warm for one side as
-/// for the other (this VM's fresh pages cost about 2 µs each to touch, docs/benchmarks.md).
-/// A first turn is not timed: in it, the side that runs first would write into whatever the
-/// bench freed before. Before each run the page cache is written back ([`settle`]), so that
-/// no run pays for the writing back of the run before it.
+/// The runs of `one` and of `many` (each a side's untimed clearing of what its previous run
+/// wrote, then its run), `repeat` turns of them (one, many, one, …), so that a slow spell of
+/// the machine (its disk writing back, a neighbour on the host) falls on both alike rather
+/// than on all the runs of one. Before each side's run the page cache is written back
+/// ([`settle`]), so that no run pays for the writing back of the run before it; then that
+/// side clears its own files, and its run starts at once: the pages freed are the ones its
+/// run writes into, as warm for one side as for the other. (On this VM pages free for a few
+/// seconds have gone back to the host and cost several times more to write into: `dd` of
+/// 512 MiB into a new file took 2.2 s the first time and 0.24–0.34 s right after the last
+/// copy's removal, docs/benchmarks.md. Clearing before the sync let the sync of the other
+/// side's writing age them, by a time that differed turn by turn.)
+/// A first turn is not kept: in it, the side that runs first would write into whatever the
+/// bench freed before.
+fn in_turns<T>(
+    repeat: usize,
+    mut one: (impl FnMut(), impl FnMut() -> T),
+    mut many: (impl FnMut(), impl FnMut() -> T),
+) -> Vec<(T, T)> {
+    fn side<T>(clear: &mut dyn FnMut(), run: &mut dyn FnMut() -> T) -> T {
+        settle();
+        clear();
+        run()
+    }
+    let mut turn = || {
+        let first = side(&mut one.0, &mut one.1);
+        (first, side(&mut many.0, &mut many.1))
+    };
+    turn();
+    (0..repeat.max(1)).map(|_| turn()).collect()
+}
+
+/// The best times of the runs of `one` and of `many`, [`in_turns`].
 fn best_in_turns(
     repeat: usize,
-    mut one: (impl FnMut(), impl FnMut()),
-    mut many: (impl FnMut(), impl FnMut()),
+    (one_clear, mut one_run): (impl FnMut(), impl FnMut()),
+    (many_clear, mut many_run): (impl FnMut(), impl FnMut()),
 ) -> (Duration, Duration) {
-    let time = |clear: &mut dyn FnMut(), run: &mut dyn FnMut()| {
-        clear();
-        settle();
+    let timed = |run: &mut dyn FnMut()| {
         let start = std::time::Instant::now();
         run();
         start.elapsed()
     };
-    time(&mut one.0, &mut one.1);
-    time(&mut many.0, &mut many.1);
-    (0..repeat.max(1))
-        .map(|_| (time(&mut one.0, &mut one.1), time(&mut many.0, &mut many.1)))
-        .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
-            (a.min(x), b.min(y))
-        })
+    in_turns(
+        repeat,
+        (one_clear, || timed(&mut one_run)),
+        (many_clear, || timed(&mut many_run)),
+    )
+    .into_iter()
+    .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
+        (a.min(x), b.min(y))
+    })
 }
 
 /// Writes every dirty page back to the disk (`sync`), outside the timing. A `big` run leaves
@@ -431,10 +469,9 @@ struct Steady {
 }
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
-/// processes), `saves` saves each, the best of `options.repeat` runs each, in turns as
-/// [`best_in_turns`] takes them (a first turn untimed; each side clears its own folder right
-/// before its run, so each writes into the pages its own last run freed); each turn's files
-/// are compared.
+/// processes), `saves` saves each, the best of `options.repeat` runs each, [`in_turns`]
+/// (each side empties its own folder right before its run); the last turn's files are
+/// compared.
 fn steady(
     example: &Path,
     dir: &Path,
@@ -443,10 +480,12 @@ fn steady(
 ) -> (Steady, Steady) {
     let spec = dir.join("spec.json");
     let (one_dir, many_dir) = (dir.join("one"), dir.join("many"));
-    let measure = |cluster: bool, best: &mut Steady| {
-        let out = if cluster { &many_dir } else { &one_dir };
+    let clear = |out: &Path| {
         let _ = std::fs::remove_dir_all(out);
         std::fs::create_dir_all(out).expect("the saves' folder");
+    };
+    let measure = |cluster: bool| {
+        let out = if cluster { &many_dir } else { &one_dir };
         let mut args: Vec<std::ffi::OsString> = vec![
             spec.clone().into_os_string(),
             out.clone().into_os_string(),
@@ -454,7 +493,6 @@ fn steady(
             saves.to_string().into(),
         ];
         let mut command = cli_command(example, (ranks, options), cluster, &mut args);
-        settle();
         let output = command.output().expect("run examples/cluster_saves");
         assert!(output.status.success(), "{command:?} failed");
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -465,25 +503,24 @@ fn steady(
                 .parse()
                 .expect("a number")
         };
-        best.session = best.session.min(number("session "));
-        best.save = best.save.min(number("median "));
+        Steady {
+            session: number("session "),
+            save: number("median "),
+        }
     };
-    let fresh = || Steady {
-        session: f64::INFINITY,
-        save: f64::INFINITY,
-    };
-    let (mut one, mut many) = (fresh(), fresh());
-    let mut untimed = fresh();
-    measure(false, &mut untimed);
-    measure(true, &mut untimed);
-    for _ in 0..options.repeat.max(1) {
-        measure(false, &mut one);
-        measure(true, &mut many);
-        same_files(&one_dir, &many_dir);
-    }
+    let turns = in_turns(
+        options.repeat,
+        (|| clear(&one_dir), || measure(false)),
+        (|| clear(&many_dir), || measure(true)),
+    );
+    same_files(&one_dir, &many_dir);
     let _ = std::fs::remove_dir_all(&one_dir);
     let _ = std::fs::remove_dir_all(&many_dir);
-    (one, many)
+    let best = |side: &dyn Fn(&(Steady, Steady)) -> &Steady| Steady {
+        session: (turns.iter().map(|turn| side(turn).session)).fold(f64::INFINITY, f64::min),
+        save: (turns.iter().map(|turn| side(turn).save)).fold(f64::INFINITY, f64::min),
+    };
+    (best(&|turn| &turn.0), best(&|turn| &turn.1))
 }
 
 /// Builds `examples/mpi_rendezvous` and prints its round trips on 2 ranks, then what each of

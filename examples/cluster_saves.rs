@@ -36,7 +36,8 @@ use saveplan::session::Plans;
 use saveplan::trace::LeftOut;
 
 fn main() {
-    // Small pages, as the `saveplan` binary has them (`process::disable_transparent_huge_pages`).
+    // Small pages, as the `saveplan` binary has them (`process::disable_transparent_huge_pages`;
+    // the binary turns them off before its first allocation, this example after).
     saveplan::process::disable_transparent_huge_pages();
     if let Err(error) = run() {
         eprintln!("error: {error}");

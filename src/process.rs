@@ -1,8 +1,9 @@
 //! Process-wide settings for programs that run saveplan. The library never applies them
 //! itself, but for one: [`tcp_without_delay_to`], which MPI's rendezvous applies, with no
 //! opt-out, to Open MPI's connections to the node's PMIx server before finalizing. The
-//! `saveplan` binary applies the others first thing in `main`, and a program embedding the
-//! library decides for itself.
+//! `saveplan` binary applies the others itself (huge pages off before its runtime's first
+//! allocation, from an `.init_array` initializer), and a program embedding the library
+//! decides for itself.
 
 use std::net::SocketAddr;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -18,9 +19,11 @@ use socket2::SockRef;
 /// (`MADV_HUGEPAGE`), so the kernel zeroes that memory 2 MiB at a time on first touch. On
 /// the 2-vCPU VM this project is measured on, that cost 2.6 s of system time for one setup
 /// against 0.8 s in 4 KiB pages, for the same bytes (436 huge page faults, against 200,000
-/// small ones). mimalloc's own switch (`MIMALLOC_ALLOW_THP=0`) is read when its first
-/// arena is reserved, before `main`, so it cannot be set from the program; the process-wide
-/// switch applies to memory already reserved as well.
+/// small ones). mimalloc's own switch (`MIMALLOC_ALLOW_THP=0`) is read from the environment
+/// as mimalloc starts, before `main`, so a program cannot set it for itself; the process-wide
+/// switch applies to memory already reserved as well. Called before `main` (the `saveplan`
+/// binary calls it from an `.init_array` initializer, before its runtime's first allocation)
+/// it must stay as it is: one system call, no allocation, no panic.
 ///
 /// It also turns off the huge pages the bundle reader asks for when it reads a large tensor
 /// into a fresh buffer; the reader still populates the buffer in one call.

@@ -383,7 +383,7 @@ impl Lease {
             .map_or(0, |now| (now + LEASE).as_secs());
         let owner = format!(
             "host {} pid {} id {}",
-            host_name(),
+            storage::local::host_name(),
             std::process::id(),
             unique_id()
         );
@@ -435,13 +435,6 @@ impl Lease {
     }
 }
 
-/// This machine's name (empty where it cannot be told).
-fn host_name() -> String {
-    crate::storage::local::read(Path::new("/proc/sys/kernel/hostname"))
-        .map(|name| String::from_utf8_lossy(&name).trim().to_string())
-        .unwrap_or_default()
-}
-
 /// Whether a lease's `owner` line names a process of this machine that is no longer running
 /// (a killed save: its lease need not run out).
 fn owner_is_gone(owner: &str) -> bool {
@@ -451,7 +444,7 @@ fn owner_is_gone(owner: &str) -> bool {
     else {
         return false;
     };
-    let here = host_name();
+    let here = storage::local::host_name();
     !here.is_empty()
         && host == here
         && pid

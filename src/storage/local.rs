@@ -1,7 +1,7 @@
 //! The local backend: the file operations that change the disk when a checkpoint is written,
 //! merged, recovered or deleted (every create, write, fsync, rename and delete of
 //! `bundle::writer`, `bundle::merge`, `bundle::journal`, `bundle::lock` and the state file goes
-//! through here), and positional reads.
+//! through here), positional reads, and this machine's name ([`host_name`]).
 //!
 //! In tests a thread-local failpoint (`failpoint`, compiled only under `cfg(test)`) can stop
 //! the thread at any of them: the operation and every later one fail without touching the
@@ -11,6 +11,15 @@
 
 use std::io::{self, Write};
 use std::path::Path;
+
+/// This machine's name as its kernel says it (`/proc/sys/kernel/hostname`), trimmed; empty
+/// where it cannot be told (not Linux). It names the machine of a save's lease owner, and the
+/// kernel of a file when the processes of a cluster ask whether they share its pages.
+pub fn host_name() -> String {
+    std::fs::read("/proc/sys/kernel/hostname")
+        .map(|name| String::from_utf8_lossy(&name).trim().to_string())
+        .unwrap_or_default()
+}
 
 /// Creates (or truncates) `path` for writing.
 pub(crate) fn create(path: &Path) -> io::Result<File> {

@@ -59,6 +59,9 @@ mod restore_out;
 mod run_cli;
 mod session;
 mod setup_perf;
+// Reads the binary's pages from /proc.
+#[cfg(target_os = "linux")]
+mod small_pages;
 mod spec_cli;
 mod storage;
 mod trace;

@@ -366,9 +366,9 @@ impl Identity {
     fn of(file: &File) -> Option<Identity> {
         use std::os::unix::fs::MetadataExt;
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host = saveplan::storage::local::host_name();
         let meta = file.metadata().ok()?;
-        let (boot, host) = (boot.trim(), host.trim());
+        let boot = boot.trim();
         (!boot.is_empty()).then(|| Identity(format!("{boot} {host} {} {}", meta.dev(), meta.ino())))
     }
 }

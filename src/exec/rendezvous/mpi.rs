@@ -222,10 +222,12 @@ impl MpiRendezvous {
     }
 
     /// Blocks until `ready` gives an answer from the state, counted in [`State::blocked`] while
-    /// it waits, and the progress thread woken as the wait starts so that it looks at MPI as a
-    /// waiting thread needs ([`Command::Wake`]).
+    /// it waits. As the wait starts (once counted, so that the progress thread, looking at MPI
+    /// at once, sees a thread waiting) the progress thread is sent `command` if there is one,
+    /// else woken ([`Command::Wake`]): any command has it look at MPI at once.
     fn wait_until<T>(
         &self,
+        mut command: Option<Command>,
         mut ready: impl FnMut(&mut State) -> Option<Result<T, RendezvousError>>,
     ) -> Result<T, RendezvousError> {
         let mut state = lock(&self.shared.state);
@@ -237,7 +239,14 @@ impl MpiRendezvous {
             if !blocked {
                 blocked = true;
                 state.blocked += 1;
-                self.wake_progress();
+                match command.take() {
+                    Some(command) => {
+                        if let Err(err) = self.command(command) {
+                            break Err(err);
+                        }
+                    }
+                    None => self.wake_progress(),
+                }
             }
             state = self.shared.wait(state);
         };
@@ -285,7 +294,7 @@ impl Rendezvous for MpiRendezvous {
     fn recv(&self, key: &RendezvousKey) -> Result<HostTensor, RendezvousError> {
         check_recv(key, self.task, self.n_tasks)?;
         let wanted = (key.src, key.tensor.clone());
-        self.wait_until(|state| match state.check() {
+        self.wait_until(None, |state| match state.check() {
             Err(err) => Some(Err(err)),
             Ok(()) => state.mailbox.remove(&wanted).map(Ok),
         })
@@ -297,8 +306,8 @@ impl Rendezvous for MpiRendezvous {
             state.check()?;
             state.released + 1
         };
-        self.command(Command::Barrier)?;
-        self.wait_until(|state| {
+        // Sent once this thread counts as waiting (no barrier is released before it is sent).
+        self.wait_until(Some(Command::Barrier), |state| {
             if state.released >= target {
                 return Some(Ok(()));
             }
@@ -469,8 +478,8 @@ enum Watching {
     /// a wait of T µs, at most about √(2T) µs; 140 µs into a wait of 10 ms).
     Awaited,
     /// Nothing: all that may come is a peer's abort or a value no thread waits for yet (a
-    /// thread that starts waiting wakes the progress thread at once, [`Command::Wake`]),
-    /// so the sleeps grow 10 µs a round, up to 10 ms.
+    /// thread that starts waiting wakes the progress thread at once, by [`Command::Wake`] or
+    /// by its own command), so the sleeps grow 10 µs a round, up to 10 ms.
     Nothing,
 }
 
