@@ -470,8 +470,7 @@ struct Steady {
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
 /// processes), `saves` saves each, the best of `options.repeat` runs each, [`in_turns`]
-/// (each side empties its own folder right before its run); the last turn's files are
-/// compared.
+/// (each side empties its own folder right before its run); each turn's files are compared.
 fn steady(
     example: &Path,
     dir: &Path,
@@ -508,12 +507,19 @@ fn steady(
             save: number("median "),
         }
     };
+    // Each turn's files compared once both sides have saved (the one process runs first).
     let turns = in_turns(
         options.repeat,
         (|| clear(&one_dir), || measure(false)),
-        (|| clear(&many_dir), || measure(true)),
+        (
+            || clear(&many_dir),
+            || {
+                let many = measure(true);
+                same_files(&one_dir, &many_dir);
+                many
+            },
+        ),
     );
-    same_files(&one_dir, &many_dir);
     let _ = std::fs::remove_dir_all(&one_dir);
     let _ = std::fs::remove_dir_all(&many_dir);
     let best = |side: &dyn Fn(&(Steady, Steady)) -> &Steady| Steady {
