@@ -5,7 +5,7 @@
 //! and what an idle one costs (`examples/mpi_rendezvous --latency` and `--idle`, built here) and `mpirun -n N true`, the launcher's
 //! own fixed cost, which every MPI row includes. Then a framework's steady state:
 //! `examples/cluster_saves` (built here) makes one session per process and saves several
-//! times; its median save and the making of its session, under `mpirun` against one process,
+//! times; its best and median save and the making of its session, under `mpirun` against one process,
 //! on the same spec (the files compared).
 //!
 //! ```text
@@ -16,7 +16,8 @@
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
-//! the best of `--repeat` runs (default 3), one process and MPI in turns, each after `sync`
+//! the best of `--repeat` runs (default 3), one process and MPI in turns (which side goes
+//! first alternates from turn to turn), each after `sync`
 //! (no run pays for writing back what the run before it wrote) and then removing, untimed,
 //! what its own side's last run wrote (so each side writes into the pages it just freed; a
 //! first turn is not timed); the CLI rows' ratios are MPI over one process, then MPI less
@@ -26,7 +27,7 @@
 //! are printed at the start and the end. With `--one-core-each` every process gets one core
 //! of its own: the one process runs on core 0, rank `r` on core `r` (as hosts of one core
 //! each would run them; ranks up to the number of cores). `--mpirun-env NAME=VALUE` sets an
-//! environment variable of every rank (`mpirun -x NAME=VALUE`), say
+//! environment variable of `mpirun` and every rank (`NAME=VALUE mpirun -x NAME=VALUE`), say
 //! `HWLOC_COMPONENTS=-pci,-linuxio` (docs/cluster.md). Before the workloads, the cost of
 //! starting a cluster at all: a save of one float32\[1\] per task under `mpirun` against one
 //! process, which every MPI row pays. Needs `mpirun` (Open MPI; as root it also needs
@@ -58,7 +59,7 @@ struct Options {
     /// One core per process: the single process on core 0, rank `r` on core `r` (as one
     /// host per task of the same size would run them).
     one_core_each: bool,
-    /// Environment variables of every rank (`mpirun -x NAME=VALUE`).
+    /// Environment variables of `mpirun` and every rank (`NAME=VALUE mpirun -x NAME=VALUE`).
     mpirun_env: Vec<String>,
 }
 
@@ -86,7 +87,7 @@ fn main() {
         },
         match options.mpirun_env.is_empty() {
             true => String::new(),
-            false => format!(", ranks with {}", options.mpirun_env.join(" ")),
+            false => format!(", mpirun and ranks with {}", options.mpirun_env.join(" ")),
         },
         machine::load_average()
     );
@@ -98,11 +99,7 @@ fn main() {
     // Each cluster size's start-up: what MPI adds before any work.
     let mut start_ups = std::collections::BTreeMap::new();
     for &ranks in &options.ranks {
-        let launcher = best_of(options.repeat, || {
-            run(Command::new("mpirun")
-                .args(mpirun_args(ranks, &options))
-                .arg("true"))
-        });
+        let launcher = best_of(options.repeat, || run(mpirun(ranks, &options).arg("true")));
         println!("  mpirun -n {ranks} true: {:.3} s", launcher.as_secs_f64());
         let (one, many) = start_up(&cli, &dir, ranks, &options);
         println!(
@@ -193,10 +190,13 @@ fn main() {
                 let (one, many) = steady(example, &dir, (ranks, saves), &options);
                 let ratio = |many: f64, one: f64| many / one;
                 println!(
-                    "  {workload} on {ranks} tasks, one session saving {saves} times (examples/cluster_saves): per save one process {:.3} s, MPI {:.3} s ({:.2}×); the session (trace, partition, compile, values in) one process {:.3} s, MPI {:.3} s ({:.2}×)",
-                    one.save,
-                    many.save,
-                    ratio(many.save, one.save),
+                    "  {workload} on {ranks} tasks, one session saving {saves} times (examples/cluster_saves): best save one process {:.3} s, MPI {:.3} s ({:.2}×), median save {:.3} s, {:.3} s ({:.2}×); the session (trace, partition, compile, values in) one process {:.3} s, MPI {:.3} s ({:.2}×)",
+                    one.best_save,
+                    many.best_save,
+                    ratio(many.best_save, one.best_save),
+                    one.median_save,
+                    many.median_save,
+                    ratio(many.median_save, one.median_save),
                     one.session,
                     many.session,
                     ratio(many.session, one.session),
@@ -216,18 +216,21 @@ fn main() {
 }
 
 /// The runs of `one` and of `many` (each a side's untimed clearing of what its previous run
-/// wrote, then its run), `repeat` turns of them (one, many, one, …), so that a slow spell of
-/// the machine (its disk writing back, a neighbour on the host) falls on both alike rather
-/// than on all the runs of one. Before each side's run the page cache is written back
-/// ([`settle`]), so that no run pays for the writing back of the run before it; then that
-/// side clears its own files, and its run starts at once: the pages freed are the ones its
-/// run writes into, as warm for one side as for the other. (On this VM pages free for a few
-/// seconds have gone back to the host and cost several times more to write into: `dd` of
-/// 512 MiB into a new file took 2.2 s the first time and 0.24–0.34 s right after the last
-/// copy's removal, docs/benchmarks.md. Clearing before the sync let the sync of the other
-/// side's writing age them, by a time that differed turn by turn.)
-/// A first turn is not kept: in it, the side that runs first would write into whatever the
-/// bench freed before.
+/// wrote, then its run), `repeat` turns of them, so that a slow spell of the machine (its
+/// disk writing back, a neighbour on the host) falls on both alike rather than on all the
+/// runs of one. The side that runs first alternates from turn to turn (one process first in
+/// the first kept turn, MPI in the next, …): on this VM the side that runs second has been
+/// slower or faster by as much as a tenth of a 1 s run, whichever side it was
+/// (docs/benchmarks.md). Before each side's run the page cache is written back ([`settle`]),
+/// so that no run pays for the writing back of the run before it; then that side clears its
+/// own files, and its run starts at once: the pages freed are the ones its run writes into,
+/// as warm for one side as for the other. (On this VM pages free for a few seconds have gone
+/// back to the host and cost several times more to write into: `dd` of 512 MiB into a new
+/// file took 2.2 s the first time and 0.24–0.34 s right after the last copy's removal,
+/// docs/benchmarks.md. Clearing before the sync let the sync of the other side's writing age
+/// them, by a time that differed turn by turn.) A first turn, one process first, is not
+/// kept: in it, the side that runs first would write into whatever the bench freed before.
+/// Each pair is (one process, MPI), whichever ran first.
 fn in_turns<T>(
     repeat: usize,
     mut one: (impl FnMut(), impl FnMut() -> T),
@@ -238,12 +241,20 @@ fn in_turns<T>(
         clear();
         run()
     }
-    let mut turn = || {
-        let first = side(&mut one.0, &mut one.1);
-        (first, side(&mut many.0, &mut many.1))
+    let mut turn = |many_first: bool| match many_first {
+        false => {
+            let first = side(&mut one.0, &mut one.1);
+            (first, side(&mut many.0, &mut many.1))
+        }
+        true => {
+            let first = side(&mut many.0, &mut many.1);
+            (side(&mut one.0, &mut one.1), first)
+        }
     };
-    turn();
-    (0..repeat.max(1)).map(|_| turn()).collect()
+    turn(false);
+    (0..repeat.max(1))
+        .map(|index| turn(index % 2 == 1))
+        .collect()
 }
 
 /// The best times of the runs of `one` and of `many`, [`in_turns`].
@@ -275,24 +286,24 @@ fn settle() {
     run(&mut Command::new("sync"));
 }
 
-/// `mpirun`'s arguments for `ranks` processes on this machine, with the environment
-/// `--mpirun-env` gives. Open MPI's `ob1` messaging layer (shared memory between the
+/// `mpirun` for `ranks` processes on this machine, with the environment `--mpirun-env` gives
+/// (its own and every rank's). Open MPI's `ob1` messaging layer (shared memory between the
 /// processes of one host) is asked for by name: left to choose, Open MPI first starts UCX,
 /// which costs each process about 0.2 s here before settling on shared memory too
 /// (docs/cluster.md says so to users).
-fn mpirun_args(ranks: usize, options: &Options) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "--oversubscribe".into(),
-        "--quiet".into(),
-        "--mca".into(),
-        "pml".into(),
-        "ob1".into(),
-    ];
+fn mpirun(ranks: usize, options: &Options) -> Command {
+    let mut command = Command::new("mpirun");
+    command.args(["--oversubscribe", "--quiet", "--mca", "pml", "ob1"]);
     for variable in &options.mpirun_env {
-        args.extend(["-x".into(), variable.clone()]);
+        // In `mpirun`'s own environment too: its own start reads it (say its hardware
+        // discovery, `HWLOC_COMPONENTS`), as a shell's `NAME=VALUE mpirun -x NAME` gives it.
+        if let Some((name, value)) = variable.split_once('=') {
+            command.env(name, value);
+        }
+        command.args(["-x", variable]);
     }
-    args.extend(["-n".into(), ranks.to_string()]);
-    args
+    command.args(["-n", &ranks.to_string()]);
+    command
 }
 
 /// The CLI's arguments to save the spec `spec` with the values `values` at `prefix`.
@@ -358,8 +369,7 @@ fn cli_command(
         return command;
     }
     args.extend(["--cluster".into(), "mpi".into()]);
-    let mut command = Command::new("mpirun");
-    command.args(mpirun_args(ranks, options));
+    let mut command = mpirun(ranks, options);
     if options.one_core_each {
         command.args(["--bind-to", "core", "--map-by", "core"]);
     }
@@ -461,11 +471,14 @@ fn build_example(name: &str) -> Option<PathBuf> {
     })?
 }
 
-/// What `examples/cluster_saves` reports: the session's making and the median save, in
-/// seconds.
+/// What `examples/cluster_saves` reports, in seconds: the session's making, the best save and
+/// the median save. On this VM a run's saves of 1 GiB on 4 tasks have taken 0.29–0.34 s at
+/// best and 0.44–0.83 s as a median, on both sides (docs/benchmarks.md): the best is what the code
+/// costs, the median shows how a run's saves vary.
 struct Steady {
     session: f64,
-    save: f64,
+    best_save: f64,
+    median_save: f64,
 }
 
 /// `examples/cluster_saves` on the bench's spec, alone and under `mpirun` (`ranks`
@@ -504,10 +517,12 @@ fn steady(
         };
         Steady {
             session: number("session "),
-            save: number("median "),
+            best_save: number("best "),
+            median_save: number("median "),
         }
     };
-    // Each turn's files compared once both sides have saved (the one process runs first).
+    // Each MPI run's files compared with the one process's last run's (the same spec and
+    // values: the same bytes), which has finished whichever side ran first in the turn.
     let turns = in_turns(
         options.repeat,
         (|| clear(&one_dir), || measure(false)),
@@ -522,9 +537,15 @@ fn steady(
     );
     let _ = std::fs::remove_dir_all(&one_dir);
     let _ = std::fs::remove_dir_all(&many_dir);
-    let best = |side: &dyn Fn(&(Steady, Steady)) -> &Steady| Steady {
-        session: (turns.iter().map(|turn| side(turn).session)).fold(f64::INFINITY, f64::min),
-        save: (turns.iter().map(|turn| side(turn).save)).fold(f64::INFINITY, f64::min),
+    let best = |side: &dyn Fn(&(Steady, Steady)) -> &Steady| {
+        let least = |of: fn(&Steady) -> f64| {
+            (turns.iter().map(|turn| of(side(turn)))).fold(f64::INFINITY, f64::min)
+        };
+        Steady {
+            session: least(|steady| steady.session),
+            best_save: least(|steady| steady.best_save),
+            median_save: least(|steady| steady.median_save),
+        }
     };
     (best(&|turn| &turn.0), best(&|turn| &turn.1))
 }
@@ -534,14 +555,9 @@ fn steady(
 fn latency(options: &Options) {
     let example = build_example("mpi_rendezvous");
     for (mode, what) in [("--latency", "round trip"), ("--idle", "idle cost")] {
-        let output = example.as_ref().and_then(|example| {
-            (Command::new("mpirun")
-                .args(mpirun_args(2, options))
-                .arg(example)
-                .arg(mode))
-            .output()
-            .ok()
-        });
+        let output = example
+            .as_ref()
+            .and_then(|example| (mpirun(2, options).arg(example).arg(mode)).output().ok());
         match output {
             Some(output) if output.status.success() => {
                 for line in String::from_utf8_lossy(&output.stdout).lines() {

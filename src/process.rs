@@ -2,7 +2,8 @@
 //! itself, but for one: [`tcp_without_delay_to`], which MPI's rendezvous applies, with no
 //! opt-out, to Open MPI's connections to the node's PMIx server before finalizing. The
 //! `saveplan` binary applies the others itself (huge pages off before its runtime's first
-//! allocation, from an `.init_array` initializer), and a program embedding the library
+//! allocation, from an `.init_array` initializer; one variable of the environment set while it
+//! has one thread, [`set_env_if_single_threaded`]), and a program embedding the library
 //! decides for itself.
 
 use std::net::SocketAddr;
@@ -163,6 +164,25 @@ pub fn tcp_without_delay_to(servers: &[SocketAddr]) {
     }
 }
 
+/// Sets the environment variable `name` to `value` when this process has one thread, the
+/// caller's (Linux: `/proc/self/task` lists one), and says whether it did. Changing the
+/// environment while another thread may read it is undefined behaviour (hence
+/// `std::env::set_var` is `unsafe`), so where that cannot be checked (elsewhere than Linux)
+/// or does not hold, nothing changes.
+///
+/// The `saveplan` binary uses it for one variable before starting MPI
+/// (`MpiRendezvous::one_host_setting`, feature `mpi`).
+pub fn set_env_if_single_threaded(name: &str, value: &str) -> bool {
+    let threads = std::fs::read_dir("/proc/self/task").map(Iterator::count);
+    if threads.ok() != Some(1) {
+        return false;
+    }
+    // SAFETY: this process has one thread, this one, so nothing else reads or writes the
+    // environment while it changes; a thread started later sees the change made.
+    unsafe { std::env::set_var(name, value) };
+    true
+}
+
 /// Descriptor `fd` of this process, borrowed to be asked about as a socket.
 fn socket(fd: RawFd) -> Option<BorrowedFd<'static>> {
     // SAFETY: `fd` is not -1 and was open when `/proc/self/fd` listed it; one closed or
@@ -184,6 +204,40 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     use super::*;
+
+    #[test]
+    fn the_environment_changes_only_in_a_process_of_one_thread() {
+        const NAME: &str = "SAVEPLAN_ONE_THREAD_TEST";
+        // Here, on a thread of the test harness: refused, nothing set.
+        assert!(!set_env_if_single_threaded(NAME, "1"));
+        assert!(std::env::var_os(NAME).is_none());
+        // A child forked from this thread has that one thread: set there. (glibc's `fork`
+        // leaves the allocator usable in the child; the child never returns to the harness.)
+        // SAFETY: the child only runs the closure below and `_exit`s, whatever happens.
+        match unsafe { libc::fork() } {
+            0 => {
+                let set = std::panic::catch_unwind(|| {
+                    set_env_if_single_threaded(NAME, "1")
+                        && std::env::var_os(NAME).is_some_and(|value| value == "1")
+                });
+                // SAFETY: ends the child at once, without running the harness's code.
+                unsafe { libc::_exit(if matches!(set, Ok(true)) { 0 } else { 1 }) }
+            }
+            -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+            child => {
+                let mut status = 0;
+                // SAFETY: waits for the child just forked; `status` is ours to write.
+                let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+                assert_eq!(waited, child);
+                assert!(libc::WIFEXITED(status), "the child did not exit: {status}");
+                assert_eq!(
+                    libc::WEXITSTATUS(status),
+                    0,
+                    "not set in a one-thread process"
+                );
+            }
+        }
+    }
 
     #[test]
     fn huge_pages_stay_off_once_turned_off() {

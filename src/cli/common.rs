@@ -303,14 +303,20 @@ fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(feature = "mpi")]
 fn join_mpi() -> anyhow::Result<Cluster> {
+    use saveplan::exec::rendezvous::MpiRendezvous;
+    // Every rank on this host, and hwloc left to us: MPI starts without reading every PCI
+    // device (docs/cluster.md). `join` comes first in `save`, `restore` and `run`, before this
+    // process starts a thread, which the setting checks.
+    if let Some((name, value)) = MpiRendezvous::one_host_setting() {
+        saveplan::process::set_env_if_single_threaded(name, value);
+    }
     let hint = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"]
         .into_iter()
         .find_map(|name| std::env::var(name).ok()?.parse().ok());
     let starting = std::thread::Builder::new()
         .name("saveplan-mpi-start".into())
         .spawn(|| {
-            let rendezvous = saveplan::exec::rendezvous::MpiRendezvous::start()
-                .context("--cluster mpi: cannot start MPI")?;
+            let rendezvous = MpiRendezvous::start().context("--cluster mpi: cannot start MPI")?;
             Ok(Arc::new(rendezvous) as Arc<dyn Rendezvous>)
         })
         .context("--cluster mpi: cannot start a thread")?;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SAVEPLAN_KILL_ROUNDS: how many kill -9 rounds (default 6).
-# The MPI suite: builds saveplan with the `mpi` feature and runs, under Open MPI's `mpirun`,
-# the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks, a value
+# The MPI suite: builds saveplan with the `mpi` feature, runs the feature's unit tests, then,
+# under Open MPI's `mpirun`, the rendezvous conformance scenarios (examples/mpi_rendezvous.rs) on 1 to 4 ranks, a value
 # over 1 GiB (MPI messages in parts) and what an idle rendezvous costs on 2, then
 # `saveplan save|restore|run --cluster mpi` of every partition case of tests/fixtures/part/
 # (one rank per task: the same files and the same --out as one process), of object specs
@@ -40,6 +40,15 @@ check() {
     rm -rf "$work"
     work="$top"
 }
+
+# The `mpi` feature's unit tests (no MPI started: the run's side of the MPI rendezvous, with
+# the test playing its progress thread, and how the progress thread stopping fails every waiter).
+unit_tests() {
+    local out
+    out="$(cargo test --locked --quiet --features mpi --lib exec::rendezvous::mpi 2>&1)" \
+        && grep -qE "test result: ok\. [1-9][0-9]* passed" <<<"$out" || { echo "$out"; return 1; }
+}
+check "the mpi feature's unit tests (the rendezvous without MPI)" unit_tests
 
 scenarios_on() {
     local out

@@ -206,6 +206,19 @@ impl MpiRendezvous {
         }
     }
 
+    /// The environment variable that lets [`MpiRendezvous::start`] skip Open MPI's PCI
+    /// discovery, when Open MPI's launcher started every rank of the job on this host and the
+    /// user has not chosen hwloc's components (`HWLOC_COMPONENTS`): `Some((name, value))`, to
+    /// be set before `start` while the process has no other thread
+    /// ([`crate::process::set_env_if_single_threaded`]; the `saveplan` binary does). The
+    /// discovery reads every PCI device's configuration space, which on a VM exits to the
+    /// hypervisor at each read: 4 ranks on a 2-core VM started about 0.05 s sooner without it
+    /// (docs/cluster.md). `None` on several hosts, where Open MPI reads the PCI topology to
+    /// give each process its nearest network card.
+    pub fn one_host_setting() -> Option<(&'static str, &'static str)> {
+        super::launcher::one_host_discovery(std::env::vars_os())
+    }
+
     fn command(&self, command: Command) -> Result<(), RendezvousError> {
         lock(&self.commands)
             .send(command)
@@ -808,5 +821,118 @@ impl Mover {
             self.complete_sends();
             std::thread::yield_now();
         }
+    }
+}
+
+/// The run's side of the rendezvous without MPI: a rendezvous whose progress thread is played
+/// by the test (its commands are read, or dropped to play a thread that has stopped), and its
+/// [`Stopped`] guard dropped as the thread's end drops it. A call that should return and
+/// does not fails its test after 10 s. `tests/mpi/run.sh` runs these.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STOPPED: &str = "the MPI progress thread has stopped";
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// Task 1 of 2, with the receiving end of its commands: what its progress thread would read.
+    fn without_thread() -> (Arc<MpiRendezvous>, Receiver<Command>) {
+        let (commands, inbox) = mpsc::channel();
+        let rendezvous = MpiRendezvous {
+            task: 1,
+            n_tasks: 2,
+            shared: Arc::new(Shared::default()),
+            commands: Mutex::new(commands),
+            progress: None,
+        };
+        (Arc::new(rendezvous), inbox)
+    }
+
+    /// Runs `call` on a thread of its own; its answer comes through the receiver.
+    fn on_a_thread<T: Send + 'static>(
+        rendezvous: &Arc<MpiRendezvous>,
+        call: impl FnOnce(&MpiRendezvous) -> Result<T, RendezvousError> + Send + 'static,
+    ) -> Receiver<Result<T, RendezvousError>> {
+        let (answer, answered) = mpsc::channel();
+        let rendezvous = Arc::clone(rendezvous);
+        std::thread::spawn(move || answer.send(call(&rendezvous)));
+        answered
+    }
+
+    fn stopped<T>(result: Result<T, RendezvousError>) -> bool {
+        matches!(result, Err(RendezvousError::Transport(what)) if what == STOPPED)
+    }
+
+    fn blocked(rendezvous: &MpiRendezvous) -> usize {
+        lock(&rendezvous.shared.state).blocked
+    }
+
+    /// Waits until `count` threads of the run are blocked waiting.
+    fn until_blocked(rendezvous: &MpiRendezvous, count: usize) {
+        let start = std::time::Instant::now();
+        while blocked(rendezvous) != count {
+            assert!(start.elapsed() < PATIENCE, "{count} thread(s) never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_barrier_whose_command_cannot_be_sent_fails_at_once_and_is_not_left_counted() {
+        let (rendezvous, inbox) = without_thread();
+        drop(inbox);
+        let meeting = on_a_thread(&rendezvous, |rendezvous| rendezvous.barrier());
+        assert!(stopped(meeting.recv_timeout(PATIENCE).expect("an answer")));
+        assert_eq!(blocked(&rendezvous), 0);
+    }
+
+    #[test]
+    fn a_barrier_sends_its_command_and_waits_counted_until_released() {
+        let (rendezvous, inbox) = without_thread();
+        let meeting = on_a_thread(&rendezvous, |rendezvous| rendezvous.barrier());
+        // The progress thread's part: the command arrives with the thread counted.
+        let command = inbox.recv_timeout(PATIENCE).expect("a command");
+        assert!(matches!(command, Command::Barrier));
+        assert_eq!(blocked(&rendezvous), 1);
+        rendezvous.shared.update(|state| state.released += 1);
+        assert!(meeting.recv_timeout(PATIENCE).expect("an answer").is_ok());
+        assert_eq!(blocked(&rendezvous), 0);
+    }
+
+    #[test]
+    fn the_progress_thread_stopping_fails_every_waiter_and_every_later_call() {
+        let (rendezvous, _inbox) = without_thread();
+        let (told, heard) = mpsc::channel();
+        let key = RendezvousKey::new(0, 1, "x");
+        let done: RecvDone = Box::new(move |result| told.send(stopped(result)).unwrap());
+        assert!(rendezvous.recv_async(&key, done).is_ok());
+        let receiving = on_a_thread(&rendezvous, |rendezvous| {
+            rendezvous.recv(&RendezvousKey::new(0, 1, "y"))
+        });
+        let meeting = on_a_thread(&rendezvous, |rendezvous| rendezvous.barrier());
+        until_blocked(&rendezvous, 2);
+        // How the progress thread's end (a return or a panic) drops it.
+        drop(Stopped(Arc::clone(&rendezvous.shared)));
+        assert!(stopped(
+            receiving.recv_timeout(PATIENCE).expect("an answer")
+        ));
+        assert!(stopped(meeting.recv_timeout(PATIENCE).expect("an answer")));
+        assert_eq!(heard.recv_timeout(PATIENCE), Ok(true));
+        assert_eq!(blocked(&rendezvous), 0);
+        let value = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+        assert!(stopped(
+            rendezvous.send(&RendezvousKey::new(1, 0, "z"), value)
+        ));
+        assert!(stopped(rendezvous.barrier()));
+        assert!(stopped(rendezvous.recv(&key)));
+    }
+
+    #[test]
+    fn the_guard_keeps_the_first_failure() {
+        let (rendezvous, _inbox) = without_thread();
+        let shared = &rendezvous.shared;
+        shared.update(|state| state.failed = Some("MPI_Isend failed".into()));
+        drop(Stopped(Arc::clone(shared)));
+        let failed = lock(&shared.state).failed.clone();
+        assert_eq!(failed.as_deref(), Some("MPI_Isend failed"));
     }
 }
