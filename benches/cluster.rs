@@ -16,7 +16,7 @@
 //! Workloads, as BENCH.md names them: `big` (16 × float32[4096, 4096], 1 GiB; `--big-tensors`
 //! takes fewer) and `many-small` (100,000 × float32[64]), variable `i` on task `i mod N`.
 //! Ranks: 2 and 4 by default (`--oversubscribe`: more ranks than cores is allowed). Times are
-//! the best of `--repeat` runs (default 3), one process and MPI in turns (which side goes
+//! the best of `--repeat` runs (default 4), one process and MPI in turns (which side goes
 //! first alternates from turn to turn), each after `sync`
 //! (no run pays for writing back what the run before it wrote) and then removing, untimed,
 //! what its own side's last run wrote (so each side writes into the pages it just freed; a
@@ -190,7 +190,7 @@ fn main() {
                 let (one, many) = steady(example, &dir, (ranks, saves), &options);
                 let ratio = |many: f64, one: f64| many / one;
                 println!(
-                    "  {workload} on {ranks} tasks, one session saving {saves} times (examples/cluster_saves): best save one process {:.3} s, MPI {:.3} s ({:.2}×), median save {:.3} s, {:.3} s ({:.2}×); the session (trace, partition, compile, values in) one process {:.3} s, MPI {:.3} s ({:.2}×)",
+                    "  {workload} on {ranks} tasks, one session saving {saves} times (examples/cluster_saves): best save one process {:.3} s, MPI {:.3} s ({:.2}×), least median save of a run one process {:.3} s, MPI {:.3} s ({:.2}×); the session (trace, partition, compile, values in) one process {:.3} s, MPI {:.3} s ({:.2}×)",
                     one.best_save,
                     many.best_save,
                     ratio(many.best_save, one.best_save),
@@ -230,26 +230,32 @@ fn main() {
 /// docs/benchmarks.md. Clearing before the sync let the sync of the other side's writing age
 /// them, by a time that differed turn by turn.) A first turn, one process first, is not
 /// kept: in it, the side that runs first would write into whatever the bench freed before.
-/// Each pair is (one process, MPI), whichever ran first.
+/// Each pair is (one process, MPI), whichever ran first; `after_turn` runs once both have
+/// (untimed: say, comparing their files).
 fn in_turns<T>(
     repeat: usize,
     mut one: (impl FnMut(), impl FnMut() -> T),
     mut many: (impl FnMut(), impl FnMut() -> T),
+    mut after_turn: impl FnMut(),
 ) -> Vec<(T, T)> {
     fn side<T>(clear: &mut dyn FnMut(), run: &mut dyn FnMut() -> T) -> T {
         settle();
         clear();
         run()
     }
-    let mut turn = |many_first: bool| match many_first {
-        false => {
-            let first = side(&mut one.0, &mut one.1);
-            (first, side(&mut many.0, &mut many.1))
-        }
-        true => {
-            let first = side(&mut many.0, &mut many.1);
-            (side(&mut one.0, &mut one.1), first)
-        }
+    let mut turn = |many_first: bool| {
+        let pair = match many_first {
+            false => {
+                let first = side(&mut one.0, &mut one.1);
+                (first, side(&mut many.0, &mut many.1))
+            }
+            true => {
+                let first = side(&mut many.0, &mut many.1);
+                (side(&mut one.0, &mut one.1), first)
+            }
+        };
+        after_turn();
+        pair
     };
     turn(false);
     (0..repeat.max(1))
@@ -272,6 +278,7 @@ fn best_in_turns(
         repeat,
         (one_clear, || timed(&mut one_run)),
         (many_clear, || timed(&mut many_run)),
+        || {},
     )
     .into_iter()
     .fold((Duration::MAX, Duration::MAX), |(a, b), (x, y)| {
@@ -521,19 +528,12 @@ fn steady(
             median_save: number("median "),
         }
     };
-    // Each MPI run's files compared with the one process's last run's (the same spec and
-    // values: the same bytes), which has finished whichever side ran first in the turn.
+    // Each turn's files compared once both sides have saved, outside either side's run.
     let turns = in_turns(
         options.repeat,
         (|| clear(&one_dir), || measure(false)),
-        (
-            || clear(&many_dir),
-            || {
-                let many = measure(true);
-                same_files(&one_dir, &many_dir);
-                many
-            },
-        ),
+        (|| clear(&many_dir), || measure(true)),
+        || same_files(&one_dir, &many_dir),
     );
     let _ = std::fs::remove_dir_all(&one_dir);
     let _ = std::fs::remove_dir_all(&many_dir);
@@ -574,7 +574,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
         workloads: Vec::new(),
         ranks: Vec::new(),
         big_tensors: 16,
-        repeat: 3,
+        repeat: 4,
         dir: std::env::temp_dir(),
         one_core_each: false,
         mpirun_env: Vec::new(),

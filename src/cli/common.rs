@@ -227,7 +227,8 @@ pub struct ClusterArg {
     /// /job:localhost/replica:0/task:0; rank r runs task r in sorted (job, replica, task)
     /// order; every rank reads the same --values; --out is the one-process file, written by
     /// rank 0, each rank writing its large tensors into a local .safetensors --out they all
-    /// reach). Needs a build with the cargo feature `mpi`.
+    /// reach; with every rank on this host and HWLOC_COMPONENTS unset, each sets it to
+    /// -pci,-linuxio before MPI starts). Needs a build with the cargo feature `mpi`.
     #[arg(long, value_name = "KIND", value_enum)]
     cluster: Option<ClusterKind>,
 }

@@ -45,7 +45,7 @@ check() {
 # the test playing its progress thread, and how the progress thread stopping fails every waiter).
 unit_tests() {
     local out
-    out="$(cargo test --locked --quiet --features mpi --lib exec::rendezvous::mpi 2>&1)" \
+    out="$(timeout 900 cargo test --locked --quiet --features mpi --lib exec::rendezvous::mpi 2>&1)" \
         && grep -qE "test result: ok\. [1-9][0-9]* passed" <<<"$out" || { echo "$out"; return 1; }
 }
 check "the mpi feature's unit tests (the rendezvous without MPI)" unit_tests

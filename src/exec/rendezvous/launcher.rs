@@ -135,14 +135,12 @@ mod tests {
         assert!(pmix_addresses("812646400.0;usock:/tmp/x").is_empty());
         assert!(pmix_addresses("").is_empty());
         // As `mpirun` sets them, one address under several names, among others.
-        let vars = [
+        let servers = pmix_servers(vars(&[
             ("PMIX_SERVER_URI4", "1.0;tcp4://127.0.0.1:45179"),
             ("PMIX_SERVER_URI41", "1.0;tcp4://127.0.0.1:45179"),
             ("OMPI_MCA_orte_hnp_uri", "1.0;tcp://192.0.2.2:51769"),
             ("PMIX_SECURITY_MODE", "native"),
-        ];
-        let vars = vars.map(|(name, value)| (name.into(), value.into()));
-        let servers = pmix_servers(vars.into_iter());
+        ]));
         assert_eq!(servers, ["127.0.0.1:45179".parse().unwrap(); 2]);
     }
 }

@@ -918,12 +918,18 @@ mod tests {
         assert!(stopped(meeting.recv_timeout(PATIENCE).expect("an answer")));
         assert_eq!(heard.recv_timeout(PATIENCE), Ok(true));
         assert_eq!(blocked(&rendezvous), 0);
-        let value = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
-        assert!(stopped(
-            rendezvous.send(&RendezvousKey::new(1, 0, "z"), value)
-        ));
-        assert!(stopped(rendezvous.barrier()));
-        assert!(stopped(rendezvous.recv(&key)));
+        // Every later call fails too, none waits.
+        let later = on_a_thread(&rendezvous, move |rendezvous| {
+            let value = HostTensor::from_f32s(vec![1], &[1.0]).unwrap();
+            let sent = rendezvous.send(&RendezvousKey::new(1, 0, "z"), value);
+            Ok([
+                stopped(sent),
+                stopped(rendezvous.barrier()),
+                stopped(rendezvous.recv(&key)),
+            ])
+        });
+        let later = later.recv_timeout(PATIENCE).expect("an answer");
+        assert!(matches!(later, Ok([true, true, true])), "{later:?}");
     }
 
     #[test]
