@@ -235,8 +235,15 @@ mod tests {
                 child => {
                     let start = std::time::Instant::now();
                     let mut status = 0;
-                    // SAFETY: waits for the child just forked; `status` is ours to write.
-                    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+                    loop {
+                        // SAFETY: waits for the child just forked; `status` is ours to write.
+                        match unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } {
+                            0 => {}
+                            // Only the child's own end says anything of it: an error of
+                            // `waitpid` leaves `status` unwritten.
+                            reaped if reaped == child => break,
+                            _ => panic!("waitpid: {}", std::io::Error::last_os_error()),
+                        }
                         if start.elapsed() > std::time::Duration::from_secs(10) {
                             // SAFETY: the child is ours and not yet reaped: killed, then reaped.
                             unsafe {
